@@ -1,0 +1,20 @@
+//! The A2A protocol core: no Kubernetes types here.
+//!
+//! Data flows one way: JSON → [`parse`] (typed [`card::AgentCard`], unknown fields reported)
+//! → [`validate`] (errors and lints with JSON paths) → [`canonical`] (the bytes a signature
+//! covers, identical to the official SDKs) → [`jws`] (detached signatures with [`keys`]) →
+//! [`publish`] (the exact bytes served, optionally with [`compat`] v0.3 fields).
+
+pub mod canonical;
+pub mod card;
+pub mod compat;
+pub mod jws;
+pub mod keys;
+pub mod parse;
+pub mod publish;
+pub mod report;
+pub mod validate;
+
+pub use card::AgentCard;
+pub use keys::{Algorithm, Jwks, SigningKey};
+pub use report::{Problem, Problems, Severity};

@@ -1,0 +1,766 @@
+//! Validation (errors that stop publication) and lints (warnings) of a typed card.
+//!
+//! Validation walks the card once and reports every problem with its JSON path, so a user
+//! sees all of them in one pass. It checks what the protocol requires and what the SDKs would
+//! silently drop (an empty REQUIRED value vanishes from the canonical form and several clients
+//! then reject the card), plus what makes a card unusable in practice: unreachable interface
+//! URLs, undeclared security schemes, malformed media types, a size a ConfigMap cannot hold.
+//!
+//! Lints flag what is legal but probably a mistake in a card published to the world: cluster-
+//! internal addresses, strings that look like credentials, requirements the signature does not
+//! protect.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde_json::Value;
+use url::Url;
+
+use super::canonical::to_value;
+use super::card::*;
+use super::report::{PathBuf, Problem};
+
+/// The largest signed card we publish, in bytes. A ConfigMap holds 1 MiB; the rest is left
+/// for signatures added later, annotations and other metadata.
+pub const MAX_CARD_BYTES: usize = 768 * 1024;
+
+/// The bindings the protocol names; any other binding must be a URI.
+pub const KNOWN_BINDINGS: [&str; 3] = ["JSONRPC", "GRPC", "HTTP+JSON"];
+
+/// Every error in `card`; empty when it can be published.
+pub fn validate(card: &AgentCard) -> Vec<Problem> {
+    let mut v = Validator::default();
+    v.card(card);
+    v.out
+}
+
+/// Lint context: what we know about where the card will be published.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LintOptions {
+    /// The card is served to the public internet (cluster-internal URLs are then suspicious).
+    pub public: bool,
+}
+
+/// Warnings about `card`: legal, but probably not what the author meant.
+pub fn lint(card: &AgentCard, opts: LintOptions) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let root = PathBuf::default();
+    if opts.public {
+        for (i, iface) in card.supported_interfaces.iter().enumerate() {
+            if let Some(why) = internal_address(&iface.url) {
+                out.push(Problem::warning(
+                    root.field("supportedInterfaces")
+                        .index(i)
+                        .field("url")
+                        .as_str(),
+                    format!("{why}: clients outside the cluster cannot reach it"),
+                ));
+            }
+        }
+    }
+    lint_secrets(&to_value(card), &root, &mut out);
+    lint_requirements(
+        &card.security_requirements,
+        &root.field("securityRequirements"),
+        &mut out,
+    );
+    for (i, skill) in card.skills.iter().enumerate() {
+        let p = root.field("skills").index(i).field("securityRequirements");
+        lint_requirements(&skill.security_requirements, &p, &mut out);
+    }
+    out
+}
+
+fn lint_requirements(reqs: &[SecurityRequirement], path: &PathBuf, out: &mut Vec<Problem>) {
+    for (i, req) in reqs.iter().enumerate() {
+        for (name, scopes) in &req.schemes {
+            if scopes.list.is_empty() {
+                out.push(Problem::warning(
+                    path.index(i).field("schemes").field(name).as_str(),
+                    "no scopes: the official SDKs drop scope-less requirements from the signed \
+                     form, so signatures do not protect this requirement",
+                ));
+            }
+        }
+    }
+}
+
+/// Why `url` points inside a cluster or a private network, if it does.
+fn internal_address(url: &str) -> Option<String> {
+    let host = match Url::parse(url) {
+        Ok(u) if u.host_str().is_some() => u.host_str().unwrap_or_default().to_string(),
+        // gRPC `host:port`
+        _ => url
+            .rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or(url)
+            .to_string(),
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    if host == "localhost" || host.ends_with(".localhost") {
+        return Some(format!("{host} is the local machine"));
+    }
+    if host.ends_with(".svc") || host.ends_with(".cluster.local") || host.contains(".svc.") {
+        return Some(format!("{host} is a cluster-internal service name"));
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        let internal = match ip {
+            IpAddr::V4(v4) => {
+                v4.is_private() || v4.is_loopback() || v4.is_link_local() || v4.is_unspecified()
+            }
+            IpAddr::V6(v6) => {
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_unique_local()
+                    || v6.is_unicast_link_local()
+            }
+        };
+        if internal {
+            return Some(format!(
+                "{host} is a private, loopback or unspecified address"
+            ));
+        }
+    }
+    None
+}
+
+static SECRET_PATTERNS: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
+    [
+        ("a PEM private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+        (
+            "a JSON Web Token",
+            r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+        ),
+        ("a bearer token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{20,}"),
+        ("an AWS access key id", r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"),
+        ("a Google API key", r"\bAIza[0-9A-Za-z_-]{35}\b"),
+        (
+            "a GitHub token",
+            r"\b(ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{30,}",
+        ),
+        ("a Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+        ("an API secret key", r"\bsk-[A-Za-z0-9_-]{20,}"),
+    ]
+    .into_iter()
+    .filter_map(|(what, re)| Regex::new(re).ok().map(|r| (what, r)))
+    .collect()
+});
+
+fn lint_secrets(value: &Value, path: &PathBuf, out: &mut Vec<Problem>) {
+    match value {
+        Value::String(s) => {
+            if let Some((what, _)) = SECRET_PATTERNS.iter().find(|(_, re)| re.is_match(s)) {
+                out.push(Problem::warning(
+                    path.as_str(),
+                    format!(
+                        "looks like {what}: cards are public and must not carry static secrets"
+                    ),
+                ));
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                lint_secrets(v, &path.index(i), out);
+            }
+        }
+        Value::Object(map) => {
+            for (k, v) in map {
+                lint_secrets(v, &path.field(k), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[derive(Default)]
+struct Validator {
+    out: Vec<Problem>,
+}
+
+impl Validator {
+    fn err(&mut self, path: &PathBuf, message: impl Into<String>) {
+        self.out.push(Problem::error(path.as_str(), message));
+    }
+
+    fn required(&mut self, path: &PathBuf, value: &str) -> bool {
+        if value.trim().is_empty() {
+            self.err(path, "required");
+            false
+        } else {
+            true
+        }
+    }
+
+    fn required_list<T>(&mut self, path: &PathBuf, items: &[T]) {
+        if items.is_empty() {
+            self.err(path, "required: at least one entry");
+        }
+    }
+
+    fn strings(&mut self, path: &PathBuf, items: &[String]) {
+        for (i, s) in items.iter().enumerate() {
+            if s.trim().is_empty() {
+                self.err(&path.index(i), "must not be empty");
+            }
+        }
+    }
+
+    fn card(&mut self, card: &AgentCard) {
+        let root = PathBuf::default();
+        self.required(&root.field("name"), &card.name);
+        self.required(&root.field("description"), &card.description);
+        self.required(&root.field("version"), &card.version);
+
+        let p = root.field("supportedInterfaces");
+        self.required_list(&p, &card.supported_interfaces);
+        for (i, iface) in card.supported_interfaces.iter().enumerate() {
+            self.interface(&p.index(i), iface);
+        }
+        if let Some(provider) = &card.provider {
+            let p = root.field("provider");
+            self.required(&p.field("organization"), &provider.organization);
+            if self.required(&p.field("url"), &provider.url) {
+                self.web_url(&p.field("url"), &provider.url);
+            }
+        }
+        for (name, url) in [
+            ("documentationUrl", &card.documentation_url),
+            ("iconUrl", &card.icon_url),
+        ] {
+            if let Some(url) = url.as_deref().filter(|u| !u.is_empty()) {
+                self.web_url(&root.field(name), url);
+            }
+        }
+        self.capabilities(&root.field("capabilities"), &card.capabilities);
+
+        let p = root.field("securitySchemes");
+        for (name, scheme) in &card.security_schemes {
+            self.scheme(&p.field(name), scheme);
+        }
+        self.requirements(
+            &root.field("securityRequirements"),
+            &card.security_requirements,
+            &card.security_schemes,
+        );
+
+        for (field, modes) in [
+            ("defaultInputModes", &card.default_input_modes),
+            ("defaultOutputModes", &card.default_output_modes),
+        ] {
+            self.required_list(&root.field(field), modes);
+            self.media_types(&root.field(field), modes);
+        }
+
+        let p = root.field("skills");
+        self.required_list(&p, &card.skills);
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, skill) in card.skills.iter().enumerate() {
+            let sp = p.index(i);
+            self.skill(&sp, skill, &card.security_schemes);
+            if !skill.id.trim().is_empty() {
+                if let Some(first) = seen.insert(&skill.id, i) {
+                    self.err(
+                        &sp.field("id"),
+                        format!("duplicate of skills[{first}].id ({:?})", skill.id),
+                    );
+                    seen.insert(&skill.id, first);
+                }
+            }
+        }
+        let size = serde_json::to_vec(card).map(|b| b.len()).unwrap_or(0);
+        if size > MAX_CARD_BYTES {
+            self.err(
+                &root,
+                format!("the card is {size} bytes; at most {MAX_CARD_BYTES} fit in a ConfigMap with its metadata"),
+            );
+        }
+    }
+
+    fn interface(&mut self, p: &PathBuf, iface: &AgentInterface) {
+        let binding_ok = self.required(&p.field("protocolBinding"), &iface.protocol_binding);
+        if binding_ok && !KNOWN_BINDINGS.contains(&iface.protocol_binding.as_str()) {
+            let is_uri = Url::parse(&iface.protocol_binding).is_ok();
+            if !is_uri {
+                self.err(
+                    &p.field("protocolBinding"),
+                    format!(
+                        "{:?} is not a binding: use JSONRPC, GRPC, HTTP+JSON, or a URI naming a custom binding",
+                        iface.protocol_binding
+                    ),
+                );
+            }
+        }
+        if self.required(&p.field("protocolVersion"), &iface.protocol_version) {
+            let v = &iface.protocol_version;
+            let ok = v.split('.').count() >= 2
+                && v.split('.')
+                    .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_digit()));
+            if !ok {
+                self.err(
+                    &p.field("protocolVersion"),
+                    format!("{v:?} is not a protocol version like \"1.0\""),
+                );
+            }
+        }
+        if !self.required(&p.field("url"), &iface.url) {
+            return;
+        }
+        // gRPC targets are `host:port`; the spec's own sample also gives gRPC an https URL,
+        // which gRPC clients accept, so both forms pass. Custom bindings may use either too.
+        let http_only = iface.protocol_binding != "GRPC"
+            && KNOWN_BINDINGS.contains(&iface.protocol_binding.as_str());
+        if http_only || iface.url.contains("://") {
+            self.endpoint_url(&p.field("url"), &iface.url);
+        } else {
+            self.host_port(&p.field("url"), &iface.url);
+        }
+    }
+
+    /// An endpoint URL: absolute https, or plain http on the local machine only.
+    fn endpoint_url(&mut self, p: &PathBuf, url: &str) {
+        match Url::parse(url) {
+            Ok(u) if u.scheme() == "https" && u.host_str().is_some() => {}
+            Ok(u) if u.scheme() == "http" && is_local_host(u.host_str().unwrap_or_default()) => {}
+            Ok(u) if u.scheme() == "http" => self.err(
+                p,
+                format!("{url:?} must use https (plain http is allowed for localhost only)"),
+            ),
+            Ok(u) => self.err(p, format!("{url:?}: scheme {:?} is not https", u.scheme())),
+            Err(e) => self.err(p, format!("{url:?} is not an absolute URL ({e})")),
+        }
+    }
+
+    /// A link for humans or clients (provider, docs, icon, OAuth endpoints): absolute http(s).
+    fn web_url(&mut self, p: &PathBuf, url: &str) {
+        match Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "https" | "http") && u.host_str().is_some() => {}
+            Ok(_) => self.err(p, format!("{url:?} must be an absolute http(s) URL")),
+            Err(e) => self.err(p, format!("{url:?} is not an absolute URL ({e})")),
+        }
+    }
+
+    fn host_port(&mut self, p: &PathBuf, url: &str) {
+        let ok = match url.rsplit_once(':') {
+            Some((host, port)) => {
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+            }
+            None => false,
+        };
+        if !ok {
+            self.err(p, format!("{url:?} must be host:port for gRPC"));
+        }
+    }
+
+    fn capabilities(&mut self, p: &PathBuf, caps: &AgentCapabilities) {
+        let p = p.field("extensions");
+        let mut seen = HashMap::new();
+        for (i, ext) in caps.extensions.iter().enumerate() {
+            let ep = p.index(i);
+            if self.required(&ep.field("uri"), &ext.uri) {
+                if Url::parse(&ext.uri).is_err() {
+                    self.err(&ep.field("uri"), format!("{:?} is not a URI", ext.uri));
+                }
+                if let Some(first) = seen.insert(ext.uri.as_str(), i) {
+                    self.err(
+                        &ep.field("uri"),
+                        format!("duplicate of extensions[{first}].uri"),
+                    );
+                }
+            }
+        }
+    }
+
+    fn skill(
+        &mut self,
+        p: &PathBuf,
+        skill: &AgentSkill,
+        schemes: &BTreeMap<String, SecurityScheme>,
+    ) {
+        self.required(&p.field("id"), &skill.id);
+        self.required(&p.field("name"), &skill.name);
+        self.required(&p.field("description"), &skill.description);
+        self.required_list(&p.field("tags"), &skill.tags);
+        self.strings(&p.field("tags"), &skill.tags);
+        self.strings(&p.field("examples"), &skill.examples);
+        self.media_types(&p.field("inputModes"), &skill.input_modes);
+        self.media_types(&p.field("outputModes"), &skill.output_modes);
+        self.requirements(
+            &p.field("securityRequirements"),
+            &skill.security_requirements,
+            schemes,
+        );
+    }
+
+    fn media_types(&mut self, p: &PathBuf, modes: &[String]) {
+        for (i, m) in modes.iter().enumerate() {
+            if !is_media_type(m) {
+                self.err(
+                    &p.index(i),
+                    format!("{m:?} is not a media type like \"text/plain\""),
+                );
+            }
+        }
+    }
+
+    fn requirements(
+        &mut self,
+        p: &PathBuf,
+        reqs: &[SecurityRequirement],
+        schemes: &BTreeMap<String, SecurityScheme>,
+    ) {
+        for (i, req) in reqs.iter().enumerate() {
+            let rp = p.index(i).field("schemes");
+            if req.schemes.is_empty() {
+                self.err(&rp, "required: name at least one scheme");
+            }
+            for (name, scopes) in &req.schemes {
+                if !schemes.contains_key(name) {
+                    self.err(&rp.field(name), "not declared in securitySchemes");
+                }
+                self.strings(&rp.field(name).field("list"), &scopes.list);
+            }
+        }
+    }
+
+    fn scheme(&mut self, p: &PathBuf, s: &SecurityScheme) {
+        let set = [
+            s.api_key_security_scheme.is_some(),
+            s.http_auth_security_scheme.is_some(),
+            s.oauth2_security_scheme.is_some(),
+            s.open_id_connect_security_scheme.is_some(),
+            s.mtls_security_scheme.is_some(),
+        ]
+        .into_iter()
+        .filter(|b| *b)
+        .count();
+        if set != 1 {
+            self.err(
+                p,
+                format!(
+                    "exactly one of apiKeySecurityScheme, httpAuthSecurityScheme, oauth2SecurityScheme, \
+                     openIdConnectSecurityScheme, mtlsSecurityScheme must be set (found {set})"
+                ),
+            );
+        }
+        if let Some(k) = &s.api_key_security_scheme {
+            let kp = p.field("apiKeySecurityScheme");
+            if self.required(&kp.field("location"), &k.location)
+                && !matches!(k.location.as_str(), "header" | "query" | "cookie")
+            {
+                self.err(
+                    &kp.field("location"),
+                    format!("{:?} must be header, query or cookie", k.location),
+                );
+            }
+            self.required(&kp.field("name"), &k.name);
+        }
+        if let Some(h) = &s.http_auth_security_scheme {
+            self.required(
+                &p.field("httpAuthSecurityScheme").field("scheme"),
+                &h.scheme,
+            );
+        }
+        if let Some(o) = &s.open_id_connect_security_scheme {
+            let f = p
+                .field("openIdConnectSecurityScheme")
+                .field("openIdConnectUrl");
+            if self.required(&f, &o.open_id_connect_url) {
+                self.web_url(&f, &o.open_id_connect_url);
+            }
+        }
+        if let Some(o) = &s.oauth2_security_scheme {
+            let op = p.field("oauth2SecurityScheme");
+            if !o.oauth2_metadata_url.is_empty() {
+                self.web_url(&op.field("oauth2MetadataUrl"), &o.oauth2_metadata_url);
+            }
+            self.flows(&op.field("flows"), &o.flows);
+        }
+    }
+
+    fn flows(&mut self, p: &PathBuf, f: &OAuthFlows) {
+        let mut set = 0;
+        if let Some(x) = &f.authorization_code {
+            set += 1;
+            let fp = p.field("authorizationCode");
+            self.flow_url(&fp, "authorizationUrl", &x.authorization_url, true);
+            self.flow_url(&fp, "tokenUrl", &x.token_url, true);
+            self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
+        }
+        if let Some(x) = &f.client_credentials {
+            set += 1;
+            let fp = p.field("clientCredentials");
+            self.flow_url(&fp, "tokenUrl", &x.token_url, true);
+            self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
+        }
+        if let Some(x) = &f.implicit {
+            set += 1;
+            let fp = p.field("implicit");
+            self.flow_url(&fp, "authorizationUrl", &x.authorization_url, true);
+            self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
+        }
+        if let Some(x) = &f.password {
+            set += 1;
+            let fp = p.field("password");
+            self.flow_url(&fp, "tokenUrl", &x.token_url, true);
+            self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
+        }
+        if let Some(x) = &f.device_code {
+            set += 1;
+            let fp = p.field("deviceCode");
+            self.flow_url(
+                &fp,
+                "deviceAuthorizationUrl",
+                &x.device_authorization_url,
+                true,
+            );
+            self.flow_url(&fp, "tokenUrl", &x.token_url, true);
+            self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
+        }
+        if set != 1 {
+            self.err(
+                p,
+                format!(
+                    "exactly one of authorizationCode, clientCredentials, deviceCode, implicit, password \
+                     must be set (found {set})"
+                ),
+            );
+        }
+    }
+
+    fn flow_url(&mut self, p: &PathBuf, name: &str, url: &str, required: bool) {
+        let f = p.field(name);
+        if url.is_empty() {
+            if required {
+                self.err(&f, "required");
+            }
+            return;
+        }
+        self.web_url(&f, url);
+    }
+}
+
+fn is_local_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// RFC 6838 `type/subtype` with optional `; name=value` parameters.
+fn is_media_type(m: &str) -> bool {
+    fn token(s: &str) -> bool {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "!#$&-^_.+*".contains(c))
+    }
+    let mut parts = m.split(';');
+    let essence = parts.next().unwrap_or_default().trim();
+    let ok = match essence.split_once('/') {
+        Some((t, s)) => token(t) && token(s),
+        None => false,
+    };
+    ok && parts.all(|param| {
+        param
+            .split_once('=')
+            .is_some_and(|(k, v)| token(k.trim()) && !v.trim().is_empty())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> AgentCard {
+        serde_json::from_value(serde_json::json!({
+            "name": "A", "description": "D", "version": "1",
+            "supportedInterfaces": [{"url": "https://a.example.com/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]
+        }))
+        .unwrap()
+    }
+
+    fn paths(card: &AgentCard) -> Vec<String> {
+        validate(card).into_iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn minimal_card_is_valid() {
+        assert_eq!(paths(&minimal()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn missing_required_fields_are_named() {
+        let mut c = minimal();
+        c.name.clear();
+        c.skills.push(AgentSkill {
+            name: "x".into(),
+            ..Default::default()
+        });
+        c.default_output_modes.clear();
+        let p = paths(&c);
+        assert!(p.contains(&"name: required".to_string()), "{p:?}");
+        assert!(p.contains(&"skills[1].id: required".to_string()), "{p:?}");
+        assert!(
+            p.contains(&"skills[1].description: required".to_string()),
+            "{p:?}"
+        );
+        assert!(
+            p.contains(&"skills[1].tags: required: at least one entry".to_string()),
+            "{p:?}"
+        );
+        assert!(
+            p.contains(&"defaultOutputModes: required: at least one entry".to_string()),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn duplicate_skill_ids_are_errors() {
+        let mut c = minimal();
+        c.skills.push(c.skills[0].clone());
+        assert!(paths(&c)
+            .iter()
+            .any(|p| p.starts_with("skills[1].id: duplicate of skills[0].id")));
+    }
+
+    #[test]
+    fn urls_must_be_https_except_localhost_and_grpc_is_host_port() {
+        let mut c = minimal();
+        c.supported_interfaces[0].url = "http://a.example.com/a2a".into();
+        let grpc = AgentInterface {
+            url: "g.example.com".into(),
+            protocol_binding: "GRPC".into(),
+            protocol_version: "1.0".into(),
+            tenant: String::new(),
+        };
+        c.supported_interfaces.push(grpc);
+        let local = AgentInterface {
+            url: "http://localhost:8080/a2a".into(),
+            protocol_binding: "HTTP+JSON".into(),
+            protocol_version: "1.0".into(),
+            tenant: String::new(),
+        };
+        c.supported_interfaces.push(local);
+        let p = paths(&c);
+        assert!(
+            p.iter()
+                .any(|p| p.starts_with("supportedInterfaces[0].url:") && p.contains("https")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|p| p.starts_with("supportedInterfaces[1].url:") && p.contains("host:port")),
+            "{p:?}"
+        );
+        assert!(
+            !p.iter().any(|p| p.starts_with("supportedInterfaces[2]")),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn oauth_needs_exactly_one_flow_and_requirements_need_declared_schemes() {
+        let mut c = minimal();
+        let scheme = SecurityScheme {
+            oauth2_security_scheme: Some(OAuth2SecurityScheme::default()),
+            ..Default::default()
+        };
+        c.security_schemes.insert("o".into(), scheme);
+        c.security_requirements.push(SecurityRequirement {
+            schemes: BTreeMap::from([("missing".to_string(), StringList::default())]),
+        });
+        let p = paths(&c);
+        assert!(p.iter().any(|p| p.starts_with("securitySchemes.o.oauth2SecurityScheme.flows: exactly one")), "{p:?}");
+        assert!(
+            p.contains(
+                &"securityRequirements[0].schemes.missing: not declared in securitySchemes"
+                    .to_string()
+            ),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn media_types_are_checked() {
+        let mut c = minimal();
+        c.default_input_modes = vec!["text".into(), "application/json; charset=utf-8".into()];
+        let p = paths(&c);
+        assert!(
+            p.iter().any(|p| p.starts_with("defaultInputModes[0]:")),
+            "{p:?}"
+        );
+        assert!(
+            !p.iter().any(|p| p.starts_with("defaultInputModes[1]")),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn oversized_cards_are_refused() {
+        let mut c = minimal();
+        c.description = "x".repeat(MAX_CARD_BYTES + 1);
+        assert!(paths(&c).iter().any(|p| p.contains("fit in a ConfigMap")));
+    }
+
+    #[test]
+    fn lints_flag_internal_urls_secrets_and_unscoped_requirements() {
+        let mut c = minimal();
+        c.supported_interfaces[0].url = "https://agent.team.svc.cluster.local/a2a".into();
+        c.skills[0].examples = vec!["use key AKIAABCDEFGHIJKLMNOP".into()];
+        c.security_schemes.insert(
+            "m".into(),
+            SecurityScheme {
+                mtls_security_scheme: Some(Default::default()),
+                ..Default::default()
+            },
+        );
+        c.security_requirements.push(SecurityRequirement {
+            schemes: BTreeMap::from([("m".to_string(), StringList::default())]),
+        });
+        let w: Vec<String> = lint(&c, LintOptions { public: true })
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("supportedInterfaces[0].url: ")
+                    && w.contains("cluster-internal")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("skills[0].examples[0]: looks like an AWS access key id")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("securityRequirements[0].schemes.m: no scopes")),
+            "{w:?}"
+        );
+        for ip in [
+            "https://10.1.2.3/a2a",
+            "https://127.0.0.1/a",
+            "https://[fd00::1]/a",
+            "https://0.0.0.0/a",
+        ] {
+            c.supported_interfaces[0].url = ip.into();
+            assert!(
+                lint(&c, LintOptions { public: true })
+                    .iter()
+                    .any(|p| p.path == "supportedInterfaces[0].url"),
+                "{ip}"
+            );
+        }
+        c.supported_interfaces[0].url = "https://agents.example.com/a2a".into();
+        assert!(!lint(&c, LintOptions { public: true })
+            .iter()
+            .any(|p| p.path == "supportedInterfaces[0].url"));
+    }
+}

@@ -1,0 +1,318 @@
+//! The command line: offline commands over the A2A core (`render`, `verify`, `keygen`,
+//! `jwks`). Each command reads its inputs, calls into [`crate::a2a`], and writes results to
+//! stdout and findings to stderr; nothing here decides protocol questions.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::a2a::jws::{sign_card, verify_card};
+use crate::a2a::publish::{published_bytes, PublishOptions};
+use crate::a2a::validate::{lint, validate, LintOptions};
+use crate::a2a::{AgentCard, Algorithm, Jwks, Problem, Problems, SigningKey};
+use crate::input::read_card;
+
+/// agentcard-operator: validate, sign and publish A2A Agent Cards.
+#[derive(Debug, Parser)]
+#[command(name = "agentcard-operator", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate and sign a card (AgentCard manifest or bare A2A card), print the signed card.
+    Render(RenderArgs),
+    /// Verify a signed card's signature against a JWKS: exit 0 if valid, 1 if not.
+    Verify(VerifyArgs),
+    /// Generate a signing key.
+    Keygen(KeygenArgs),
+    /// Print the JWKS (public keys) of private key files.
+    Jwks(JwksArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RenderArgs {
+    /// AgentCard manifest (YAML/JSON) or bare A2A card JSON; `-` reads stdin.
+    file: PathBuf,
+    /// Private key file (JWK or PKCS#8 PEM); repeat for one signature per key.
+    #[arg(long = "key", required = true)]
+    keys: Vec<PathBuf>,
+    /// Key id for the signature (with several keys: one --kid per key, in order).
+    #[arg(long = "kid")]
+    kids: Vec<String>,
+    /// Algorithm, overriding the keys' own (e.g. PS256 for an RSA key); must fit every key.
+    #[arg(long)]
+    alg: Option<String>,
+    /// URL of the JWKS written into the protected header (`jku`); defaults to
+    /// https://<spec.publish.host>/.well-known/jwks.json for a manifest.
+    #[arg(long)]
+    jku: Option<String>,
+    /// Also write the v0.3 fields (url, preferredTransport, security, ...) for older clients.
+    #[arg(long)]
+    v03_compat: bool,
+    /// Treat the card as served internally: no warnings about cluster-internal URLs.
+    #[arg(long)]
+    internal: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct VerifyArgs {
+    /// Signed card: a file, `-` for stdin, or an http(s) URL.
+    card: String,
+    /// JWKS: a file or an http(s) URL.
+    #[arg(long)]
+    jwks: String,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KeyFormat {
+    /// Private JWK (JSON).
+    Jwk,
+    /// PKCS#8 PEM.
+    Pem,
+    /// A Kubernetes Secret manifest holding the private JWK, for the operator.
+    Secret,
+}
+
+#[derive(Debug, clap::Args)]
+struct KeygenArgs {
+    /// ES256 (default), ES384, EdDSA, RS256 or PS256.
+    #[arg(long, default_value = "ES256")]
+    alg: String,
+    /// Key id (default: the RFC 7638 thumbprint).
+    #[arg(long)]
+    kid: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "jwk")]
+    format: KeyFormat,
+    /// Secret name (with --format secret).
+    #[arg(long, default_value = "agentcard-signing-keys")]
+    secret_name: String,
+    /// Secret namespace (with --format secret).
+    #[arg(long)]
+    namespace: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct JwksArgs {
+    /// Private key files (JWK or PKCS#8 PEM).
+    #[arg(required = true)]
+    keys: Vec<PathBuf>,
+}
+
+/// Parse the command line and run the command; the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Render(a) => render(a),
+        Command::Verify(a) => verify(a),
+        Command::Keygen(a) => keygen(a).map(|()| ExitCode::SUCCESS),
+        Command::Jwks(a) => jwks(a).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn read_input(path: &Path) -> Result<String> {
+    if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+fn load_keys(paths: &[PathBuf], kids: &[String], alg: Option<&str>) -> Result<Vec<SigningKey>> {
+    if !kids.is_empty() && kids.len() != paths.len() {
+        bail!(
+            "give one --kid per --key ({} keys, {} kids)",
+            paths.len(),
+            kids.len()
+        );
+    }
+    let alg: Option<Algorithm> = alg.map(str::parse).transpose()?;
+    paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let bytes = std::fs::read(p).with_context(|| format!("reading key {}", p.display()))?;
+            let key = SigningKey::from_bytes(&bytes, kids.get(i).map(String::as_str), alg)
+                .with_context(|| format!("key {}", p.display()))?;
+            Ok(key)
+        })
+        .collect()
+}
+
+fn print_problems(problems: &[Problem], prefix: &str) {
+    for p in problems {
+        let path = crate::a2a::report::join_path(prefix, &p.path);
+        let level = match p.severity {
+            crate::a2a::Severity::Error => "error",
+            crate::a2a::Severity::Warning => "warning",
+        };
+        if path.is_empty() {
+            eprintln!("{level}: {}", p.message);
+        } else {
+            eprintln!("{level}: {path}: {}", p.message);
+        }
+    }
+}
+
+fn render(args: RenderArgs) -> Result<ExitCode> {
+    let text = read_input(&args.file)?;
+    let input = match read_card(&text) {
+        Ok(input) => input,
+        Err(Problems(problems)) => {
+            print_problems(&problems, "");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let mut card: AgentCard = input.parsed.card;
+    let mut warnings = Vec::new();
+    if !card.signatures.is_empty() {
+        warnings.push(Problem::warning(
+            "signatures",
+            "existing signatures are replaced",
+        ));
+        card.signatures.clear();
+    }
+    let errors = validate(&card);
+    if !errors.is_empty() {
+        print_problems(&errors, input.prefix);
+        return Ok(ExitCode::from(1));
+    }
+    warnings.extend(lint(
+        &card,
+        LintOptions {
+            public: !args.internal,
+        },
+    ));
+    print_problems(&warnings, input.prefix);
+
+    let keys = load_keys(&args.keys, &args.kids, args.alg.as_deref())?;
+    let jku = args.jku.or_else(|| {
+        input
+            .host
+            .map(|h| format!("https://{h}/.well-known/jwks.json"))
+    });
+    let signed = sign_card(&card, &keys, jku.as_deref())?;
+    let bytes = published_bytes(
+        &signed,
+        PublishOptions {
+            v03_compat: args.v03_compat,
+        },
+    )?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&bytes)?;
+    out.write_all(b"\n")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fetch(source: &str) -> Result<Vec<u8>> {
+    if source.starts_with("https://") || source.starts_with("http://") {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let resp = reqwest::get(source)
+                .await
+                .with_context(|| format!("fetching {source}"))?;
+            let status = resp.status();
+            if !status.is_success() {
+                return Err(anyhow!("fetching {source}: HTTP {status}"));
+            }
+            Ok(resp.bytes().await?.to_vec())
+        })
+    } else if source == "-" {
+        Ok(read_input(Path::new("-"))?.into_bytes())
+    } else {
+        std::fs::read(source).with_context(|| format!("reading {source}"))
+    }
+}
+
+fn verify(args: VerifyArgs) -> Result<ExitCode> {
+    let outcome = (|| -> Result<String> {
+        let jwks = Jwks::from_slice(&fetch(&args.jwks)?)?;
+        let card = AgentCard::from_json_lenient(&fetch(&args.card)?)
+            .map_err(|p| anyhow!("not an Agent Card: {p}"))?;
+        let v = verify_card(&card, &jwks)?;
+        Ok(format!(
+            "valid: signatures[{}] verifies with key {:?} ({})",
+            v.index, v.kid, v.alg
+        ))
+    })();
+    match outcome {
+        Ok(msg) => {
+            println!("{msg}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            println!("invalid: {e:#}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn keygen(args: KeygenArgs) -> Result<()> {
+    let alg: Algorithm = args.alg.parse()?;
+    let key = SigningKey::generate(alg, args.kid.as_deref())?;
+    match args.format {
+        KeyFormat::Jwk => println!("{}", key.private_jwk_json()),
+        KeyFormat::Pem => print!("{}", key.private_pem()?),
+        KeyFormat::Secret => {
+            let entry = secret_entry_name(key.kid());
+            let mut metadata = serde_json::json!({
+                "name": args.secret_name,
+                "annotations": {"agentcard.dev/active-key": key.kid()},
+                "labels": {"app.kubernetes.io/managed-by": "agentcard-operator"},
+            });
+            if let Some(ns) = args.namespace {
+                metadata["namespace"] = serde_json::Value::String(ns);
+            }
+            let secret = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": metadata,
+                "type": "Opaque",
+                "stringData": { entry: key.private_jwk_json() },
+            });
+            print!("{}", serde_yaml::to_string(&secret)?);
+        }
+    }
+    Ok(())
+}
+
+/// The Secret data key for a key id: Secret keys allow only `[-._a-zA-Z0-9]`.
+pub fn secret_entry_name(kid: &str) -> String {
+    let safe: String = kid
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-._".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{safe}.jwk.json")
+}
+
+fn jwks(args: JwksArgs) -> Result<()> {
+    let keys = load_keys(&args.keys, &[], None)?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&Jwks::from_signing_keys(&keys).to_value())?
+    );
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! The test control plane is a real Kubernetes control plane: it reports the version built
+//! from Go modules, enforces structural schemas and CEL rules, and runs the garbage collector
+//! and namespace controller.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::json;
+use support::plane::{client, wait_for, TestNamespace};
+
+fn built_version() -> String {
+    let gomod =
+        std::fs::read_to_string(support::root().join("tests/controlplane/kube/go.mod")).unwrap();
+    gomod
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("require k8s.io/kubernetes ")
+                .or_else(|| l.trim().strip_prefix("k8s.io/kubernetes "))
+        })
+        .map(|v| v.split_whitespace().next().unwrap().to_string())
+        .expect("k8s.io/kubernetes version in tests/controlplane/kube/go.mod")
+}
+
+#[tokio::test]
+async fn the_server_reports_the_version_built_from_go_modules() {
+    let client = client().await;
+    let info = client.apiserver_version().await.unwrap();
+    assert_eq!(info.git_version, built_version());
+}
+
+fn crd(group: &str, schema: serde_json::Value) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": schema}}]
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_crd_whose_schema_is_not_structural_is_rejected() {
+    let client = client().await;
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    // `spec` has properties but no type: not structural.
+    let schema = json!({"type": "object", "properties": {"spec": {"properties": {"size": {"type": "integer"}}}}});
+    let err = api
+        .create(
+            &PostParams::default(),
+            &crd("nonstructural.agentcard.test", schema),
+        )
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            assert!(s.message.contains("type: Required value"), "{}", s.message);
+        }
+        other => panic!("expected a 422 from the API server, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_object_violating_a_cel_rule_is_rejected() {
+    let client = client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let group = format!("cel{}.agentcard.test", std::process::id());
+    let schema = json!({
+        "type": "object",
+        "properties": {"spec": {
+            "type": "object",
+            "properties": {"replicas": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.replicas <= 10", "message": "at most 10 replicas"}]
+        }}
+    });
+    let created = crds
+        .create(&PostParams::default(), &crd(&group, schema))
+        .await
+        .unwrap();
+    let name = created.metadata.name.clone().unwrap();
+    wait_for(Duration::from_secs(30), || async {
+        crds.get(&name)
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await
+    .expect("CRD established");
+
+    let ns = TestNamespace::new(&client, "cel").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&group, "v1", "Widget"),
+        "widgets",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    let mk = |name: &str, replicas: i64| -> DynamicObject {
+        let mut o = DynamicObject::new(name, &ar);
+        o.data = json!({"spec": {"replicas": replicas}});
+        o
+    };
+    // Discovery of a brand-new CRD can lag a moment behind Established.
+    let mut last_err = None;
+    for _ in 0..50 {
+        match api.create(&PostParams::default(), &mk("fine", 3)).await {
+            Ok(_) => {
+                last_err = None;
+                break;
+            }
+            Err(e) => last_err = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        last_err.is_none(),
+        "an object within the rule is rejected: {last_err:?}"
+    );
+    let err = api
+        .create(&PostParams::default(), &mk("too-many", 20))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            assert!(s.message.contains("at most 10 replicas"), "{}", s.message);
+        }
+        other => panic!("expected a 422 from the API server, got {other:?}"),
+    }
+    crds.delete(&name, &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn deleting_an_owner_removes_its_owned_configmap() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "gc").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let owner: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "owner"}, "data": {"a": "b"}})).unwrap();
+    let owner = api.create(&PostParams::default(), &owner).await.unwrap();
+    let owned: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "owned", "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid.unwrap()
+        }]},
+        "data": {"c": "d"}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &owned).await.unwrap();
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        matches!(api.get_opt("owned").await, Ok(None))
+    })
+    .await
+    .expect("the garbage collector deletes the owned ConfigMap");
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_completes() {
+    let client = client().await;
+    let name = format!("t-nsdel-{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "content"}, "data": {"k": "v"}}))
+            .unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    namespaces
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(90), || async {
+        matches!(namespaces.get_opt(&name).await, Ok(None))
+    })
+    .await
+    .expect("the namespace controller finishes deleting the namespace");
+}

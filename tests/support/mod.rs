@@ -1,0 +1,151 @@
+//! Shared helpers for the integration tests: paths, the SDK oracles, the operator binary.
+#![allow(dead_code)]
+
+pub mod cards;
+pub mod plane;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The signing test vectors made with the official SDKs.
+pub fn vectors() -> PathBuf {
+    root().join("tests/data/a2a-vectors")
+}
+
+/// The MANIFEST.json of the vectors.
+pub fn manifest() -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(vectors().join("MANIFEST.json")).unwrap()).unwrap()
+}
+
+/// The operator binary built for this test run.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
+}
+
+/// Run a command with `stdin` text, returning its output.
+pub fn run(mut cmd: Command, stdin: Option<&[u8]>) -> Output {
+    use std::io::Write;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.map(<[u8]>::to_vec).unwrap_or_default();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait");
+    writer.join().unwrap();
+    out
+}
+
+/// The oracle directory (`tests/oracle/setup` run once per test binary). Panics, with the
+/// setup's output, when the SDKs cannot be installed: oracle tests never skip silently.
+pub fn oracle() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(root().join("tests/oracle/setup"))
+            .output()
+            .expect("running tests/oracle/setup");
+        assert!(
+            out.status.success(),
+            "tests/oracle/setup failed: the official SDKs are needed as test oracles\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
+    })
+}
+
+/// One verdict line of `py_verify.py` / `js_verify.mjs`.
+#[derive(Debug, serde::Deserialize)]
+pub struct Verdict {
+    pub file: String,
+    pub valid: bool,
+    pub kid: Option<String>,
+    pub error: Option<String>,
+}
+
+/// Which official SDK to ask.
+#[derive(Clone, Copy, Debug)]
+pub enum Sdk {
+    Python,
+    Js,
+}
+
+/// Ask an SDK to verify `cards` against `jwks`: one verdict per card.
+pub fn sdk_verify(sdk: Sdk, jwks: &Path, cards: &[PathBuf]) -> Vec<Verdict> {
+    let dir = oracle();
+    let mut cmd = match sdk {
+        Sdk::Python => {
+            let mut c = Command::new(dir.join("venv/bin/python"));
+            c.arg(root().join("tests/oracle/py_verify.py"));
+            c
+        }
+        Sdk::Js => {
+            let mut c = Command::new("node");
+            c.arg(root().join("tests/oracle/js_verify.mjs"))
+                .env("NODE_PATH", dir.join("node/node_modules"))
+                .env("AGENTCARD_ORACLE", dir);
+            c
+        }
+    };
+    cmd.arg("--jwks").arg(jwks).args(cards);
+    let out = run(cmd, None);
+    let verdicts: Vec<Verdict> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("verdict line"))
+        .collect();
+    assert_eq!(
+        verdicts.len(),
+        cards.len(),
+        "{sdk:?} oracle gave {} verdicts for {} cards; stderr:\n{}",
+        verdicts.len(),
+        cards.len(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    verdicts
+}
+
+/// The Python SDK's canonical bytes of each card (JSON values), or its error.
+pub fn sdk_canonical(cards: &[serde_json::Value]) -> Vec<Result<Vec<u8>, String>> {
+    use base64::Engine;
+    let mut input = Vec::new();
+    for c in cards {
+        serde_json::to_writer(&mut input, c).unwrap();
+        input.push(b'\n');
+    }
+    let mut cmd = Command::new(oracle().join("venv/bin/python"));
+    cmd.arg(root().join("tests/oracle/py_canon.py"));
+    let out = run(cmd, Some(&input));
+    assert!(
+        out.status.success() || !out.stdout.is_empty(),
+        "py_canon failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Result<Vec<u8>, String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| match l.strip_prefix("ERR ") {
+            Some(e) => Err(e.to_string()),
+            None => Ok(base64::engine::general_purpose::STANDARD
+                .decode(l.trim())
+                .expect("base64")),
+        })
+        .collect();
+    assert_eq!(
+        lines.len(),
+        cards.len(),
+        "py_canon: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines
+}

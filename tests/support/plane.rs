@@ -1,0 +1,193 @@
+//! The real control plane for integration tests.
+//!
+//! One plane serves a whole test run: `KUBECONFIG` when set (`.ci/run` starts one plane and
+//! exports it), otherwise a plane this test binary starts with `tests/controlplane/start` in
+//! `target/tmp/`, stopped by a watchdog process when the test binary exits. A plane that cannot
+//! start fails the test with the reason: integration tests never skip silently.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use super::root;
+
+/// The kubeconfig of the plane this test run uses, starting one if needed.
+pub fn kubeconfig() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+            return PathBuf::from(path);
+        }
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("plane-{}", std::process::id()));
+        let start = root().join("tests/controlplane/start");
+        let out = Command::new("bash").arg(&start).arg(&dir).output().expect("running tests/controlplane/start");
+        assert!(
+            out.status.success(),
+            "the test control plane did not start ({}):\n{}\n{}",
+            start.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Stop the plane when this test binary exits, however it exits.
+        let stop = root().join("tests/controlplane/stop");
+        let watchdog = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{stop}' '{dir}' >/dev/null 2>&1; rm -rf '{dir}'",
+            pid = std::process::id(),
+            stop = stop.display(),
+            dir = dir.display()
+        );
+        Command::new("setsid")
+            .args(["bash", "-c", &watchdog])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting the plane watchdog");
+        dir.join("kubeconfig")
+    })
+}
+
+/// A client for the test plane, with the project's CRDs installed (when there are any).
+pub async fn client() -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig()).expect("reading the test kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("test kubeconfig");
+    let client = Client::try_from(config).expect("kube client");
+    install_crds(&client).await;
+    client
+}
+
+/// Apply every CRD in `crds/` and wait until each is Established.
+pub async fn install_crds(client: &Client) {
+    let dir = root().join("crds");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in text.split("\n---").filter(|d| d.contains("kind:")) {
+            let crd: CustomResourceDefinition =
+                serde_yaml::from_str(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let name = crd.metadata.name.clone().unwrap();
+            api.patch(
+                &name,
+                &PatchParams::apply("agentcard-tests").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("installing CRD {name}: {e}"));
+            wait_for(Duration::from_secs(30), || async {
+                api.get(&name)
+                    .await
+                    .ok()
+                    .and_then(|c| c.status)
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    })
+            })
+            .await
+            .unwrap_or_else(|()| panic!("CRD {name} not Established"));
+        }
+    }
+}
+
+/// Poll `check` with growing intervals until it holds or `timeout` passes.
+pub async fn wait_for<F, Fut>(timeout: Duration, mut check: F) -> Result<(), ()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        if check().await {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(());
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// A namespace of its own for one test, deleted when dropped.
+pub struct TestNamespace {
+    /// The namespace name.
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Create `t-<prefix>-<random>`.
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        let name = format!("t-{prefix}-{:08x}", rand_u32());
+        let api: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"agentcard.dev/test": "true"}}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("creating test namespace");
+        TestNamespace { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop cannot await; delete from a thread with its own runtime and its own client (the
+        // test's client lives on the test's runtime, which this thread blocks).
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(kc) = Kubeconfig::read_from(kubeconfig()) else {
+                    return;
+                };
+                let Ok(config) =
+                    Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await
+                else {
+                    return;
+                };
+                let Ok(client) = Client::try_from(config) else {
+                    return;
+                };
+                let api: Api<Namespace> = Api::all(client);
+                let _ = api.delete(&name, &DeleteParams::background()).await;
+            });
+        })
+        .join();
+    }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.finish() as u32
+}
