@@ -1,8 +1,13 @@
 //! agentcard-operator: publishes A2A Agent Cards from Kubernetes resources.
 //!
 //! [`a2a`] is the protocol core (card model, validation, canonical form, JWS) and knows
-//! nothing of Kubernetes; [`cli`] holds the offline commands built on it.
+//! nothing of Kubernetes. [`index`] holds the published cards in memory; [`serve`] answers
+//! HTTP from it, fed by the cluster or a directory. [`contract`] names what the controller
+//! writes and the server reads. [`cli`] is the command line over all of it.
 
 pub mod a2a;
 pub mod cli;
+pub mod contract;
+pub mod index;
 pub mod input;
+pub mod serve;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cards;
+pub mod http;
 pub mod plane;
 
 use std::path::{Path, PathBuf};

@@ -56,13 +56,61 @@ pub fn kubeconfig() -> &'static Path {
 
 /// A client for the test plane, with the project's CRDs installed (when there are any).
 pub async fn client() -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig()).expect("reading the test kubeconfig");
+    let client = client_for(kubeconfig()).await;
+    install_crds(&client).await;
+    client
+}
+
+/// A client for the plane of `kubeconfig`.
+pub async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("reading the test kubeconfig");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("test kubeconfig");
-    let client = Client::try_from(config).expect("kube client");
-    install_crds(&client).await;
-    client
+    Client::try_from(config).expect("kube client")
+}
+
+/// A plane of a test's own (to stop it mid-test), stopped when dropped.
+pub struct OwnPlane {
+    /// Its directory (kubeconfig at `dir/kubeconfig`).
+    pub dir: tempfile::TempDir,
+}
+
+impl OwnPlane {
+    /// Start a plane in a fresh directory.
+    pub fn start() -> OwnPlane {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("bash")
+            .arg(root().join("tests/controlplane/start"))
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "own plane did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        OwnPlane { dir }
+    }
+
+    /// Its kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    /// Stop it now.
+    pub fn stop(&self) {
+        let _ = Command::new("bash")
+            .arg(root().join("tests/controlplane/stop"))
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+impl Drop for OwnPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// Apply every CRD in `crds/` and wait until each is Established.

@@ -1,0 +1,53 @@
+//! Names shared by the writer (controller) and the readers (card server, directory) of the
+//! published ConfigMaps: the contract of DESIGN.md §What the operator writes, in one place.
+
+/// Field manager for server-side apply, and the value of the managed-by label.
+pub const MANAGER: &str = "agentcard-operator";
+/// Standard label marking objects this operator manages.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// What a published ConfigMap holds: [`CONTENT_CARD`] or [`CONTENT_JWKS`].
+pub const LABEL_CONTENT: &str = "agentcard.dev/content";
+/// [`LABEL_CONTENT`] value of a ConfigMap holding one published card.
+pub const CONTENT_CARD: &str = "card";
+/// [`LABEL_CONTENT`] value of the ConfigMap holding the JWKS (in the operator's namespace).
+pub const CONTENT_JWKS: &str = "jwks";
+/// Label selector for every ConfigMap the card server reads.
+pub const PUBLISHED_SELECTOR: &str =
+    "app.kubernetes.io/managed-by=agentcard-operator,agentcard.dev/content";
+
+/// ConfigMap key holding the exact card bytes served.
+pub const KEY_CARD: &str = "agent-card.json";
+/// ConfigMap key holding the JWKS bytes served.
+pub const KEY_JWKS: &str = "jwks.json";
+
+/// Annotation: the host the card is served for.
+pub const ANN_HOST: &str = "agentcard.dev/host";
+/// Annotation: the path prefix before `/.well-known/...` (empty or `/segment...`).
+pub const ANN_PATH_PREFIX: &str = "agentcard.dev/path-prefix";
+/// Annotation: `"true"` to also serve the legacy `/.well-known/agent.json`.
+pub const ANN_LEGACY_PATH: &str = "agentcard.dev/legacy-path";
+/// Annotation: hash of the served bytes (the ETag without quotes).
+pub const ANN_CONTENT_HASH: &str = "agentcard.dev/content-hash";
+/// Annotation: `Cache-Control` max-age in seconds.
+pub const ANN_MAX_AGE: &str = "agentcard.dev/max-age";
+/// Annotation: id of the key that signed the card.
+pub const ANN_KEY_ID: &str = "agentcard.dev/key-id";
+/// Annotation: RFC 3339 time the served bytes last changed (the `Last-Modified`).
+pub const ANN_PUBLISHED_AT: &str = "agentcard.dev/published-at";
+
+/// `Cache-Control` max-age when none is given.
+pub const DEFAULT_MAX_AGE: u32 = 300;
+
+/// The well-known path of A2A v0.3+ cards.
+pub const PATH_CARD: &str = "/.well-known/agent-card.json";
+/// The legacy well-known path of A2A v0.1–v0.2 cards.
+pub const PATH_LEGACY: &str = "/.well-known/agent.json";
+/// The path of the JWKS named by signatures' `jku`.
+pub const PATH_JWKS: &str = "/.well-known/jwks.json";
+
+/// Strong ETag value (without quotes) of served bytes: the first 32 hex digits of SHA-256.
+pub fn content_hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}

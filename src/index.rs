@@ -1,0 +1,349 @@
+//! The in-memory index of published cards, shared by the HTTP handlers of every replica.
+//!
+//! Feeds (a watch on the published ConfigMaps, or a directory of files) write into it;
+//! request handlers read from it. Everything a response needs is computed once per card
+//! version when it is inserted — ETag, gzip body, header values — so serving is a lookup and
+//! a clone of reference-counted bytes. The lock is a plain `RwLock` held only for map
+//! operations, never across an `.await`. Until a feed completes its first full sync the index
+//! reports not ready, and after that it keeps the last known cards whatever happens to the feed.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::HeaderValue;
+
+use crate::contract::{content_hash, PATH_CARD, PATH_JWKS, PATH_LEGACY};
+
+/// One version of a served document with everything its responses need, computed once.
+#[derive(Debug)]
+pub struct Published {
+    /// The exact bytes served.
+    pub body: Bytes,
+    /// The gzip encoding of `body`, when it is smaller.
+    pub gzip: Option<Bytes>,
+    /// Strong ETag of `body` (quoted).
+    pub etag: HeaderValue,
+    /// Strong ETag of the gzip representation (quoted).
+    pub etag_gzip: HeaderValue,
+    /// Modification time, whole seconds (HTTP dates have no finer resolution).
+    pub last_modified: SystemTime,
+    /// `Last-Modified` header value.
+    pub last_modified_header: HeaderValue,
+    /// `Cache-Control` header value.
+    pub cache_control: HeaderValue,
+}
+
+impl Published {
+    /// Prepare `body` for serving: hash, gzip once, format headers.
+    pub fn new(body: impl Into<Bytes>, last_modified: SystemTime, max_age: u32) -> Self {
+        let body: Bytes = body.into();
+        let hash = content_hash(&body);
+        let gzip = gzip(&body)
+            .filter(|z| z.len() < body.len())
+            .map(Bytes::from);
+        let secs = last_modified
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let last_modified = UNIX_EPOCH + Duration::from_secs(secs);
+        Published {
+            body,
+            gzip,
+            etag: header(&format!("\"{hash}\"")),
+            etag_gzip: header(&format!("\"{hash}-gz\"")),
+            last_modified,
+            last_modified_header: header(&httpdate::fmt_http_date(last_modified)),
+            cache_control: header(&format!("public, max-age={max_age}")),
+        }
+    }
+}
+
+fn header(s: &str) -> HeaderValue {
+    // Our own ASCII formatting: always a valid header value.
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn gzip(body: &[u8]) -> Option<Vec<u8>> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    enc.write_all(body).ok()?;
+    enc.finish().ok()
+}
+
+/// A card as the index knows it: where it is served and what is served.
+#[derive(Debug, Clone)]
+pub struct CardEntry {
+    /// Identity of the source (`namespace/name` of a ConfigMap, or a file name).
+    pub source: String,
+    /// Host it is served for (lower case, no port).
+    pub host: String,
+    /// Path prefix before `/.well-known/...` (empty, or `/a/b` without trailing slash).
+    pub prefix: String,
+    /// Also serve the legacy `/.well-known/agent.json`.
+    pub legacy: bool,
+    /// Creation time of the source: the older claim on a host and prefix wins.
+    pub created: SystemTime,
+    /// The served document.
+    pub content: Arc<Published>,
+}
+
+/// What a request resolves to.
+#[derive(Debug, Clone)]
+pub enum Hit {
+    /// A card (at the current or legacy path).
+    Card(Arc<Published>),
+    /// The JWKS.
+    Jwks(Arc<Published>),
+}
+
+#[derive(Default)]
+struct State {
+    by_source: HashMap<String, Arc<CardEntry>>,
+    /// Per host, entries by longest prefix first, then oldest first.
+    by_host: HashMap<String, Vec<Arc<CardEntry>>>,
+    jwks: Option<Arc<Published>>,
+}
+
+impl State {
+    fn reindex_host(&mut self, host: &str) {
+        let mut entries: Vec<Arc<CardEntry>> = self
+            .by_source
+            .values()
+            .filter(|e| e.host == host)
+            .cloned()
+            .collect();
+        entries.sort_by(|a, b| {
+            b.prefix
+                .len()
+                .cmp(&a.prefix.len())
+                .then(a.created.cmp(&b.created))
+                .then(a.source.cmp(&b.source))
+        });
+        if entries.is_empty() {
+            self.by_host.remove(host);
+        } else {
+            self.by_host.insert(host.to_string(), entries);
+        }
+    }
+}
+
+/// The shared index. Cheap to share behind an `Arc`.
+#[derive(Default)]
+pub struct Index {
+    state: RwLock<State>,
+    ready: AtomicBool,
+}
+
+impl Index {
+    /// An empty index, not ready.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        // A panic while holding the lock cannot leave the maps half-updated in a way that
+        // matters more than refusing to serve; recover the guard.
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Insert or replace the card from `entry.source`.
+    pub fn upsert(&self, entry: CardEntry) {
+        let mut st = self.write();
+        let old_host = st.by_source.get(&entry.source).map(|e| e.host.clone());
+        let host = entry.host.clone();
+        st.by_source.insert(entry.source.clone(), Arc::new(entry));
+        if let Some(old) = old_host.filter(|h| *h != host) {
+            st.reindex_host(&old);
+        }
+        st.reindex_host(&host);
+    }
+
+    /// Remove the card from `source`, if any.
+    pub fn remove(&self, source: &str) {
+        let mut st = self.write();
+        if let Some(e) = st.by_source.remove(source) {
+            st.reindex_host(&e.host);
+        }
+    }
+
+    /// Replace every card at once (a feed's full sync); the JWKS is kept.
+    pub fn replace_all(&self, entries: Vec<CardEntry>) {
+        let mut st = self.write();
+        st.by_source = entries
+            .into_iter()
+            .map(|e| (e.source.clone(), Arc::new(e)))
+            .collect();
+        st.by_host.clear();
+        let hosts: Vec<String> = st.by_source.values().map(|e| e.host.clone()).collect();
+        for h in hosts {
+            if !st.by_host.contains_key(&h) {
+                st.reindex_host(&h);
+            }
+        }
+    }
+
+    /// Set (or clear) the JWKS served on every card host.
+    pub fn set_jwks(&self, jwks: Option<Published>) {
+        self.write().jwks = jwks.map(Arc::new);
+    }
+
+    /// The current JWKS.
+    pub fn jwks(&self) -> Option<Arc<Published>> {
+        self.read().jwks.clone()
+    }
+
+    /// Every card entry (for listings and tests).
+    pub fn entries(&self) -> Vec<Arc<CardEntry>> {
+        self.read().by_source.values().cloned().collect()
+    }
+
+    /// The number of cards.
+    pub fn len(&self) -> usize {
+        self.read().by_source.len()
+    }
+
+    /// Whether the index holds no card.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Mark the first full sync done.
+    pub fn mark_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether the first full sync is done.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Resolve a request for `host` (lower case, no port) and `path`.
+    pub fn lookup(&self, host: &str, path: &str) -> Option<Hit> {
+        let st = self.read();
+        let entries = st.by_host.get(host)?;
+        for e in entries {
+            let Some(rest) = path.strip_prefix(e.prefix.as_str()) else {
+                continue;
+            };
+            if rest == PATH_CARD || (e.legacy && rest == PATH_LEGACY) {
+                return Some(Hit::Card(e.content.clone()));
+            }
+            if rest == PATH_JWKS {
+                return st.jwks.clone().map(Hit::Jwks);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(
+        source: &str,
+        host: &str,
+        prefix: &str,
+        legacy: bool,
+        created: u64,
+        body: &str,
+    ) -> CardEntry {
+        CardEntry {
+            source: source.into(),
+            host: host.into(),
+            prefix: prefix.into(),
+            legacy,
+            created: UNIX_EPOCH + Duration::from_secs(created),
+            content: Arc::new(Published::new(body.to_string(), UNIX_EPOCH, 300)),
+        }
+    }
+
+    fn body(hit: Option<Hit>) -> Option<String> {
+        match hit? {
+            Hit::Card(p) | Hit::Jwks(p) => Some(String::from_utf8_lossy(&p.body).into_owned()),
+        }
+    }
+
+    #[test]
+    fn routes_by_host_prefix_and_legacy_flag() {
+        let idx = Index::new();
+        idx.upsert(entry("a/root", "h.example", "", false, 1, "root"));
+        idx.upsert(entry("a/team", "h.example", "/team", true, 1, "team"));
+        idx.set_jwks(Some(Published::new("jwks", UNIX_EPOCH, 300)));
+        assert_eq!(
+            body(idx.lookup("h.example", "/.well-known/agent-card.json")).as_deref(),
+            Some("root")
+        );
+        assert_eq!(
+            body(idx.lookup("h.example", "/team/.well-known/agent-card.json")).as_deref(),
+            Some("team")
+        );
+        assert_eq!(
+            body(idx.lookup("h.example", "/team/.well-known/agent.json")).as_deref(),
+            Some("team")
+        );
+        assert_eq!(
+            body(idx.lookup("h.example", "/.well-known/agent.json")),
+            None
+        );
+        assert_eq!(
+            body(idx.lookup("h.example", "/.well-known/jwks.json")).as_deref(),
+            Some("jwks")
+        );
+        assert_eq!(
+            body(idx.lookup("other.example", "/.well-known/jwks.json")),
+            None
+        );
+        idx.remove("a/team");
+        assert_eq!(
+            body(idx.lookup("h.example", "/team/.well-known/agent-card.json")),
+            None
+        );
+    }
+
+    #[test]
+    fn the_older_claim_on_a_host_and_prefix_wins() {
+        let idx = Index::new();
+        idx.upsert(entry("b/new", "h.example", "", false, 20, "new"));
+        idx.upsert(entry("a/old", "h.example", "", false, 10, "old"));
+        assert_eq!(
+            body(idx.lookup("h.example", "/.well-known/agent-card.json")).as_deref(),
+            Some("old")
+        );
+        idx.remove("a/old");
+        assert_eq!(
+            body(idx.lookup("h.example", "/.well-known/agent-card.json")).as_deref(),
+            Some("new")
+        );
+    }
+
+    #[test]
+    fn moving_a_card_to_another_host_leaves_nothing_behind() {
+        let idx = Index::new();
+        idx.upsert(entry("a/x", "one.example", "", false, 1, "x"));
+        idx.upsert(entry("a/x", "two.example", "", false, 1, "x"));
+        assert!(idx
+            .lookup("one.example", "/.well-known/agent-card.json")
+            .is_none());
+        assert!(idx
+            .lookup("two.example", "/.well-known/agent-card.json")
+            .is_some());
+    }
+
+    #[test]
+    fn etags_depend_only_on_bytes_and_gzip_is_computed_once() {
+        let a = Published::new("x".repeat(1000), UNIX_EPOCH, 300);
+        let b = Published::new("x".repeat(1000), SystemTime::now(), 60);
+        assert_eq!(a.etag, b.etag);
+        assert_ne!(a.etag, a.etag_gzip);
+        assert!(a.gzip.as_ref().is_some_and(|z| z.len() < 1000));
+        assert_eq!(b.cache_control, "public, max-age=60");
+    }
+}

@@ -1,0 +1,91 @@
+//! Metrics of the card server, registered in the process-wide registry.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::http::Route;
+
+/// Bounded route label.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum RouteLabel {
+    /// A card.
+    card,
+    /// The JWKS.
+    jwks,
+    /// A CORS preflight.
+    preflight,
+    /// Nothing at that host and path.
+    not_found,
+    /// Other methods.
+    method_not_allowed,
+    /// Over the request limits.
+    too_large,
+}
+
+impl From<Route> for RouteLabel {
+    fn from(r: Route) -> Self {
+        match r {
+            Route::Card => RouteLabel::card,
+            Route::Jwks => RouteLabel::jwks,
+            Route::Preflight => RouteLabel::preflight,
+            Route::NotFound => RouteLabel::not_found,
+            Route::MethodNotAllowed => RouteLabel::method_not_allowed,
+            Route::TooLarge => RouteLabel::too_large,
+        }
+    }
+}
+
+/// Labels of a served request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// What the request resolved to.
+    pub route: RouteLabel,
+    /// The HTTP status code.
+    pub code: u16,
+}
+
+/// Counters and gauges of the public HTTP server.
+#[derive(Default)]
+pub struct HttpMetrics {
+    /// Requests answered, by route and status.
+    pub requests: Family<RequestLabels, Counter>,
+    /// Cards currently in the index.
+    pub cards: Gauge,
+    /// Open client connections.
+    pub connections: Gauge,
+}
+
+impl HttpMetrics {
+    /// Register the metrics in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "agentcard_http_requests",
+            "HTTP requests answered",
+            self.requests.clone(),
+        );
+        registry.register(
+            "agentcard_served_cards",
+            "Cards in the serving index",
+            self.cards.clone(),
+        );
+        registry.register(
+            "agentcard_http_connections",
+            "Open client connections",
+            self.connections.clone(),
+        );
+    }
+
+    /// Count one answered request.
+    pub fn observe(&self, route: Route, code: u16) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.into(),
+                code,
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,111 @@
+//! The accept loop of the public port: bounded connections, limits on request headers and
+//! bodies, timeouts against slow clients. Every request is answered by [`super::http::respond`].
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use super::http::{respond, too_large, Route};
+use super::metrics::HttpMetrics;
+use crate::index::Index;
+
+/// Limits protecting the server from slow or abusive clients.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Concurrent connections; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// Bytes of request line and headers.
+    pub max_header_bytes: usize,
+    /// Number of request headers.
+    pub max_headers: usize,
+    /// Declared request body size (cards are read with GET; bodies are never read).
+    pub max_body_bytes: u64,
+    /// Lifetime of one connection, however busy.
+    pub max_connection_age: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+            max_body_bytes: 16 * 1024,
+            max_connection_age: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Serve the public port until the listener fails.
+pub async fn serve_public(
+    listener: TcpListener,
+    index: Arc<Index>,
+    metrics: Arc<HttpMetrics>,
+    limits: Limits,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut accept_backoff = Duration::from_millis(5);
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return Ok(());
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                accept_backoff = Duration::from_millis(5);
+                stream
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(accept_backoff).await;
+                accept_backoff = (accept_backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let index = index.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            metrics.connections.inc();
+            let gauge = metrics.connections.clone();
+            let svc = service_fn(move |req: hyper::Request<Incoming>| {
+                let index = index.clone();
+                let metrics = metrics.clone();
+                async move {
+                    let declared = req
+                        .headers()
+                        .get(::http::header::CONTENT_LENGTH)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    let (route, resp) = if declared > limits.max_body_bytes {
+                        (Route::TooLarge, too_large())
+                    } else {
+                        respond(&index, req.method(), req.uri(), req.headers())
+                    };
+                    metrics.observe(route, resp.status().as_u16());
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(limits.max_header_bytes.max(8192))
+                .max_headers(limits.max_headers);
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            let _ = tokio::time::timeout(limits.max_connection_age, conn).await;
+            gauge.dec();
+            drop(permit);
+        });
+    }
+}

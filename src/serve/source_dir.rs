@@ -1,0 +1,136 @@
+//! Feed the index from a directory: `DIR/<host>.json` is the card served for `<host>`,
+//! `DIR/jwks.json` the JWKS served on every host. The directory is rescanned a few times a
+//! second; a file is re-read only when its size or modification time changed, and a file that
+//! is not valid JSON (say, half written) leaves the previous version served.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::contract::KEY_JWKS;
+use crate::index::{CardEntry, Index, Published};
+
+/// How files are served.
+#[derive(Clone, Copy, Debug)]
+pub struct DirOptions {
+    /// `Cache-Control` max-age for every file.
+    pub max_age: u32,
+    /// Also serve cards at the legacy `/.well-known/agent.json`.
+    pub legacy: bool,
+    /// Time between scans.
+    pub interval: Duration,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: SystemTime,
+}
+
+/// Scan `dir` forever, keeping `index` in step with its files.
+pub async fn watch_dir(dir: PathBuf, index: Arc<Index>, opts: DirOptions) {
+    let mut seen: HashMap<PathBuf, Stamp> = HashMap::new();
+    loop {
+        let d = dir.clone();
+        let idx = index.clone();
+        let mut s = std::mem::take(&mut seen);
+        // File I/O off the async workers.
+        let result = tokio::task::spawn_blocking(move || {
+            let r = scan(&d, &idx, &mut s, opts);
+            (s, r)
+        })
+        .await;
+        match result {
+            Ok((s, Ok(()))) => {
+                seen = s;
+                index.mark_ready();
+            }
+            Ok((s, Err(e))) => {
+                seen = s;
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot read the card directory; serving the last known cards");
+            }
+            Err(e) => tracing::error!(error = %e, "directory scan panicked"),
+        }
+        tokio::time::sleep(opts.interval).await;
+    }
+}
+
+/// One pass over the directory.
+fn scan(
+    dir: &Path,
+    index: &Index,
+    seen: &mut HashMap<PathBuf, Stamp>,
+    opts: DirOptions,
+) -> std::io::Result<()> {
+    let mut present = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let meta = match entry.metadata() {
+            Ok(m) if m.is_file() => m,
+            _ => continue,
+        };
+        present.push(path.clone());
+        let stamp = Stamp {
+            len: meta.len(),
+            modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        };
+        if seen.get(&path) == Some(&stamp) {
+            continue;
+        }
+        let Ok(body) = std::fs::read(&path) else {
+            continue;
+        };
+        if serde_json::from_slice::<serde_json::Value>(&body).is_err() {
+            tracing::warn!(file = %path.display(), "not valid JSON (yet); keeping the previous version");
+            continue;
+        }
+        seen.insert(path.clone(), stamp);
+        let published = Published::new(body, stamp.modified, opts.max_age);
+        if name == KEY_JWKS {
+            index.set_jwks(Some(published));
+        } else {
+            index.upsert(CardEntry {
+                source: name.clone(),
+                host: stem.trim_end_matches('.').to_ascii_lowercase(),
+                prefix: String::new(),
+                legacy: opts.legacy,
+                created: stamp.modified,
+                content: Arc::new(published),
+            });
+        }
+    }
+    let gone: Vec<PathBuf> = seen
+        .keys()
+        .filter(|p| !present.contains(p))
+        .cloned()
+        .collect();
+    for path in gone {
+        seen.remove(&path);
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if name == KEY_JWKS {
+            index.set_jwks(None);
+        } else {
+            index.remove(&name);
+        }
+    }
+    Ok(())
+}

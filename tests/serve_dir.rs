@@ -1,0 +1,362 @@
+//! The card server over a directory (`serve --from-dir`): every header and status of the
+//! public port, checked on the wire.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use support::http::{eventually, request, Server};
+
+const HOST: &str = "agents.example.com";
+const CARD: &str = "/.well-known/agent-card.json";
+
+fn card_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let v = support::vectors();
+    std::fs::copy(
+        v.join("cards/v1-full.signed.json"),
+        dir.path().join(format!("{HOST}.json")),
+    )
+    .unwrap();
+    std::fs::copy(
+        v.join("cards/v1-minimal.signed.json"),
+        dir.path().join("other.example.org.json"),
+    )
+    .unwrap();
+    std::fs::copy(v.join("keys/jwks.json"), dir.path().join("jwks.json")).unwrap();
+    dir
+}
+
+fn serve(dir: &Path, extra: &[&str]) -> Server {
+    let d = dir.to_str().unwrap();
+    let mut args = vec!["--from-dir", d];
+    args.extend_from_slice(extra);
+    let s = Server::start(&args, &[]);
+    s.wait_ready(Duration::from_secs(10));
+    s
+}
+
+#[test]
+fn get_returns_the_file_bytes_with_caching_and_cors_headers() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &[]);
+    let r = s.get(HOST, CARD, &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body,
+        std::fs::read(dir.path().join(format!("{HOST}.json"))).unwrap()
+    );
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header("cache-control"), Some("public, max-age=300"));
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    let etag = r.header("etag").unwrap();
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"') && !etag.starts_with("W/"),
+        "strong ETag: {etag}"
+    );
+    let mtime = std::fs::metadata(dir.path().join(format!("{HOST}.json")))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(
+        r.header("last-modified"),
+        Some(httpdate::fmt_http_date(mtime).as_str())
+    );
+    assert_eq!(
+        r.header("content-length"),
+        Some(r.body.len().to_string().as_str())
+    );
+}
+
+#[test]
+fn head_has_the_headers_of_get_and_no_body() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &[]);
+    let get = s.get(HOST, CARD, &[]);
+    let mut raw = Vec::new();
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.write_all(
+        format!("HEAD {CARD} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    c.read_to_end(&mut raw).unwrap();
+    let head = support::http::parse(&raw, false);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty(), "HEAD sent a body");
+    for h in [
+        "etag",
+        "content-length",
+        "cache-control",
+        "last-modified",
+        "content-type",
+    ] {
+        assert_eq!(head.header(h), get.header(h), "{h}");
+    }
+}
+
+#[test]
+fn conditional_requests_answer_304_without_a_body() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &[]);
+    let first = s.get(HOST, CARD, &[]);
+    let etag = first.header("etag").unwrap().to_string();
+    let lm = first.header("last-modified").unwrap().to_string();
+    for inm in [
+        etag.clone(),
+        format!("\"x\", {etag}"),
+        format!("W/{etag}"),
+        "*".into(),
+    ] {
+        let r = s.get(HOST, CARD, &[("If-None-Match", &inm)]);
+        assert_eq!(r.status, 304, "If-None-Match: {inm}");
+        assert!(r.body.is_empty());
+        assert_eq!(r.header("etag"), Some(etag.as_str()));
+        assert_eq!(r.header("cache-control"), Some("public, max-age=300"));
+    }
+    assert_eq!(
+        s.get(HOST, CARD, &[("If-None-Match", "\"stale\"")]).status,
+        200
+    );
+    assert_eq!(s.get(HOST, CARD, &[("If-Modified-Since", &lm)]).status, 304);
+    assert_eq!(
+        s.get(
+            HOST,
+            CARD,
+            &[("If-Modified-Since", "Sat, 01 Jan 2000 00:00:00 GMT")]
+        )
+        .status,
+        200
+    );
+    // If-None-Match takes precedence over If-Modified-Since.
+    assert_eq!(
+        s.get(
+            HOST,
+            CARD,
+            &[("If-None-Match", "\"stale\""), ("If-Modified-Since", &lm)]
+        )
+        .status,
+        200
+    );
+}
+
+#[test]
+fn gzip_when_accepted_with_its_own_etag() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &[]);
+    let plain = s.get(HOST, CARD, &[]);
+    let r = s.get(HOST, CARD, &[("Accept-Encoding", "gzip, br")]);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(&r.body[..])
+        .read_to_end(&mut out)
+        .unwrap();
+    assert_eq!(out, plain.body);
+    assert_ne!(r.header("etag"), plain.header("etag"));
+    let r2 = s.get(HOST, CARD, &[("Accept-Encoding", "gzip")]);
+    assert_eq!(
+        r2.body, r.body,
+        "compressed once per version: identical bytes"
+    );
+    // The gzip tag revalidates too.
+    let tag = r.header("etag").unwrap();
+    assert_eq!(
+        s.get(
+            HOST,
+            CARD,
+            &[("Accept-Encoding", "gzip"), ("If-None-Match", tag)]
+        )
+        .status,
+        304
+    );
+    assert!(s
+        .get(HOST, CARD, &[("Accept-Encoding", "gzip;q=0")])
+        .header("content-encoding")
+        .is_none());
+}
+
+#[test]
+fn routing_by_host_and_path_with_json_404s() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &[]);
+    assert_eq!(s.get("AGENTS.example.COM:8443", CARD, &[]).status, 200);
+    assert_eq!(s.get("other.example.org", CARD, &[]).status, 200);
+    assert_ne!(
+        s.get("other.example.org", CARD, &[]).body,
+        s.get(HOST, CARD, &[]).body
+    );
+    for (host, path) in [
+        ("unknown.example", CARD),
+        (HOST, "/"),
+        (HOST, "/.well-known/agent.json"),
+        (HOST, "/x/.well-known/agent-card.json"),
+    ] {
+        let r = s.get(host, path, &[]);
+        assert_eq!(r.status, 404, "{host}{path}");
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert!(v["error"].is_string());
+    }
+    let jwks = s.get(HOST, "/.well-known/jwks.json", &[]);
+    assert_eq!(jwks.status, 200);
+    assert_eq!(
+        jwks.body,
+        std::fs::read(dir.path().join("jwks.json")).unwrap()
+    );
+    assert_eq!(
+        s.get("unknown.example", "/.well-known/jwks.json", &[])
+            .status,
+        404
+    );
+}
+
+#[test]
+fn the_legacy_path_and_max_age_follow_the_flags() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--legacy-path", "--max-age", "60"]);
+    let r = s.get(HOST, "/.well-known/agent.json", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("cache-control"), Some("public, max-age=60"));
+}
+
+#[test]
+fn options_preflight_and_other_methods() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &[]);
+    let r = request(
+        s.addr,
+        "OPTIONS",
+        CARD,
+        &[
+            ("Host", HOST),
+            ("Origin", "https://app.example"),
+            ("Access-Control-Request-Method", "GET"),
+            ("Access-Control-Request-Headers", "if-none-match"),
+        ],
+    );
+    assert_eq!(r.status, 204);
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    assert!(r
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("GET"));
+    assert_eq!(
+        r.header("access-control-allow-headers"),
+        Some("if-none-match")
+    );
+    for m in ["POST", "PUT", "DELETE", "PATCH"] {
+        let r = request(s.addr, m, CARD, &[("Host", HOST), ("Content-Length", "0")]);
+        assert_eq!(r.status, 405, "{m}");
+        assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"));
+    }
+}
+
+#[test]
+fn two_servers_give_the_same_etag_and_last_modified() {
+    let dir = card_dir();
+    let a = serve(dir.path(), &[]);
+    let b = serve(dir.path(), &[]);
+    let (ra, rb) = (a.get(HOST, CARD, &[]), b.get(HOST, CARD, &[]));
+    assert_eq!(ra.header("etag"), rb.header("etag"));
+    assert_eq!(ra.header("last-modified"), rb.header("last-modified"));
+    // An ETag from one replica revalidates at the other.
+    assert_eq!(
+        b.get(HOST, CARD, &[("If-None-Match", ra.header("etag").unwrap())])
+            .status,
+        304
+    );
+}
+
+#[test]
+fn file_changes_are_served_without_restart_and_broken_files_keep_the_last_version() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &[]);
+    let path = dir.path().join(format!("{HOST}.json"));
+    let before = s.get(HOST, CARD, &[]);
+    std::fs::copy(
+        support::vectors().join("cards/spec-8.5-sample.signed.json"),
+        &path,
+    )
+    .unwrap();
+    let after = eventually(Duration::from_secs(5), || {
+        let r = s.get(HOST, CARD, &[]);
+        (r.header("etag") != before.header("etag")).then_some(r)
+    })
+    .expect("the changed file is served");
+    assert_eq!(after.body, std::fs::read(&path).unwrap());
+    // Half-written JSON: the last good version stays.
+    std::fs::write(&path, b"{\"name\": \"trunc").unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(s.get(HOST, CARD, &[]).body, after.body);
+    // A new host appears, a removed one goes.
+    std::fs::copy(
+        support::vectors().join("cards/v1-minimal.signed.json"),
+        dir.path().join("new.example.net.json"),
+    )
+    .unwrap();
+    std::fs::remove_file(dir.path().join("other.example.org.json")).unwrap();
+    eventually(Duration::from_secs(5), || {
+        (s.get("new.example.net", CARD, &[]).status == 200).then_some(())
+    })
+    .expect("new host served");
+    eventually(Duration::from_secs(5), || {
+        (s.get("other.example.org", CARD, &[]).status == 404).then_some(())
+    })
+    .expect("removed host gone");
+}
+
+#[test]
+fn oversized_requests_and_slow_clients_are_cut_off() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--header-read-timeout", "1"]);
+    let big = "a".repeat(64 * 1024);
+    let r = request(s.addr, "GET", CARD, &[("Host", HOST), ("X-Big", &big)]);
+    assert_eq!(r.status, 431, "oversized headers");
+    let r = request(
+        s.addr,
+        "GET",
+        CARD,
+        &[("Host", HOST), ("Content-Length", "1000000")],
+    );
+    assert_eq!(r.status, 413, "declared body over the limit");
+    // A client that never finishes its headers is disconnected.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.write_all(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: agents")
+        .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = Vec::new();
+    let _ = c.read_to_end(&mut buf);
+    assert!(
+        started.elapsed() < Duration::from_secs(7),
+        "slow client held the connection"
+    );
+    // And the server still answers others.
+    assert_eq!(s.get(HOST, CARD, &[]).status, 200);
+}
+
+#[test]
+fn metrics_count_requests_by_bounded_route() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &[]);
+    s.get(HOST, CARD, &[]);
+    s.get("nope.example", CARD, &[]);
+    let m =
+        String::from_utf8(request(s.admin, "GET", "/metrics", &[("Host", "admin")]).body).unwrap();
+    assert!(
+        m.contains("agentcard_http_requests_total{route=\"card\",code=\"200\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("agentcard_http_requests_total{route=\"not_found\",code=\"404\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("agentcard_served_cards 2"), "{m}");
+    assert_eq!(
+        request(s.admin, "GET", "/healthz", &[("Host", "admin")]).status,
+        200
+    );
+}

@@ -1,0 +1,169 @@
+//! A deliberately plain HTTP/1.1 client for asserting exactly what goes over the wire, and a
+//! handle on `agentcard-operator serve` processes.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A parsed response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    /// Header names lower-cased; repeated headers joined with ", ".
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+/// Send `method path` with `headers` (Connection: close added) and read the whole response.
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    parse(&raw, method == "HEAD")
+}
+
+/// Parse a raw HTTP/1.1 response (Content-Length framed, or until close).
+pub fn parse(raw: &[u8], head: bool) -> Resp {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of headers");
+    let head_text = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head_text.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut headers: BTreeMap<String, String> = BTreeMap::new();
+    for l in lines {
+        let (k, v) = l.split_once(':').unwrap();
+        headers
+            .entry(k.trim().to_ascii_lowercase())
+            .and_modify(|e| {
+                e.push_str(", ");
+                e.push_str(v.trim())
+            })
+            .or_insert_with(|| v.trim().to_string());
+    }
+    let mut body = raw[split + 4..].to_vec();
+    if head {
+        body.clear();
+    } else if let Some(len) = headers
+        .get("content-length")
+        .and_then(|l| l.parse::<usize>().ok())
+    {
+        body.truncate(len);
+    }
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A running `agentcard-operator serve`, killed on drop.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    child: Child,
+}
+
+impl Server {
+    /// Start `serve` with `args` (source flags etc.) and wait until its admin port answers.
+    pub fn start(args: &[&str], envs: &[(&str, &Path)]) -> Server {
+        let addr = free_port();
+        let admin = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"));
+        cmd.arg("serve")
+            .args(args)
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--admin-listen")
+            .arg(admin.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn serve");
+        let server = Server { addr, admin, child };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(admin).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "serve did not open its admin port"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// `GET /readyz` status.
+    pub fn ready_status(&self) -> u16 {
+        request(self.admin, "GET", "/readyz", &[("Host", "admin")]).status
+    }
+
+    /// Wait until ready (or panic).
+    pub fn wait_ready(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.ready_status() != 200 {
+            assert!(Instant::now() < deadline, "serve never became ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn get(&self, host: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+        let mut h = vec![("Host", host)];
+        h.extend_from_slice(headers);
+        request(self.addr, "GET", path, &h)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `f` every 10 ms until it returns Some or `within` passes.
+pub fn eventually<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
