@@ -33,6 +33,10 @@ enum Command {
     Keygen(KeygenArgs),
     /// Print the JWKS (public keys) of private key files.
     Jwks(JwksArgs),
+    /// Print the CustomResourceDefinitions (what `crds/` holds).
+    Crds,
+    /// Run the operator: controllers (lease holder only) and the card server (every replica).
+    Run(crate::run::RunArgs),
     /// Run the card server alone, over files (`--from-dir`) or the cluster (`--from-cluster`).
     Serve(ServeArgs),
 }
@@ -148,6 +152,11 @@ pub fn main() -> ExitCode {
         Command::Keygen(a) => keygen(a).map(|()| ExitCode::SUCCESS),
         Command::Jwks(a) => jwks(a).map(|()| ExitCode::SUCCESS),
         Command::Serve(a) => serve(a).map(|()| ExitCode::SUCCESS),
+        Command::Run(a) => crate::run::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Crds => crate::crd::crds_yaml()
+            .map(|y| print!("{y}"))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
     };
     match result {
         Ok(code) => code,
@@ -352,7 +361,8 @@ fn jwks(args: JwksArgs) -> Result<()> {
     Ok(())
 }
 
-fn init_tracing() {
+/// Log to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -365,19 +375,14 @@ fn serve(args: ServeArgs) -> Result<()> {
     use std::sync::Arc;
 
     use crate::index::Index;
-    use crate::serve::{admin, metrics::HttpMetrics, server, source_cluster, source_dir};
+    use crate::serve::{server, source_cluster, source_dir, Servers};
 
     init_tracing();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let index = Arc::new(Index::new());
-        let metrics = Arc::new(HttpMetrics::default());
-        let mut registry = prometheus_client::registry::Registry::default();
-        metrics.register(&mut registry);
-        let feed = match (&args.from_dir, args.from_cluster) {
-            (Some(dir), _) => {
+        let feed = match &args.from_dir {
+            Some(dir) => {
                 let opts = source_dir::DirOptions {
                     max_age: args.max_age,
                     legacy: args.legacy_path,
@@ -385,49 +390,21 @@ fn serve(args: ServeArgs) -> Result<()> {
                 };
                 tokio::spawn(source_dir::watch_dir(dir.clone(), index.clone(), opts))
             }
-            (None, _) => {
-                let client = kube::Client::try_default()
-                    .await
-                    .context("connecting to the cluster")?;
-                tokio::spawn(source_cluster::watch_cluster(
-                    client,
-                    args.namespace.clone(),
-                    index.clone(),
-                ))
+            None => {
+                let client = kube::Client::try_default().await.context("connecting to the cluster")?;
+                tokio::spawn(source_cluster::watch_cluster(client, args.namespace.clone(), index.clone()))
             }
         };
-        let ready_index = index.clone();
-        let ready: admin::ReadyCheck = Arc::new(move || {
-            if ready_index.is_ready() {
-                Ok(())
-            } else {
-                Err("the card index has not finished its first sync".into())
-            }
-        });
-        let (gauge_index, cards) = (index.clone(), metrics.cards.clone());
-        let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-            cards.set(i64::try_from(gauge_index.len()).unwrap_or(i64::MAX));
-        });
-        let admin = Arc::new(admin::Admin {
-            registry,
-            ready: vec![ready],
-            on_scrape: vec![refresh],
-        });
-        let public = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("listening on {}", args.listen))?;
-        let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
-            .await
-            .with_context(|| format!("listening on {}", args.admin_listen))?;
-        tracing::info!(listen = %args.listen, admin = %args.admin_listen, "serving agent cards");
         let limits = server::Limits {
             max_connections: args.max_connections,
             header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout),
             ..Default::default()
         };
+        let registry = prometheus_client::registry::Registry::default();
+        let servers = Servers::bind(args.listen, args.admin_listen, index, registry, vec![], vec![], limits).await?;
+        tracing::info!(listen = %args.listen, admin = %args.admin_listen, "serving agent cards");
         tokio::select! {
-            r = server::serve_public(public, index, metrics, limits) => r.context("public server")?,
-            r = admin::serve_admin(admin_listener, admin) => r.context("admin server")?,
+            r = servers.run() => r?,
             r = feed => r.context("card feed stopped")?,
             _ = shutdown_signal() => tracing::info!("shutting down"),
         }
@@ -435,7 +412,8 @@ fn serve(args: ServeArgs) -> Result<()> {
     })
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

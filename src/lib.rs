@@ -8,6 +8,9 @@
 pub mod a2a;
 pub mod cli;
 pub mod contract;
+pub mod controller;
+pub mod crd;
 pub mod index;
+pub mod run;
 pub mod input;
 pub mod serve;

@@ -12,3 +12,74 @@ pub mod metrics;
 pub mod server;
 pub mod source_cluster;
 pub mod source_dir;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::index::Index;
+
+/// The public and admin listeners of one process, bound and ready to run.
+pub struct Servers {
+    public: TcpListener,
+    admin_listener: TcpListener,
+    index: Arc<Index>,
+    metrics: Arc<metrics::HttpMetrics>,
+    admin: Arc<admin::Admin>,
+    limits: server::Limits,
+}
+
+impl Servers {
+    /// Bind both ports. `/readyz` requires the index's first sync plus `ready`; the HTTP metrics
+    /// are registered in `registry` beside whatever the caller registered.
+    pub async fn bind(
+        listen: SocketAddr,
+        admin_listen: SocketAddr,
+        index: Arc<Index>,
+        mut registry: Registry,
+        mut ready: Vec<admin::ReadyCheck>,
+        mut on_scrape: Vec<Arc<dyn Fn() + Send + Sync>>,
+        limits: server::Limits,
+    ) -> anyhow::Result<Servers> {
+        let metrics = Arc::new(metrics::HttpMetrics::default());
+        metrics.register(&mut registry);
+        let ready_index = index.clone();
+        ready.insert(
+            0,
+            Arc::new(move || {
+                if ready_index.is_ready() {
+                    Ok(())
+                } else {
+                    Err("the card index has not finished its first sync".into())
+                }
+            }),
+        );
+        let (gauge_index, cards) = (index.clone(), metrics.cards.clone());
+        on_scrape.push(Arc::new(move || {
+            cards.set(i64::try_from(gauge_index.len()).unwrap_or(i64::MAX));
+        }));
+        let public = TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+        let admin_listener = TcpListener::bind(admin_listen)
+            .await
+            .with_context(|| format!("listening on {admin_listen}"))?;
+        Ok(Servers {
+            public,
+            admin_listener,
+            index,
+            metrics,
+            admin: Arc::new(admin::Admin { registry, ready, on_scrape }),
+            limits,
+        })
+    }
+
+    /// Serve both ports until one fails.
+    pub async fn run(self) -> anyhow::Result<()> {
+        tokio::select! {
+            r = server::serve_public(self.public, self.index, self.metrics, self.limits) => r.context("public server"),
+            r = admin::serve_admin(self.admin_listener, self.admin) => r.context("admin server"),
+        }
+    }
+}

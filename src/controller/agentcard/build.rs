@@ -1,0 +1,264 @@
+//! Build: everything the operator writes for one AgentCard, computed without a client.
+//!
+//! Input: the AgentCard, the parsed signing keys, the operator's settings, the ConfigMap that
+//! is served now (for its signatures and publication time) and the current time. Output: the
+//! ConfigMap, the Ingress in the operator's namespace, the backend Ingress (with
+//! `spec.backend`), and what `status` reports. Signatures of an unchanged card are reused, so
+//! the served bytes (and the ETag) change only when the card's content or the keys change.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::a2a::card::{AgentCard as A2aCard, AgentInterface};
+use crate::a2a::jws::sign_card_reusing;
+use crate::a2a::publish::{published_bytes, PublishOptions};
+use crate::contract::*;
+use crate::controller::keys::Keys;
+use crate::controller::Error;
+use crate::crd::AgentCard;
+
+/// Label on written objects naming the AgentCard's namespace.
+pub const LABEL_CARD_NAMESPACE: &str = "agentcard.dev/card-namespace";
+/// Label on written objects naming the AgentCard.
+pub const LABEL_CARD_NAME: &str = "agentcard.dev/card-name";
+
+/// What the operator's own deployment looks like.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The operator's namespace (Ingresses for cards, JWKS, keys).
+    pub operator_namespace: String,
+    /// The Service in front of the card server.
+    pub service_name: String,
+    /// Its port name.
+    pub service_port_name: String,
+}
+
+/// Everything one reconcile writes, and what it reports.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The ConfigMap with the served bytes.
+    pub configmap: ConfigMap,
+    /// The Ingress routing the well-known paths to the card server.
+    pub ingress: Ingress,
+    /// The Ingress routing the agent's traffic to its Service.
+    pub backend_ingress: Option<Ingress>,
+    /// Hash of the served bytes.
+    pub content_hash: String,
+    /// Key that signed.
+    pub key_id: String,
+    /// Public URL of the card.
+    pub url: String,
+}
+
+/// `spec.publish.pathPrefix` normalised: `""` or `/a/b`.
+pub fn prefix(card: &AgentCard) -> String {
+    crate::serve::source_cluster::normalize_prefix(&card.spec.publish.path_prefix)
+}
+
+/// `https://<host><prefix>`.
+pub fn public_base(card: &AgentCard) -> String {
+    format!("https://{}{}", card.spec.publish.host, prefix(card))
+}
+
+/// The public card URL.
+pub fn card_url(card: &AgentCard) -> String {
+    format!("{}{PATH_CARD}", public_base(card))
+}
+
+/// The A2A card as published: `spec.card`, with the backend's public interface first.
+pub fn effective_card(card: &AgentCard) -> A2aCard {
+    let mut a2a = card.spec.card.clone();
+    a2a.signatures.clear();
+    if let Some(b) = &card.spec.backend {
+        let iface = AgentInterface {
+            url: format!("https://{}{}", card.spec.publish.host, backend_path(card)),
+            protocol_binding: b.protocol_binding.clone().unwrap_or_else(|| "JSONRPC".into()),
+            protocol_version: b.protocol_version.clone().unwrap_or_else(|| "1.0".into()),
+            tenant: String::new(),
+        };
+        a2a.supported_interfaces.retain(|i| i.url != iface.url);
+        a2a.supported_interfaces.insert(0, iface);
+    }
+    a2a
+}
+
+fn backend_path(card: &AgentCard) -> String {
+    let default = format!("{}/a2a", prefix(card));
+    let p = card
+        .spec
+        .backend
+        .as_ref()
+        .and_then(|b| b.path.clone())
+        .filter(|p| !p.trim().is_empty())
+        .unwrap_or(default);
+    if p.starts_with('/') {
+        p
+    } else {
+        format!("/{p}")
+    }
+}
+
+/// Name of the card's ConfigMap.
+pub fn configmap_name(card: &AgentCard) -> String {
+    format!("agentcard-{}", card.name_any())
+}
+
+/// Name of the card's Ingress in the operator's namespace (unique per card).
+pub fn ingress_name(namespace: &str, name: &str) -> String {
+    let full = format!("agentcard-{namespace}-{name}");
+    if full.len() <= 253 {
+        full
+    } else {
+        format!("agentcard-{}", content_hash(full.as_bytes()))
+    }
+}
+
+/// Name of the backend Ingress in the card's namespace.
+pub fn backend_ingress_name(card: &AgentCard) -> String {
+    format!("agentcard-{}-backend", card.name_any())
+}
+
+/// Build everything for `card`. The card must have passed validation.
+pub fn build(
+    card: &AgentCard,
+    keys: &Keys,
+    settings: &Settings,
+    previous: Option<&ConfigMap>,
+    now: jiff::Timestamp,
+) -> Result<Built, Error> {
+    let ns = card.namespace().unwrap_or_default();
+    let name = card.name_any();
+    let publish = &card.spec.publish;
+    let prefix = prefix(card);
+    let url = card_url(card);
+    let jku = format!("{}{PATH_JWKS}", public_base(card));
+
+    let previous_card = previous
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get(KEY_CARD))
+        .and_then(|b| A2aCard::from_json_lenient(b.as_bytes()).ok());
+    let previous_signatures = previous_card.map(|c| c.signatures).unwrap_or_default();
+    let signed = sign_card_reusing(
+        &effective_card(card),
+        std::slice::from_ref(&keys.active),
+        Some(&jku),
+        &previous_signatures,
+    )?;
+    let bytes = published_bytes(&signed, PublishOptions { v03_compat: publish.v03_compat })
+        .map_err(|e| Error::InvalidSpec(crate::a2a::Problems(vec![crate::a2a::Problem::error("spec.publish.v03Compat", e.to_string())])))?;
+    let body = String::from_utf8(bytes).unwrap_or_default();
+    let hash = content_hash(body.as_bytes());
+    let previous_ann = previous.map(|cm| cm.annotations().clone()).unwrap_or_default();
+    let published_at = match previous_ann.get(ANN_CONTENT_HASH) {
+        Some(h) if *h == hash => previous_ann.get(ANN_PUBLISHED_AT).cloned().unwrap_or_else(|| now.to_string()),
+        _ => now.to_string(),
+    };
+    let max_age = publish.cache_max_age_seconds.map_or(i64::from(DEFAULT_MAX_AGE), |m| m.clamp(0, 86_400));
+    let owner = card.controller_owner_ref(&()).map(|o| vec![o]).unwrap_or_default();
+    let labels = json!({
+        LABEL_MANAGED_BY: MANAGER,
+        LABEL_CARD_NAMESPACE: ns,
+        LABEL_CARD_NAME: name,
+    });
+    let mut cm_labels = labels.clone();
+    cm_labels[LABEL_CONTENT] = json!(CONTENT_CARD);
+
+    let configmap: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": configmap_name(card),
+            "namespace": ns,
+            "labels": cm_labels,
+            "annotations": {
+                ANN_HOST: publish.host,
+                ANN_PATH_PREFIX: prefix,
+                ANN_LEGACY_PATH: publish.legacy_path.to_string(),
+                ANN_CONTENT_HASH: hash,
+                ANN_MAX_AGE: max_age.to_string(),
+                ANN_KEY_ID: keys.active.kid(),
+                ANN_PUBLISHED_AT: published_at,
+            },
+            "ownerReferences": owner,
+        },
+        "data": {KEY_CARD: body},
+    }))
+    .map_err(|e| Error::Internal(format!("ConfigMap: {e}")))?;
+
+    let mut paths = vec![format!("{prefix}{PATH_CARD}"), format!("{prefix}{PATH_JWKS}")];
+    if publish.legacy_path {
+        paths.push(format!("{prefix}{PATH_LEGACY}"));
+    }
+    let backend = json!({"service": {"name": settings.service_name, "port": {"name": settings.service_port_name}}});
+    let rule_paths: Vec<_> = paths
+        .iter()
+        .map(|p| json!({"path": p, "pathType": "Exact", "backend": backend}))
+        .collect();
+    let ingress = ingress_object(
+        &ingress_name(&ns, &name),
+        &settings.operator_namespace,
+        &labels,
+        &[],
+        card,
+        rule_paths,
+    )?;
+
+    let backend_ingress = match &card.spec.backend {
+        Some(b) => Some(ingress_object(
+            &backend_ingress_name(card),
+            &ns,
+            &labels,
+            &owner,
+            card,
+            vec![json!({
+                "path": backend_path(card),
+                "pathType": "Prefix",
+                "backend": {"service": {"name": b.service_name, "port": {"number": b.port}}},
+            })],
+        )?),
+        None => None,
+    };
+
+    Ok(Built {
+        configmap,
+        ingress,
+        backend_ingress,
+        content_hash: hash,
+        key_id: keys.active.kid().to_string(),
+        url,
+    })
+}
+
+fn ingress_object(
+    name: &str,
+    namespace: &str,
+    labels: &serde_json::Value,
+    owner: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    card: &AgentCard,
+    paths: Vec<serde_json::Value>,
+) -> Result<Ingress, Error> {
+    let settings = &card.spec.publish.ingress;
+    let host = &card.spec.publish.host;
+    let mut spec = json!({"rules": [{"host": host, "http": {"paths": paths}}]});
+    if let Some(class) = &settings.class_name {
+        spec["ingressClassName"] = json!(class);
+    }
+    if let Some(tls) = &settings.tls_secret_name {
+        spec["tls"] = json!([{"hosts": [host], "secretName": tls}]);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": settings.annotations,
+            "ownerReferences": owner,
+        },
+        "spec": spec,
+    }))
+    .map_err(|e| Error::Internal(format!("Ingress: {e}")))
+}

@@ -1,0 +1,144 @@
+//! The AgentCard reconciler, a pipeline: [`validate`] → [`build`] (pure) → [`apply`] →
+//! [`status`]. A step that fails stops the pipeline before anything is written, so the last good
+//! card stays served; the status and a Warning Event (on transitions only) say why.
+
+pub mod apply;
+pub mod build;
+pub mod status;
+pub mod validate;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::{Resource, ResourceExt};
+
+use super::{Context, Error};
+use crate::contract::MANAGER;
+use crate::crd::AgentCard;
+
+/// Finalizer removing the Ingress in the operator's namespace when a card is deleted.
+pub const FINALIZER: &str = "agentcard.dev/ingress-cleanup";
+
+/// How often a healthy card is re-checked without any change.
+const RESYNC: Duration = Duration::from_secs(3600);
+/// How soon a card that lost a host conflict looks again (the winner's deletion also triggers it).
+const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
+
+/// Reconcile one AgentCard.
+pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let ns = card.namespace().unwrap_or_default();
+    let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, card, |event| async {
+        match event {
+            FinalizerEvent::Apply(card) => reconcile_apply(card, ctx.clone()).await,
+            FinalizerEvent::Cleanup(card) => {
+                apply::cleanup(&ctx.client, &card, &ctx.settings).await?;
+                ctx.metrics.set_ready(object_key(&card), None);
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+    result
+}
+
+/// Validate → build → apply, then report.
+async fn publish(card: &AgentCard, ctx: &Context) -> Result<(build::Built, Vec<String>), Error> {
+    let warnings = validate::card(card)?;
+    let peers = ctx.cards.state();
+    validate::host(card, &peers, &ctx.allowed_hosts, &|ns| ctx.namespace_annotations(ns))?;
+    let keys = ctx.keys()?;
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
+    let previous = cms.get_opt(&build::configmap_name(card)).await?;
+    let built = build::build(card, &keys, &ctx.settings, previous.as_ref(), jiff::Timestamp::now())?;
+    apply::apply(&ctx.client, &built, card, &ctx.settings).await?;
+    Ok((built, warnings))
+}
+
+async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let outcome = publish(&card, &ctx).await;
+    let next = status::next(&card, &outcome, Time(jiff::Timestamp::now()));
+    let before = status::ready_state(card.status.as_ref());
+    let after = status::ready_state(Some(&next));
+    ctx.metrics.set_ready(object_key(&card), Some(if outcome.is_ok() { "True" } else { "False" }));
+    if card.status.as_ref() != Some(&next) || before != after {
+        let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
+        let patch = serde_json::json!({"status": next});
+        let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+        api.patch_status(&card.name_any(), &params, &Patch::Merge(&patch)).await?;
+    }
+    if before != after {
+        publish_event(&ctx, &card, &outcome).await;
+    }
+    match outcome {
+        Ok(_) => {
+            ctx.reset_backoff(&card);
+            Ok(Action::requeue(RESYNC))
+        }
+        Err(e) if e.waits_for_change() => {
+            ctx.metrics.failures.get_or_create(&super::metrics::FailureLabels { category: e.category() }).inc();
+            Ok(Action::await_change())
+        }
+        Err(e @ Error::HostConflict { .. }) => {
+            ctx.metrics.failures.get_or_create(&super::metrics::FailureLabels { category: e.category() }).inc();
+            Ok(Action::requeue(CONFLICT_RECHECK))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One Event per Ready transition: Normal when published, Warning with the failure's reason.
+async fn publish_event(ctx: &Context, card: &AgentCard, outcome: &Result<(build::Built, Vec<String>), Error>) {
+    let event = match outcome {
+        Ok((built, _)) => Event {
+            type_: EventType::Normal,
+            reason: "Published".into(),
+            note: Some(format!("served at {} (key {})", built.url, built.key_id)),
+            action: "Publish".into(),
+            secondary: None,
+        },
+        Err(e) => Event {
+            type_: EventType::Warning,
+            reason: e.reason().into(),
+            note: Some(truncate(&e.to_string(), 1000)),
+            action: "Publish".into(),
+            secondary: None,
+        },
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &card.object_ref(&())).await {
+        tracing::warn!(error = %e, "could not record an Event");
+    }
+}
+
+fn object_key(card: &AgentCard) -> String {
+    format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any())
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Transient failures: per-object exponential backoff.
+pub fn error_policy(card: Arc<AgentCard>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failures.get_or_create(&super::metrics::FailureLabels { category: error.category() }).inc();
+    let delay = ctx.next_backoff(&card);
+    tracing::warn!(card = %format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any()), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}

@@ -1,0 +1,87 @@
+//! Status: the conditions and fields a reconcile reports, computed from its outcome and the
+//! previous status (pure). A failed reconcile keeps the URL, hash and key id of the card still
+//! being served: the last good card stays published and the status says so.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::build::Built;
+use crate::controller::Error;
+use crate::crd::{AgentCard, AgentCardStatus};
+
+/// Condition type: the card is served as specified.
+pub const READY: &str = "Ready";
+/// Condition type: the served card carries a signature of the active key.
+pub const SIGNED: &str = "Signed";
+/// Condition type: the ConfigMap and Ingress are written.
+pub const PUBLISHED: &str = "Published";
+
+fn condition(prev: &[Condition], type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>, now: &Time) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let since = prev
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: since,
+    }
+}
+
+/// The status after a reconcile of `card` that ended with `outcome`.
+pub fn next(card: &AgentCard, outcome: &Result<(Built, Vec<String>), Error>, now: Time) -> AgentCardStatus {
+    let prev = card.status.clone().unwrap_or_default();
+    let generation = card.metadata.generation;
+    let conds = &prev.conditions;
+    let mut status = AgentCardStatus { observed_generation: generation, ..prev.clone() };
+    match outcome {
+        Ok((built, warnings)) => {
+            let msg = format!("served at {}", built.url);
+            status.conditions = vec![
+                condition(conds, READY, true, "Published", msg.clone(), generation, &now),
+                condition(conds, SIGNED, true, "Signed", format!("signed with key {}", built.key_id), generation, &now),
+                condition(conds, PUBLISHED, true, "Published", msg, generation, &now),
+            ];
+            status.url = Some(built.url.clone());
+            status.content_hash = Some(built.content_hash.clone());
+            status.key_id = Some(built.key_id.clone());
+            status.config_map = built.configmap.metadata.name.clone();
+            status.warnings = warnings.clone();
+            status.skills = Some(card.spec.card.skills.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(","));
+        }
+        Err(e) => {
+            let kept = match &prev.url {
+                Some(url) => format!("; the last good card stays served at {url}"),
+                None => String::new(),
+            };
+            let message = format!("{e}{kept}");
+            let signing_failed = matches!(e, Error::KeyUnavailable(_) | Error::Signing(_));
+            let signed = if signing_failed {
+                condition(conds, SIGNED, false, e.reason(), e.to_string(), generation, &now)
+            } else {
+                match conds.iter().find(|c| c.type_ == SIGNED) {
+                    Some(c) => c.clone(),
+                    None => condition(conds, SIGNED, false, e.reason(), "not signed: the card was not built".into(), generation, &now),
+                }
+            };
+            status.conditions = vec![
+                condition(conds, READY, false, e.reason(), message.clone(), generation, &now),
+                signed,
+                condition(conds, PUBLISHED, false, e.reason(), message, generation, &now),
+            ];
+        }
+    }
+    status
+}
+
+/// `(status, reason)` of the Ready condition, to detect transitions.
+pub fn ready_state(status: Option<&AgentCardStatus>) -> Option<(String, String)> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == READY)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}

@@ -1,0 +1,87 @@
+//! The one error type of the controllers, with bounded categories for metrics and reasons for
+//! conditions and Events (never built from error text).
+
+use crate::a2a::Problems;
+
+/// Why a reconcile did not publish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The card or its publishing settings are invalid; waits for the next edit.
+    #[error("{0}")]
+    InvalidSpec(Problems),
+    /// The namespace may not publish on this host.
+    #[error("spec.publish.host: {host} is not allowed in namespace {namespace} (allowed: operator list {operator:?}, namespace annotation agentcard.dev/allowed-hosts {namespace_list:?})")]
+    HostNotAllowed {
+        /// The host claimed.
+        host: String,
+        /// The claiming namespace.
+        namespace: String,
+        /// The operator-wide allow list.
+        operator: Vec<String>,
+        /// The namespace's own allow list.
+        namespace_list: Vec<String>,
+    },
+    /// An older card already publishes on this host and path.
+    #[error("spec.publish: {host}{prefix} is already published by the older AgentCard {owner}")]
+    HostConflict {
+        /// The host.
+        host: String,
+        /// The path prefix.
+        prefix: String,
+        /// `namespace/name` of the card holding it.
+        owner: String,
+    },
+    /// The signing keys cannot be used.
+    #[error("signing key unavailable: {0}")]
+    KeyUnavailable(String),
+    /// Signing failed with a loaded key.
+    #[error("signing failed: {0}")]
+    Signing(#[from] crate::a2a::keys::KeyError),
+    /// An object could not be assembled (a bug, not a user error).
+    #[error("internal: {0}")]
+    Internal(String),
+    /// A call to the API server failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The finalizer machinery failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// Bounded metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::InvalidSpec(_) => "invalid_spec",
+            Error::HostNotAllowed { .. } => "host_not_allowed",
+            Error::HostConflict { .. } => "host_conflict",
+            Error::KeyUnavailable(_) => "key_unavailable",
+            Error::Signing(_) => "signing",
+            Error::Internal(_) => "internal",
+            Error::Kube(_) => "kube_api",
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(inner)
+                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.category(),
+                _ => "finalizer",
+            },
+        }
+    }
+
+    /// Condition and Event reason (CamelCase, bounded).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidSpec(_) => "InvalidSpec",
+            Error::HostNotAllowed { .. } => "HostNotAllowed",
+            Error::HostConflict { .. } => "HostConflict",
+            Error::KeyUnavailable(_) => "KeyUnavailable",
+            Error::Signing(_) => "SigningFailed",
+            Error::Internal(_) => "InternalError",
+            Error::Kube(_) | Error::Finalizer(_) => "WriteFailed",
+        }
+    }
+
+    /// Whether retrying without a change cannot help (the object waits for its next edit).
+    pub fn waits_for_change(&self) -> bool {
+        matches!(self, Error::InvalidSpec(_) | Error::HostNotAllowed { .. })
+    }
+}

@@ -1,0 +1,250 @@
+//! The controllers, run by the lease holder only.
+//!
+//! [`run`] starts the watches the AgentCard reconciler depends on — the signing Secret
+//! (parsed keys, JWKS publication, re-sign everything on change), Namespaces (host allowance),
+//! peer AgentCards (host conflicts), the ConfigMaps and Ingresses it writes (repair) — waits
+//! until they are synced, then runs [`agentcard::reconcile`] with a shared [`Context`].
+
+pub mod agentcard;
+pub mod error;
+pub mod keys;
+pub mod metrics;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
+use kube::{Client, ResourceExt};
+
+pub use error::Error;
+
+use crate::contract::{LABEL_CONTENT, CONTENT_CARD, LABEL_MANAGED_BY, MANAGER};
+use crate::crd::AgentCard;
+use agentcard::build::{Settings, LABEL_CARD_NAME, LABEL_CARD_NAMESPACE};
+use keys::{KeyCache, Keys};
+
+/// Everything `run` needs to know about the deployment.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The operator's namespace, Service and port name.
+    pub settings: Settings,
+    /// The Secret holding the signing keys (in the operator's namespace).
+    pub signing_secret: String,
+    /// Create the Secret with a fresh ES256 key when it is absent.
+    pub create_signing_secret: bool,
+    /// Host patterns every namespace may publish on.
+    pub allowed_hosts: Vec<String>,
+    /// Reporter instance (pod name) for Events.
+    pub instance: String,
+    /// Reconcile only the AgentCards of this namespace (all namespaces when `None`).
+    pub watch_namespace: Option<String>,
+}
+
+/// Shared by every reconcile: client, recorder, metrics, keys, stores.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Controller metrics.
+    pub metrics: Arc<metrics::ControllerMetrics>,
+    /// Operator settings.
+    pub settings: Settings,
+    /// Operator-wide allowed host patterns.
+    pub allowed_hosts: Vec<String>,
+    /// Every AgentCard (the controller's own cache).
+    pub cards: Store<AgentCard>,
+    /// Every Namespace (for allowed-hosts annotations).
+    pub namespaces: Store<Namespace>,
+    /// The signing Secret.
+    pub secrets: Store<Secret>,
+    /// Name of the signing Secret.
+    pub signing_secret: String,
+    key_cache: KeyCache,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// The signing keys, parsed once per Secret version.
+    pub fn keys(&self) -> Result<Arc<Keys>, Error> {
+        let key = ObjectRef::<Secret>::new(&self.signing_secret).within(&self.settings.operator_namespace);
+        let secret = self.secrets.get(&key).ok_or_else(|| {
+            Error::KeyUnavailable(format!(
+                "Secret {}/{} not found",
+                self.settings.operator_namespace, self.signing_secret
+            ))
+        })?;
+        self.key_cache
+            .get(&secret)
+            .map_err(|e| Error::KeyUnavailable(format!("Secret {}/{}: {e}", self.settings.operator_namespace, self.signing_secret)))
+    }
+
+    /// Annotations of namespace `ns` (empty when unknown).
+    pub fn namespace_annotations(&self, ns: &str) -> BTreeMap<String, String> {
+        self.namespaces
+            .get(&ObjectRef::new(ns))
+            .map(|n| n.annotations().clone())
+            .unwrap_or_default()
+    }
+
+    fn object_key(card: &AgentCard) -> String {
+        format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any())
+    }
+
+    /// The next retry delay of `card`: 1 s doubling to 5 min, with jitter.
+    pub fn next_backoff(&self, card: &AgentCard) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = failures.entry(Self::object_key(card)).or_insert(0);
+        *n = n.saturating_add(1);
+        let base = Duration::from_secs(1).saturating_mul(1u32 << (*n - 1).min(9)).min(Duration::from_secs(300));
+        // ±20% jitter so many failing cards do not retry in lockstep.
+        let jitter = (std::process::id() as u64 ^ jiff::Timestamp::now().subsec_nanosecond() as u64) % 400;
+        base.mul_f64(0.8 + jitter as f64 / 1000.0)
+    }
+
+    /// Forget the failures of `card` after a success.
+    pub fn reset_backoff(&self, card: &AgentCard) {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&Self::object_key(card));
+    }
+}
+
+/// Run the controllers until the process stops or `run` fails to start.
+pub async fn run(client: Client, config: Config, metrics: Arc<metrics::ControllerMetrics>) -> Result<(), Error> {
+    let opns = config.settings.operator_namespace.clone();
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), &opns);
+    if config.create_signing_secret && keys::ensure_secret(&secrets_api, &config.signing_secret, &opns).await? {
+        tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
+    }
+
+    let cards_api: Api<AgentCard> = match &config.watch_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let controller = Controller::new(cards_api.clone(), watcher::Config::default().any_semantic());
+    let cards = controller.store();
+
+    // Namespaces: a change of allowed hosts re-checks that namespace's cards.
+    let (ns_store, ns_writer) = reflector::store();
+    let (ns_tx, ns_rx) = futures::channel::mpsc::unbounded::<Namespace>();
+    let ns_feed = watcher(Api::<Namespace>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(ns_writer)
+        .touched_objects();
+    let mut ns_tx2 = ns_tx.clone();
+    tokio::spawn(async move {
+        futures::pin_mut!(ns_feed);
+        while let Some(ev) = ns_feed.next().await {
+            if let Ok(ns) = ev {
+                let _ = ns_tx2.send(ns).await;
+            }
+        }
+    });
+
+    // The signing Secret: publish the JWKS and re-sign every card when it changes.
+    let (secret_store, secret_writer) = reflector::store();
+    let (all_tx, all_rx) = futures::channel::mpsc::unbounded::<()>();
+    let secret_feed = watcher(
+        secrets_api,
+        watcher::Config::default().fields(&format!("metadata.name={}", config.signing_secret)),
+    )
+    .default_backoff()
+    .reflect(secret_writer)
+    .touched_objects();
+    let jwks_client = client.clone();
+    let jwks_ns = opns.clone();
+    let mut all_tx2 = all_tx.clone();
+    tokio::spawn(async move {
+        futures::pin_mut!(secret_feed);
+        while let Some(ev) = secret_feed.next().await {
+            let Ok(secret) = ev else { continue };
+            match keys::keys_from_secret(&secret) {
+                Ok(k) => {
+                    if let Err(e) = keys::publish_jwks(&jwks_client, &k, &jwks_ns).await {
+                        tracing::warn!(error = %e, "could not publish the JWKS");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures"),
+            }
+            let _ = all_tx2.send(()).await;
+        }
+    });
+
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: Some(config.instance.clone()) }),
+        client: client.clone(),
+        metrics,
+        settings: config.settings.clone(),
+        allowed_hosts: config.allowed_hosts.clone(),
+        cards: cards.clone(),
+        namespaces: ns_store.clone(),
+        secrets: secret_store.clone(),
+        signing_secret: config.signing_secret.clone(),
+        key_cache: KeyCache::default(),
+        failures: Mutex::new(HashMap::new()),
+    });
+    // Start reconciling only with the stores the reconciler reads.
+    let _ = ns_store.wait_until_ready().await;
+    let _ = tokio::time::timeout(Duration::from_secs(30), secret_store.wait_until_ready()).await;
+
+    let peers = cards.clone();
+    let repair_cards = cards.clone();
+    let ns_cards = cards.clone();
+    controller
+        .owns(
+            match &config.watch_namespace {
+                Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
+                None => Api::<ConfigMap>::all(client.clone()),
+            },
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}")),
+        )
+        .watches(cards_api, watcher::Config::default(), move |changed: AgentCard| {
+            // A card that changes or goes away may free or take a host: re-check its peers.
+            let host = changed.spec.publish.host.to_ascii_lowercase();
+            peers
+                .state()
+                .iter()
+                .filter(|c| c.spec.publish.host.eq_ignore_ascii_case(&host) && c.metadata.uid != changed.metadata.uid)
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches(
+            Api::<Ingress>::namespaced(client.clone(), &opns),
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
+            move |ing: Ingress| {
+                // Someone deleted or edited an Ingress we write: put it back.
+                let labels = ing.labels();
+                let (Some(ns), Some(name)) = (labels.get(LABEL_CARD_NAMESPACE), labels.get(LABEL_CARD_NAME)) else {
+                    return None;
+                };
+                let r = ObjectRef::<AgentCard>::new(name).within(ns);
+                repair_cards.get(&r).map(|_| r)
+            },
+        )
+        .watches_stream(ns_rx.map(Ok::<_, watcher::Error>), move |ns: Namespace| {
+            let name = ns.name_any();
+            ns_cards
+                .state()
+                .iter()
+                .filter(|c| c.namespace().as_deref() == Some(name.as_str()))
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_all_on(all_rx)
+        .run(agentcard::reconcile, agentcard::error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    drop(all_tx);
+    drop(ns_tx);
+    Ok(())
+}

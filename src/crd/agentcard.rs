@@ -1,0 +1,142 @@
+//! `AgentCard` (agentcard.dev/v1alpha1): one A2A Agent Card and where it is published.
+//!
+//! `spec.card` is the A2A v1.0 card field for field ([`crate::a2a::card`]); `spec.publish`
+//! says where it is served; `spec.backend` optionally routes the agent's own traffic on the same
+//! host. What the API server can check at admission is in CEL rules here; the rest (the card's
+//! own rules, host allowance, conflicts) is checked by the controller and reported in `status`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::a2a::card::AgentCard as A2aCard;
+
+/// An A2A Agent Card published by the operator at `https://<host>/.well-known/agent-card.json`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "agentcard.dev",
+    version = "v1alpha1",
+    kind = "AgentCard",
+    namespaced,
+    shortname = "acard",
+    category = "agentcard",
+    status = "AgentCardStatus",
+    printcolumn = r#"{"name":"Host","type":"string","jsonPath":".spec.publish.host"}"#,
+    printcolumn = r#"{"name":"Skills","type":"string","jsonPath":".status.skills"}"#,
+    printcolumn = r#"{"name":"Signed","type":"string","jsonPath":".status.keyId"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("has(self.card.skills) && size(self.card.skills) > 0").message("spec.card.skills: at least one skill is required"))]
+#[x_kube(validation = Rule::new("has(self.card.name) && self.card.name != ''").message("spec.card.name: required"))]
+#[x_kube(validation = Rule::new("(has(self.card.supportedInterfaces) && size(self.card.supportedInterfaces) > 0) || has(self.backend)").message("spec.card.supportedInterfaces: at least one interface, or spec.backend, is required"))]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCardSpec {
+    /// The A2A v1.0 Agent Card (camelCase, as in the protocol). `signatures` is written by the
+    /// operator, never here.
+    pub card: A2aCard,
+    /// Where and how the card is served.
+    pub publish: Publish,
+    /// The agent's own Service: its A2A traffic is routed on the same host, and the public
+    /// interface URL is written into the card as its preferred interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+}
+
+/// Where the card is served.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Publish {
+    /// Public DNS name the card is served on, e.g. `weather.agents.example.com`.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$')").message("must be a lower-case DNS name with at least two labels, e.g. agent.example.com"))]
+    #[x_kube(validation = Rule::new("size(self) <= 253").message("must be at most 253 characters"))]
+    pub host: String,
+    /// Path prefix before `/.well-known/agent-card.json`, for several agents on one host
+    /// (e.g. `/weather`). Empty serves at the root.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[x_kube(validation = Rule::new("self == '' || self.matches('^(/[A-Za-z0-9._~-]+)+$')").message("must be empty or like /segment[/segment...] without a trailing slash"))]
+    pub path_prefix: String,
+    /// Ingress settings for the public route.
+    #[serde(default)]
+    pub ingress: IngressSettings,
+    /// `Cache-Control: max-age` in seconds (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 86400").message("must be between 0 and 86400"))]
+    pub cache_max_age_seconds: Option<i64>,
+    /// Also serve the card at the legacy `/.well-known/agent.json` (A2A v0.1–v0.2 clients).
+    #[serde(default)]
+    pub legacy_path: bool,
+    /// Also write the v0.3 card fields (`url`, `preferredTransport`, ...) for v0.3 clients. Needs
+    /// an interface with a 0.x `protocolVersion`; signatures still cover the v1.0 form.
+    #[serde(default)]
+    pub v03_compat: bool,
+}
+
+/// Ingress settings of a published card.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressSettings {
+    /// `ingressClassName` of the Ingress (the cluster default when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_name: Option<String>,
+    /// Name of the TLS Secret for the host (in the operator's namespace for the card route, in
+    /// the card's namespace for the backend route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret_name: Option<String>,
+    /// Annotations copied onto the Ingress (e.g. for cert-manager or the ingress controller).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The agent's own Service.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Backend {
+    /// Service name, in the card's namespace.
+    pub service_name: String,
+    /// Service port number.
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("must be a port number"))]
+    pub port: i32,
+    /// Path of the agent's A2A endpoint on the public host (default `/a2a`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Protocol binding spoken there (default `JSONRPC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_binding: Option<String>,
+    /// A2A protocol version spoken there (default `1.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<String>,
+}
+
+/// What the operator last did with the card.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCardStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Signed` and `Published`, with reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Public URL of the served card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Hash of the served bytes (the HTTP ETag without quotes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    /// Id of the key that signed the served card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    /// Name of the ConfigMap holding the served bytes (in the card's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<String>,
+    /// Ids of the published skills, comma-separated (for `kubectl get`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<String>,
+    /// Lint warnings about the card (published anyway).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}

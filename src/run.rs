@@ -1,0 +1,145 @@
+//! `agentcard-operator run`: the card server on every replica, the controllers on the lease
+//! holder only.
+//!
+//! Every process watches the published ConfigMaps into its own index and serves HTTP from it.
+//! Leadership comes from a Lease (kube-lease-manager): when this process acquires it, the
+//! controllers start; when it loses it, they stop; when the holder dies, another process takes
+//! over within the lease duration.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use kube_lease_manager::LeaseManagerBuilder;
+
+use crate::controller::agentcard::build::Settings;
+use crate::controller::{self, metrics::ControllerMetrics};
+use crate::index::Index;
+use crate::serve::{server, source_cluster, Servers};
+
+/// Flags of `run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The operator's namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: String,
+    /// Public address (cards, JWKS).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Admin address (/metrics, /healthz, /readyz).
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    admin_listen: SocketAddr,
+    /// Secret with the signing keys, in the operator's namespace.
+    #[arg(long, default_value = "agentcard-signing-keys")]
+    signing_secret: String,
+    /// Do not create the signing Secret when it is absent.
+    #[arg(long)]
+    no_create_signing_secret: bool,
+    /// The Service the Ingresses route to (in front of this server).
+    #[arg(long, default_value = "agentcard-operator")]
+    service_name: String,
+    /// Its port name.
+    #[arg(long, default_value = "http")]
+    service_port_name: String,
+    /// Host patterns any namespace may publish on (comma-separated: `*`, `*.example.com`,
+    /// `a.example.com`). Namespaces may add their own with the agentcard.dev/allowed-hosts
+    /// annotation.
+    #[arg(long, default_value = "*")]
+    allowed_hosts: String,
+    /// Lease duration in seconds: how long a dead leader holds the lease.
+    #[arg(long, default_value_t = 15)]
+    lease_duration: u64,
+    /// Reconcile only the AgentCards of this namespace (default: every namespace).
+    #[arg(long)]
+    watch_namespace: Option<String>,
+    /// Lease holder identity (default: $POD_NAME, else host name and process id).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
+/// Run until SIGTERM.
+pub fn run(args: RunArgs) -> Result<()> {
+    crate::cli::init_tracing();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let client = kube::Client::try_default().await.context("connecting to the cluster")?;
+        let identity = args.identity.clone().unwrap_or_else(default_identity);
+        let index = Arc::new(Index::new());
+        let feed = tokio::spawn(source_cluster::watch_cluster(client.clone(), args.namespace.clone(), index.clone()));
+
+        let metrics = Arc::new(ControllerMetrics::default());
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let scrape_metrics = metrics.clone();
+        let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || scrape_metrics.refresh_cards());
+        let servers =
+            Servers::bind(args.listen, args.admin_listen, index, registry, vec![], vec![refresh], server::Limits::default()).await?;
+
+        let config = controller::Config {
+            settings: Settings {
+                operator_namespace: args.namespace.clone(),
+                service_name: args.service_name.clone(),
+                service_port_name: args.service_port_name.clone(),
+            },
+            signing_secret: args.signing_secret.clone(),
+            create_signing_secret: !args.no_create_signing_secret,
+            allowed_hosts: crate::controller::agentcard::validate::patterns(&args.allowed_hosts),
+            instance: identity.clone(),
+            watch_namespace: args.watch_namespace.clone(),
+        };
+        tracing::info!(%identity, namespace = %args.namespace, listen = %args.listen, "agentcard-operator running");
+        tokio::select! {
+            r = servers.run() => r?,
+            r = feed => r.context("card feed stopped")?,
+            r = lead(client, config, metrics, identity, args.namespace.clone(), args.lease_duration) => r?,
+            _ = crate::cli::shutdown_signal() => tracing::info!("shutting down"),
+        }
+        Ok(())
+    })
+}
+
+/// Hold or wait for the lease; run the controllers while holding it.
+async fn lead(
+    client: kube::Client,
+    config: controller::Config,
+    metrics: Arc<ControllerMetrics>,
+    identity: String,
+    namespace: String,
+    lease_duration: u64,
+) -> Result<()> {
+    let grace = (lease_duration / 3).max(1);
+    let manager = LeaseManagerBuilder::new(client.clone(), "agentcard-operator-leader")
+        .with_namespace(namespace)
+        .with_identity(identity)
+        .with_duration(lease_duration)
+        .with_grace(grace)
+        .build()
+        .await
+        .context("lease manager")?;
+    let (mut leader, _task) = manager.watch().await;
+    loop {
+        while !*leader.borrow_and_update() {
+            leader.changed().await.context("lease watch ended")?;
+        }
+        tracing::info!("acquired the lease: starting the controllers");
+        let controllers = tokio::spawn(controller::run(client.clone(), config.clone(), metrics.clone()));
+        loop {
+            leader.changed().await.context("lease watch ended")?;
+            if !*leader.borrow() {
+                break;
+            }
+        }
+        tracing::warn!("lost the lease: stopping the controllers");
+        controllers.abort();
+        let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
+    }
+}
