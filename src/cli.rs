@@ -378,7 +378,9 @@ fn serve(args: ServeArgs) -> Result<()> {
     use crate::serve::{server, source_cluster, source_dir, Servers};
 
     init_tracing();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let index = Arc::new(Index::new());
         let feed = match &args.from_dir {
@@ -391,8 +393,14 @@ fn serve(args: ServeArgs) -> Result<()> {
                 tokio::spawn(source_dir::watch_dir(dir.clone(), index.clone(), opts))
             }
             None => {
-                let client = kube::Client::try_default().await.context("connecting to the cluster")?;
-                tokio::spawn(source_cluster::watch_cluster(client, args.namespace.clone(), index.clone()))
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the cluster")?;
+                tokio::spawn(source_cluster::watch_cluster(
+                    client,
+                    args.namespace.clone(),
+                    index.clone(),
+                ))
             }
         };
         let limits = server::Limits {
@@ -401,7 +409,16 @@ fn serve(args: ServeArgs) -> Result<()> {
             ..Default::default()
         };
         let registry = prometheus_client::registry::Registry::default();
-        let servers = Servers::bind(args.listen, args.admin_listen, index, registry, vec![], vec![], limits).await?;
+        let servers = Servers::bind(
+            args.listen,
+            args.admin_listen,
+            index,
+            registry,
+            vec![],
+            vec![],
+            limits,
+        )
+        .await?;
         tracing::info!(listen = %args.listen, admin = %args.admin_listen, "serving agent cards");
         tokio::select! {
             r = servers.run() => r?,

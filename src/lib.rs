@@ -11,6 +11,6 @@ pub mod contract;
 pub mod controller;
 pub mod crd;
 pub mod index;
-pub mod run;
 pub mod input;
+pub mod run;
 pub mod serve;

@@ -69,7 +69,9 @@ fn default_identity() -> String {
 /// Run until SIGTERM.
 pub fn run(args: RunArgs) -> Result<()> {
     crate::cli::init_tracing();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let client = kube::Client::try_default().await.context("connecting to the cluster")?;
         let identity = args.identity.clone().unwrap_or_else(default_identity);
@@ -131,7 +133,11 @@ async fn lead(
             leader.changed().await.context("lease watch ended")?;
         }
         tracing::info!("acquired the lease: starting the controllers");
-        let controllers = tokio::spawn(controller::run(client.clone(), config.clone(), metrics.clone()));
+        let controllers = tokio::spawn(controller::run(
+            client.clone(),
+            config.clone(),
+            metrics.clone(),
+        ));
         loop {
             leader.changed().await.context("lease watch ended")?;
             if !*leader.borrow() {

@@ -360,3 +360,48 @@ fn metrics_count_requests_by_bounded_route() {
         200
     );
 }
+
+#[test]
+fn the_python_sdk_card_resolver_fetches_and_verifies_served_cards() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = support::vectors();
+    // Cards signed by our own `render`, plain and with v0.3 fields, and a tampered vector.
+    for (host, extra) in [
+        ("plain.example.com", None),
+        ("compat.example.com", Some("--v03-compat")),
+    ] {
+        let mut cmd = support::bin();
+        cmd.arg("render")
+            .arg(v.join("cards/v1-full.card.json"))
+            .arg("--key")
+            .arg(v.join("keys/test-es256-1.private.jwk.json"));
+        if let Some(flag) = extra {
+            cmd.arg(flag);
+        }
+        let out = support::run(cmd, None);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(dir.path().join(format!("{host}.json")), &out.stdout).unwrap();
+    }
+    std::fs::copy(
+        v.join("cards/v1-full.tampered.json"),
+        dir.path().join("tampered.example.com.json"),
+    )
+    .unwrap();
+    std::fs::copy(v.join("keys/jwks.json"), dir.path().join("jwks.json")).unwrap();
+    let s = serve(dir.path(), &[]);
+    let base = format!("http://{}", s.addr);
+    let jwks = v.join("keys/jwks.json");
+    for host in ["plain.example.com", "compat.example.com"] {
+        let (valid, verdict) = support::sdk_resolve(&base, host, &jwks);
+        assert!(valid, "{host}: {verdict}");
+        assert_eq!(verdict["kid"], "test-es256-1");
+    }
+    let (valid, verdict) = support::sdk_resolve(&base, "tampered.example.com", &jwks);
+    assert!(!valid, "the resolver accepted a tampered card: {verdict}");
+    let (valid, _) = support::sdk_resolve(&base, "unknown.example.com", &jwks);
+    assert!(!valid);
+}

@@ -46,6 +46,11 @@ pub fn add_v03_fields(card: &AgentCard, out: &mut Map<String, Value>) -> Result<
     }
     if let Some(Value::Object(schemes)) = out.get_mut("securitySchemes") {
         for (name, scheme) in &card.security_schemes {
+            if !v03_exact(scheme) {
+                // The Python SDK rebuilds a scheme from its flat v0.3 copy when one is present;
+                // a copy that cannot hold everything would change what it verifies. Leave it out.
+                continue;
+            }
             if let Some(Value::Object(entry)) = schemes.get_mut(name) {
                 entry.extend(flat_scheme(scheme));
             }
@@ -59,6 +64,17 @@ pub fn add_v03_fields(card: &AgentCard, out: &mut Map<String, Value>) -> Result<
         }
     }
     Ok(())
+}
+
+/// Whether the v0.3 shape can carry `s` without loss (no PKCE flag, no device-code flow).
+fn v03_exact(s: &SecurityScheme) -> bool {
+    s.oauth2_security_scheme.as_ref().is_none_or(|o| {
+        o.flows.device_code.is_none()
+            && o.flows
+                .authorization_code
+                .as_ref()
+                .is_none_or(|a| !a.pkce_required)
+    })
 }
 
 /// v0.3 `security`: a list of `{scheme: [scopes]}` maps.

@@ -50,14 +50,20 @@ pub fn keys_from_secret(secret: &Secret) -> Result<Keys, String> {
         if !(name.ends_with(".json") || name.ends_with(".jwk") || name.ends_with(".pem")) {
             continue;
         }
-        let key = SigningKey::from_bytes(bytes, None, None).map_err(|e| format!("key {name:?}: {e}"))?;
+        let key =
+            SigningKey::from_bytes(bytes, None, None).map_err(|e| format!("key {name:?}: {e}"))?;
         if all.iter().any(|k: &SigningKey| k.kid() == key.kid()) {
-            return Err(format!("key {name:?}: key id {:?} is used twice", key.kid()));
+            return Err(format!(
+                "key {name:?}: key id {:?} is used twice",
+                key.kid()
+            ));
         }
         all.push(key);
     }
     if all.is_empty() {
-        return Err("the signing Secret holds no key (entries named *.json, *.jwk or *.pem)".into());
+        return Err(
+            "the signing Secret holds no key (entries named *.json, *.jwk or *.pem)".into(),
+        );
     }
     let active = match secret.annotations().get(ANN_ACTIVE_KEY) {
         Some(kid) => all
@@ -99,7 +105,11 @@ pub fn new_secret(name: &str, namespace: &str, alg: Algorithm) -> Result<Secret,
 }
 
 /// Create the signing Secret with a fresh ES256 key when it does not exist.
-pub async fn ensure_secret(api: &Api<Secret>, name: &str, namespace: &str) -> Result<bool, kube::Error> {
+pub async fn ensure_secret(
+    api: &Api<Secret>,
+    name: &str,
+    namespace: &str,
+) -> Result<bool, kube::Error> {
     if api.get_opt(name).await?.is_some() {
         return Ok(false);
     }
@@ -131,12 +141,20 @@ pub fn jwks_configmap(keys: &Keys, namespace: &str) -> ConfigMap {
 }
 
 /// Publish the JWKS of `keys` (server-side apply).
-pub async fn publish_jwks(client: &kube::Client, keys: &Keys, namespace: &str) -> Result<(), kube::Error> {
+pub async fn publish_jwks(
+    client: &kube::Client,
+    keys: &Keys,
+    namespace: &str,
+) -> Result<(), kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let cm = jwks_configmap(keys, namespace);
-    api.patch(JWKS_CONFIGMAP, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&cm))
-        .await
-        .map(|_| ())
+    api.patch(
+        JWKS_CONFIGMAP,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Cache of parsed keys, keyed by the Secret's resourceVersion.
@@ -150,7 +168,10 @@ impl KeyCache {
     pub fn get(&self, secret: &Secret) -> Result<Arc<Keys>, String> {
         let version = secret.resource_version().unwrap_or_default();
         let mut guard = self.cached.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = guard.as_ref().filter(|k| k.version == version && !version.is_empty()) {
+        if let Some(k) = guard
+            .as_ref()
+            .filter(|k| k.version == version && !version.is_empty())
+        {
             return Ok(k.clone());
         }
         let keys = Arc::new(keys_from_secret(secret)?);
@@ -164,11 +185,19 @@ mod tests {
     use super::*;
 
     fn secret(entries: &[(&str, String)], active: Option<&str>) -> Secret {
-        let data: BTreeMap<String, ByteString> =
-            entries.iter().map(|(k, v)| (k.to_string(), ByteString(v.clone().into_bytes()))).collect();
-        let mut s = Secret { data: Some(data), ..Default::default() };
+        let data: BTreeMap<String, ByteString> = entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.clone().into_bytes())))
+            .collect();
+        let mut s = Secret {
+            data: Some(data),
+            ..Default::default()
+        };
         if let Some(a) = active {
-            s.metadata.annotations = Some(BTreeMap::from([(ANN_ACTIVE_KEY.to_string(), a.to_string())]));
+            s.metadata.annotations = Some(BTreeMap::from([(
+                ANN_ACTIVE_KEY.to_string(),
+                a.to_string(),
+            )]));
         }
         s
     }
@@ -185,19 +214,31 @@ mod tests {
     fn several_keys_need_the_annotation_and_all_are_published() {
         let a = SigningKey::generate(Algorithm::ES256, Some("old")).unwrap();
         let b = SigningKey::generate(Algorithm::ES256, Some("new")).unwrap();
-        let entries = [("old.jwk.json", a.private_jwk_json()), ("new.jwk.json", b.private_jwk_json())];
+        let entries = [
+            ("old.jwk.json", a.private_jwk_json()),
+            ("new.jwk.json", b.private_jwk_json()),
+        ];
         let err = keys_from_secret(&secret(&entries, None)).unwrap_err();
         assert!(err.contains(ANN_ACTIVE_KEY), "{err}");
         let keys = keys_from_secret(&secret(&entries, Some("new"))).unwrap();
         assert_eq!(keys.active.kid(), "new");
-        let kids: Vec<&str> = keys.jwks.keys.iter().map(|k| k["kid"].as_str().unwrap()).collect();
+        let kids: Vec<&str> = keys
+            .jwks
+            .keys
+            .iter()
+            .map(|k| k["kid"].as_str().unwrap())
+            .collect();
         assert_eq!(kids, ["new", "old"]);
         assert!(keys_from_secret(&secret(&entries, Some("gone"))).is_err());
     }
 
     #[test]
     fn broken_keys_are_reported_by_entry() {
-        let err = keys_from_secret(&secret(&[("bad.pem", "-----BEGIN PRIVATE KEY-----\nxx\n".into())], None)).unwrap_err();
+        let err = keys_from_secret(&secret(
+            &[("bad.pem", "-----BEGIN PRIVATE KEY-----\nxx\n".into())],
+            None,
+        ))
+        .unwrap_err();
         assert!(err.starts_with("key \"bad.pem\""), "{err}");
         assert!(keys_from_secret(&secret(&[], None)).is_err());
     }

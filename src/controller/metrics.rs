@@ -66,16 +66,35 @@ impl ControllerMetrics {
         for status in ["True", "False"] {
             let n = ready.values().filter(|s| **s == status).count();
             self.cards
-                .get_or_create(&ConditionLabels { condition: "Ready", status })
+                .get_or_create(&ConditionLabels {
+                    condition: "Ready",
+                    status,
+                })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 
     /// Register in `registry`.
     pub fn register(&self, registry: &mut Registry) {
-        registry.register("agentcard_reconciles", "AgentCard reconciles", self.reconciles.clone());
-        registry.register("agentcard_reconcile_failures", "Failed AgentCard reconciles by category", self.failures.clone());
-        registry.register("agentcard_reconcile_duration_seconds", "AgentCard reconcile duration", self.duration.clone());
-        registry.register("agentcard_cards", "AgentCards by condition and status", self.cards.clone());
+        registry.register(
+            "agentcard_reconciles",
+            "AgentCard reconciles",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "agentcard_reconcile_failures",
+            "Failed AgentCard reconciles by category",
+            self.failures.clone(),
+        );
+        registry.register(
+            "agentcard_reconcile_duration_seconds",
+            "AgentCard reconcile duration",
+            self.duration.clone(),
+        );
+        registry.register(
+            "agentcard_cards",
+            "AgentCards by condition and status",
+            self.cards.clone(),
+        );
     }
 }

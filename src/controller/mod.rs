@@ -25,7 +25,7 @@ use kube::{Client, ResourceExt};
 
 pub use error::Error;
 
-use crate::contract::{LABEL_CONTENT, CONTENT_CARD, LABEL_MANAGED_BY, MANAGER};
+use crate::contract::{CONTENT_CARD, LABEL_CONTENT, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::AgentCard;
 use agentcard::build::{Settings, LABEL_CARD_NAME, LABEL_CARD_NAMESPACE};
 use keys::{KeyCache, Keys};
@@ -74,16 +74,20 @@ pub struct Context {
 impl Context {
     /// The signing keys, parsed once per Secret version.
     pub fn keys(&self) -> Result<Arc<Keys>, Error> {
-        let key = ObjectRef::<Secret>::new(&self.signing_secret).within(&self.settings.operator_namespace);
+        let key = ObjectRef::<Secret>::new(&self.signing_secret)
+            .within(&self.settings.operator_namespace);
         let secret = self.secrets.get(&key).ok_or_else(|| {
             Error::KeyUnavailable(format!(
                 "Secret {}/{} not found",
                 self.settings.operator_namespace, self.signing_secret
             ))
         })?;
-        self.key_cache
-            .get(&secret)
-            .map_err(|e| Error::KeyUnavailable(format!("Secret {}/{}: {e}", self.settings.operator_namespace, self.signing_secret)))
+        self.key_cache.get(&secret).map_err(|e| {
+            Error::KeyUnavailable(format!(
+                "Secret {}/{}: {e}",
+                self.settings.operator_namespace, self.signing_secret
+            ))
+        })
     }
 
     /// Annotations of namespace `ns` (empty when unknown).
@@ -95,7 +99,11 @@ impl Context {
     }
 
     fn object_key(card: &AgentCard) -> String {
-        format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any())
+        format!(
+            "{}/{}",
+            card.namespace().unwrap_or_default(),
+            card.name_any()
+        )
     }
 
     /// The next retry delay of `card`: 1 s doubling to 5 min, with jitter.
@@ -103,23 +111,35 @@ impl Context {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let n = failures.entry(Self::object_key(card)).or_insert(0);
         *n = n.saturating_add(1);
-        let base = Duration::from_secs(1).saturating_mul(1u32 << (*n - 1).min(9)).min(Duration::from_secs(300));
+        let base = Duration::from_secs(1)
+            .saturating_mul(1u32 << (*n - 1).min(9))
+            .min(Duration::from_secs(300));
         // ±20% jitter so many failing cards do not retry in lockstep.
-        let jitter = (std::process::id() as u64 ^ jiff::Timestamp::now().subsec_nanosecond() as u64) % 400;
+        let jitter =
+            (std::process::id() as u64 ^ jiff::Timestamp::now().subsec_nanosecond() as u64) % 400;
         base.mul_f64(0.8 + jitter as f64 / 1000.0)
     }
 
     /// Forget the failures of `card` after a success.
     pub fn reset_backoff(&self, card: &AgentCard) {
-        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&Self::object_key(card));
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&Self::object_key(card));
     }
 }
 
 /// Run the controllers until the process stops or `run` fails to start.
-pub async fn run(client: Client, config: Config, metrics: Arc<metrics::ControllerMetrics>) -> Result<(), Error> {
+pub async fn run(
+    client: Client,
+    config: Config,
+    metrics: Arc<metrics::ControllerMetrics>,
+) -> Result<(), Error> {
     let opns = config.settings.operator_namespace.clone();
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), &opns);
-    if config.create_signing_secret && keys::ensure_secret(&secrets_api, &config.signing_secret, &opns).await? {
+    if config.create_signing_secret
+        && keys::ensure_secret(&secrets_api, &config.signing_secret, &opns).await?
+    {
         tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
     }
 
@@ -133,10 +153,13 @@ pub async fn run(client: Client, config: Config, metrics: Arc<metrics::Controlle
     // Namespaces: a change of allowed hosts re-checks that namespace's cards.
     let (ns_store, ns_writer) = reflector::store();
     let (ns_tx, ns_rx) = futures::channel::mpsc::unbounded::<Namespace>();
-    let ns_feed = watcher(Api::<Namespace>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(ns_writer)
-        .touched_objects();
+    let ns_feed = watcher(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(ns_writer)
+    .touched_objects();
     let mut ns_tx2 = ns_tx.clone();
     tokio::spawn(async move {
         futures::pin_mut!(ns_feed);
@@ -170,14 +193,22 @@ pub async fn run(client: Client, config: Config, metrics: Arc<metrics::Controlle
                         tracing::warn!(error = %e, "could not publish the JWKS");
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures")
+                }
             }
             let _ = all_tx2.send(()).await;
         }
     });
 
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: Some(config.instance.clone()) }),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: Some(config.instance.clone()),
+            },
+        ),
         client: client.clone(),
         metrics,
         settings: config.settings.clone(),
@@ -202,25 +233,37 @@ pub async fn run(client: Client, config: Config, metrics: Arc<metrics::Controlle
                 Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
                 None => Api::<ConfigMap>::all(client.clone()),
             },
-            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}")),
+            watcher::Config::default().labels(&format!(
+                "{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}"
+            )),
         )
-        .watches(cards_api, watcher::Config::default(), move |changed: AgentCard| {
-            // A card that changes or goes away may free or take a host: re-check its peers.
-            let host = changed.spec.publish.host.to_ascii_lowercase();
-            peers
-                .state()
-                .iter()
-                .filter(|c| c.spec.publish.host.eq_ignore_ascii_case(&host) && c.metadata.uid != changed.metadata.uid)
-                .map(|c| ObjectRef::from_obj(c.as_ref()))
-                .collect::<Vec<_>>()
-        })
+        .watches(
+            cards_api,
+            watcher::Config::default(),
+            move |changed: AgentCard| {
+                // A card that changes or goes away may free or take a host: re-check its peers.
+                let host = changed.spec.publish.host.to_ascii_lowercase();
+                peers
+                    .state()
+                    .iter()
+                    .filter(|c| {
+                        c.spec.publish.host.eq_ignore_ascii_case(&host)
+                            && c.metadata.uid != changed.metadata.uid
+                    })
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
         .watches(
             Api::<Ingress>::namespaced(client.clone(), &opns),
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
             move |ing: Ingress| {
                 // Someone deleted or edited an Ingress we write: put it back.
                 let labels = ing.labels();
-                let (Some(ns), Some(name)) = (labels.get(LABEL_CARD_NAMESPACE), labels.get(LABEL_CARD_NAME)) else {
+                let (Some(ns), Some(name)) = (
+                    labels.get(LABEL_CARD_NAMESPACE),
+                    labels.get(LABEL_CARD_NAME),
+                ) else {
                     return None;
                 };
                 let r = ObjectRef::<AgentCard>::new(name).within(ns);

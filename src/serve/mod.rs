@@ -61,7 +61,9 @@ impl Servers {
         on_scrape.push(Arc::new(move || {
             cards.set(i64::try_from(gauge_index.len()).unwrap_or(i64::MAX));
         }));
-        let public = TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+        let public = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
         let admin_listener = TcpListener::bind(admin_listen)
             .await
             .with_context(|| format!("listening on {admin_listen}"))?;
@@ -70,7 +72,11 @@ impl Servers {
             admin_listener,
             index,
             metrics,
-            admin: Arc::new(admin::Admin { registry, ready, on_scrape }),
+            admin: Arc::new(admin::Admin {
+                registry,
+                ready,
+                on_scrape,
+            }),
             limits,
         })
     }

@@ -3,6 +3,7 @@
 
 pub mod cards;
 pub mod http;
+pub mod operator;
 pub mod plane;
 
 use std::path::{Path, PathBuf};
@@ -149,4 +150,27 @@ pub fn sdk_canonical(cards: &[serde_json::Value]) -> Vec<Result<Vec<u8>, String>
         String::from_utf8_lossy(&out.stderr)
     );
     lines
+}
+
+/// The Python SDK's `A2ACardResolver` fetching `host` from `base_url`, then verifying the card
+/// against `jwks`: `(valid, json verdict line)`.
+pub fn sdk_resolve(base_url: &str, host: &str, jwks: &Path) -> (bool, serde_json::Value) {
+    let mut cmd = Command::new(oracle().join("venv/bin/python"));
+    cmd.arg(root().join("tests/oracle/py_resolve.py"))
+        .args(["--base-url", base_url, "--host", host, "--jwks"])
+        .arg(jwks);
+    let out = run(cmd, None);
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rfind(|l| l.starts_with('{'))
+        .map(str::to_string);
+    let verdict: serde_json::Value = line
+        .and_then(|l| serde_json::from_str(&l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "py_resolve printed no verdict: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    (out.status.success() && verdict["valid"] == true, verdict)
 }

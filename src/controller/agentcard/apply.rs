@@ -28,14 +28,26 @@ where
 }
 
 /// Write the ConfigMap, the Ingress and the backend Ingress (or delete a stale one).
-pub async fn apply(client: &Client, built: &Built, card: &AgentCard, settings: &Settings) -> Result<(), Error> {
+pub async fn apply(
+    client: &Client,
+    built: &Built,
+    card: &AgentCard,
+    settings: &Settings,
+) -> Result<(), Error> {
     let ns = card.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let cm_name = built.configmap.name_any();
-    cms.patch(&cm_name, &ssa(), &Patch::Apply(&built.configmap)).await?;
+    cms.patch(&cm_name, &ssa(), &Patch::Apply(&built.configmap))
+        .await?;
 
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
-    ingresses.patch(&built.ingress.name_any(), &ssa(), &Patch::Apply(&built.ingress)).await?;
+    ingresses
+        .patch(
+            &built.ingress.name_any(),
+            &ssa(),
+            &Patch::Apply(&built.ingress),
+        )
+        .await?;
 
     let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
     match &built.backend_ingress {
@@ -50,5 +62,9 @@ pub async fn apply(client: &Client, built: &Built, card: &AgentCard, settings: &
 /// Remove what garbage collection cannot: the Ingress in the operator's namespace.
 pub async fn cleanup(client: &Client, card: &AgentCard, settings: &Settings) -> Result<(), Error> {
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
-    delete_if_present(&ingresses, &ingress_name(&card.namespace().unwrap_or_default(), &card.name_any())).await
+    delete_if_present(
+        &ingresses,
+        &ingress_name(&card.namespace().unwrap_or_default(), &card.name_any()),
+    )
+    .await
 }

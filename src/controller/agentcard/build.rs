@@ -74,7 +74,10 @@ pub fn effective_card(card: &AgentCard) -> A2aCard {
     if let Some(b) = &card.spec.backend {
         let iface = AgentInterface {
             url: format!("https://{}{}", card.spec.publish.host, backend_path(card)),
-            protocol_binding: b.protocol_binding.clone().unwrap_or_else(|| "JSONRPC".into()),
+            protocol_binding: b
+                .protocol_binding
+                .clone()
+                .unwrap_or_else(|| "JSONRPC".into()),
             protocol_version: b.protocol_version.clone().unwrap_or_else(|| "1.0".into()),
             tenant: String::new(),
         };
@@ -146,17 +149,37 @@ pub fn build(
         Some(&jku),
         &previous_signatures,
     )?;
-    let bytes = published_bytes(&signed, PublishOptions { v03_compat: publish.v03_compat })
-        .map_err(|e| Error::InvalidSpec(crate::a2a::Problems(vec![crate::a2a::Problem::error("spec.publish.v03Compat", e.to_string())])))?;
+    let bytes = published_bytes(
+        &signed,
+        PublishOptions {
+            v03_compat: publish.v03_compat,
+        },
+    )
+    .map_err(|e| {
+        Error::InvalidSpec(crate::a2a::Problems(vec![crate::a2a::Problem::error(
+            "spec.publish.v03Compat",
+            e.to_string(),
+        )]))
+    })?;
     let body = String::from_utf8(bytes).unwrap_or_default();
     let hash = content_hash(body.as_bytes());
-    let previous_ann = previous.map(|cm| cm.annotations().clone()).unwrap_or_default();
+    let previous_ann = previous
+        .map(|cm| cm.annotations().clone())
+        .unwrap_or_default();
     let published_at = match previous_ann.get(ANN_CONTENT_HASH) {
-        Some(h) if *h == hash => previous_ann.get(ANN_PUBLISHED_AT).cloned().unwrap_or_else(|| now.to_string()),
+        Some(h) if *h == hash => previous_ann
+            .get(ANN_PUBLISHED_AT)
+            .cloned()
+            .unwrap_or_else(|| now.to_string()),
         _ => now.to_string(),
     };
-    let max_age = publish.cache_max_age_seconds.map_or(i64::from(DEFAULT_MAX_AGE), |m| m.clamp(0, 86_400));
-    let owner = card.controller_owner_ref(&()).map(|o| vec![o]).unwrap_or_default();
+    let max_age = publish
+        .cache_max_age_seconds
+        .map_or(i64::from(DEFAULT_MAX_AGE), |m| m.clamp(0, 86_400));
+    let owner = card
+        .controller_owner_ref(&())
+        .map(|o| vec![o])
+        .unwrap_or_default();
     let labels = json!({
         LABEL_MANAGED_BY: MANAGER,
         LABEL_CARD_NAMESPACE: ns,
@@ -187,7 +210,10 @@ pub fn build(
     }))
     .map_err(|e| Error::Internal(format!("ConfigMap: {e}")))?;
 
-    let mut paths = vec![format!("{prefix}{PATH_CARD}"), format!("{prefix}{PATH_JWKS}")];
+    let mut paths = vec![
+        format!("{prefix}{PATH_CARD}"),
+        format!("{prefix}{PATH_JWKS}"),
+    ];
     if publish.legacy_path {
         paths.push(format!("{prefix}{PATH_LEGACY}"));
     }

@@ -48,7 +48,9 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+    ctx.metrics
+        .duration
+        .observe(started.elapsed().as_secs_f64());
     result
 }
 
@@ -56,11 +58,20 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
 async fn publish(card: &AgentCard, ctx: &Context) -> Result<(build::Built, Vec<String>), Error> {
     let warnings = validate::card(card)?;
     let peers = ctx.cards.state();
-    validate::host(card, &peers, &ctx.allowed_hosts, &|ns| ctx.namespace_annotations(ns))?;
+    validate::host(card, &peers, &ctx.allowed_hosts, &|ns| {
+        ctx.namespace_annotations(ns)
+    })?;
     let keys = ctx.keys()?;
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
+    let cms: Api<ConfigMap> =
+        Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
     let previous = cms.get_opt(&build::configmap_name(card)).await?;
-    let built = build::build(card, &keys, &ctx.settings, previous.as_ref(), jiff::Timestamp::now())?;
+    let built = build::build(
+        card,
+        &keys,
+        &ctx.settings,
+        previous.as_ref(),
+        jiff::Timestamp::now(),
+    )?;
     apply::apply(&ctx.client, &built, card, &ctx.settings).await?;
     Ok((built, warnings))
 }
@@ -70,12 +81,20 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     let next = status::next(&card, &outcome, Time(jiff::Timestamp::now()));
     let before = status::ready_state(card.status.as_ref());
     let after = status::ready_state(Some(&next));
-    ctx.metrics.set_ready(object_key(&card), Some(if outcome.is_ok() { "True" } else { "False" }));
+    ctx.metrics.set_ready(
+        object_key(&card),
+        Some(if outcome.is_ok() { "True" } else { "False" }),
+    );
     if card.status.as_ref() != Some(&next) || before != after {
-        let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
+        let api: Api<AgentCard> =
+            Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
         let patch = serde_json::json!({"status": next});
-        let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
-        api.patch_status(&card.name_any(), &params, &Patch::Merge(&patch)).await?;
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        api.patch_status(&card.name_any(), &params, &Patch::Merge(&patch))
+            .await?;
     }
     if before != after {
         publish_event(&ctx, &card, &outcome).await;
@@ -86,11 +105,21 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
             Ok(Action::requeue(RESYNC))
         }
         Err(e) if e.waits_for_change() => {
-            ctx.metrics.failures.get_or_create(&super::metrics::FailureLabels { category: e.category() }).inc();
+            ctx.metrics
+                .failures
+                .get_or_create(&super::metrics::FailureLabels {
+                    category: e.category(),
+                })
+                .inc();
             Ok(Action::await_change())
         }
         Err(e @ Error::HostConflict { .. }) => {
-            ctx.metrics.failures.get_or_create(&super::metrics::FailureLabels { category: e.category() }).inc();
+            ctx.metrics
+                .failures
+                .get_or_create(&super::metrics::FailureLabels {
+                    category: e.category(),
+                })
+                .inc();
             Ok(Action::requeue(CONFLICT_RECHECK))
         }
         Err(e) => Err(e),
@@ -98,7 +127,11 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
 }
 
 /// One Event per Ready transition: Normal when published, Warning with the failure's reason.
-async fn publish_event(ctx: &Context, card: &AgentCard, outcome: &Result<(build::Built, Vec<String>), Error>) {
+async fn publish_event(
+    ctx: &Context,
+    card: &AgentCard,
+    outcome: &Result<(build::Built, Vec<String>), Error>,
+) {
     let event = match outcome {
         Ok((built, _)) => Event {
             type_: EventType::Normal,
@@ -121,7 +154,11 @@ async fn publish_event(ctx: &Context, card: &AgentCard, outcome: &Result<(build:
 }
 
 fn object_key(card: &AgentCard) -> String {
-    format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any())
+    format!(
+        "{}/{}",
+        card.namespace().unwrap_or_default(),
+        card.name_any()
+    )
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -137,7 +174,12 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// Transient failures: per-object exponential backoff.
 pub fn error_policy(card: Arc<AgentCard>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failures.get_or_create(&super::metrics::FailureLabels { category: error.category() }).inc();
+    ctx.metrics
+        .failures
+        .get_or_create(&super::metrics::FailureLabels {
+            category: error.category(),
+        })
+        .inc();
     let delay = ctx.next_backoff(&card);
     tracing::warn!(card = %format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any()), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)

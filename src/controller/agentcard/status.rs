@@ -15,7 +15,15 @@ pub const SIGNED: &str = "Signed";
 /// Condition type: the ConfigMap and Ingress are written.
 pub const PUBLISHED: &str = "Published";
 
-fn condition(prev: &[Condition], type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>, now: &Time) -> Condition {
+fn condition(
+    prev: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
     let status = if ok { "True" } else { "False" };
     let since = prev
         .iter()
@@ -32,17 +40,40 @@ fn condition(prev: &[Condition], type_: &str, ok: bool, reason: &str, message: S
 }
 
 /// The status after a reconcile of `card` that ended with `outcome`.
-pub fn next(card: &AgentCard, outcome: &Result<(Built, Vec<String>), Error>, now: Time) -> AgentCardStatus {
+pub fn next(
+    card: &AgentCard,
+    outcome: &Result<(Built, Vec<String>), Error>,
+    now: Time,
+) -> AgentCardStatus {
     let prev = card.status.clone().unwrap_or_default();
     let generation = card.metadata.generation;
     let conds = &prev.conditions;
-    let mut status = AgentCardStatus { observed_generation: generation, ..prev.clone() };
+    let mut status = AgentCardStatus {
+        observed_generation: generation,
+        ..prev.clone()
+    };
     match outcome {
         Ok((built, warnings)) => {
             let msg = format!("served at {}", built.url);
             status.conditions = vec![
-                condition(conds, READY, true, "Published", msg.clone(), generation, &now),
-                condition(conds, SIGNED, true, "Signed", format!("signed with key {}", built.key_id), generation, &now),
+                condition(
+                    conds,
+                    READY,
+                    true,
+                    "Published",
+                    msg.clone(),
+                    generation,
+                    &now,
+                ),
+                condition(
+                    conds,
+                    SIGNED,
+                    true,
+                    "Signed",
+                    format!("signed with key {}", built.key_id),
+                    generation,
+                    &now,
+                ),
                 condition(conds, PUBLISHED, true, "Published", msg, generation, &now),
             ];
             status.url = Some(built.url.clone());
@@ -50,7 +81,15 @@ pub fn next(card: &AgentCard, outcome: &Result<(Built, Vec<String>), Error>, now
             status.key_id = Some(built.key_id.clone());
             status.config_map = built.configmap.metadata.name.clone();
             status.warnings = warnings.clone();
-            status.skills = Some(card.spec.card.skills.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(","));
+            status.skills = Some(
+                card.spec
+                    .card
+                    .skills
+                    .iter()
+                    .map(|s| s.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
         }
         Err(e) => {
             let kept = match &prev.url {
@@ -60,17 +99,49 @@ pub fn next(card: &AgentCard, outcome: &Result<(Built, Vec<String>), Error>, now
             let message = format!("{e}{kept}");
             let signing_failed = matches!(e, Error::KeyUnavailable(_) | Error::Signing(_));
             let signed = if signing_failed {
-                condition(conds, SIGNED, false, e.reason(), e.to_string(), generation, &now)
+                condition(
+                    conds,
+                    SIGNED,
+                    false,
+                    e.reason(),
+                    e.to_string(),
+                    generation,
+                    &now,
+                )
             } else {
                 match conds.iter().find(|c| c.type_ == SIGNED) {
                     Some(c) => c.clone(),
-                    None => condition(conds, SIGNED, false, e.reason(), "not signed: the card was not built".into(), generation, &now),
+                    None => condition(
+                        conds,
+                        SIGNED,
+                        false,
+                        e.reason(),
+                        "not signed: the card was not built".into(),
+                        generation,
+                        &now,
+                    ),
                 }
             };
             status.conditions = vec![
-                condition(conds, READY, false, e.reason(), message.clone(), generation, &now),
+                condition(
+                    conds,
+                    READY,
+                    false,
+                    e.reason(),
+                    message.clone(),
+                    generation,
+                    &now,
+                ),
                 signed,
-                condition(conds, PUBLISHED, false, e.reason(), message, generation, &now),
+                condition(
+                    conds,
+                    PUBLISHED,
+                    false,
+                    e.reason(),
+                    message,
+                    generation,
+                    &now,
+                ),
             ];
         }
     }

@@ -34,13 +34,27 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
 
 /// Patterns of a comma-separated list.
 pub fn patterns(list: &str) -> Vec<String> {
-    list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect()
+    list.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Whether a namespace (with `ns_annotations`) may publish on `host`.
-pub fn host_allowed(host: &str, operator: &[String], ns_annotations: &BTreeMap<String, String>) -> bool {
-    let ns_list = ns_annotations.get(ANN_ALLOWED_HOSTS).map(|l| patterns(l)).unwrap_or_default();
-    operator.iter().chain(ns_list.iter()).any(|p| host_matches(p, host))
+pub fn host_allowed(
+    host: &str,
+    operator: &[String],
+    ns_annotations: &BTreeMap<String, String>,
+) -> bool {
+    let ns_list = ns_annotations
+        .get(ANN_ALLOWED_HOSTS)
+        .map(|l| patterns(l))
+        .unwrap_or_default();
+    operator
+        .iter()
+        .chain(ns_list.iter())
+        .any(|p| host_matches(p, host))
 }
 
 /// The A2A validation of the effective card: errors (with `spec.card` paths) or warnings.
@@ -48,7 +62,9 @@ pub fn card(card: &AgentCard) -> Result<Vec<String>, Error> {
     let effective = effective_card(card);
     let errors = validate_card(&effective);
     if !errors.is_empty() {
-        return Err(Error::InvalidSpec(Problems(errors).with_prefix("spec.card")));
+        return Err(Error::InvalidSpec(
+            Problems(errors).with_prefix("spec.card"),
+        ));
     }
     Ok(lint(&effective, LintOptions { public: true })
         .into_iter()
@@ -57,7 +73,11 @@ pub fn card(card: &AgentCard) -> Result<Vec<String>, Error> {
 }
 
 fn claim_key(c: &AgentCard) -> (Timestamp, String, String) {
-    let created = c.metadata.creation_timestamp.as_ref().map_or(Timestamp::MAX, |t| t.0);
+    let created = c
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(Timestamp::MAX, |t| t.0);
     (created, c.namespace().unwrap_or_default(), c.name_any())
 }
 
@@ -77,7 +97,10 @@ pub fn host(
             host,
             namespace: ns,
             operator: operator_allow.to_vec(),
-            namespace_list: annotations.get(ANN_ALLOWED_HOSTS).map(|l| patterns(l)).unwrap_or_default(),
+            namespace_list: annotations
+                .get(ANN_ALLOWED_HOSTS)
+                .map(|l| patterns(l))
+                .unwrap_or_default(),
         });
     }
     let mine = claim_key(card);
@@ -87,12 +110,22 @@ pub fn host(
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| p.metadata.uid != card.metadata.uid)
         .filter(|p| p.spec.publish.host.eq_ignore_ascii_case(&host) && prefix(p) == my_prefix)
-        .filter(|p| host_allowed(&host, operator_allow, &ns_annotations(&p.namespace().unwrap_or_default())))
+        .filter(|p| {
+            host_allowed(
+                &host,
+                operator_allow,
+                &ns_annotations(&p.namespace().unwrap_or_default()),
+            )
+        })
         .map(|p| claim_key(p))
         .filter(|k| *k < mine)
         .min();
     match older {
-        Some((_, ons, oname)) => Err(Error::HostConflict { host, prefix: my_prefix, owner: format!("{ons}/{oname}") }),
+        Some((_, ons, oname)) => Err(Error::HostConflict {
+            host,
+            prefix: my_prefix,
+            owner: format!("{ons}/{oname}"),
+        }),
         None => Ok(()),
     }
 }
@@ -113,7 +146,10 @@ mod tests {
 
     #[test]
     fn namespace_annotation_extends_the_operator_list() {
-        let ann = BTreeMap::from([(ANN_ALLOWED_HOSTS.to_string(), "team.example.com, *.team.example.org".to_string())]);
+        let ann = BTreeMap::from([(
+            ANN_ALLOWED_HOSTS.to_string(),
+            "team.example.com, *.team.example.org".to_string(),
+        )]);
         let op = vec!["*.shared.example.com".to_string()];
         assert!(host_allowed("x.shared.example.com", &op, &BTreeMap::new()));
         assert!(!host_allowed("team.example.com", &op, &BTreeMap::new()));

@@ -1,0 +1,655 @@
+//! The AgentCard controller on the real control plane, run as users run it (`agentcard-operator
+//! run`): every behaviour of the issue, each test in its own namespaces with its own operator.
+
+mod support;
+
+use std::time::Duration;
+
+use agentcard_operator::contract::*;
+use agentcard_operator::crd::AgentCard;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::Client;
+use serde_json::{json, Value};
+use support::operator::Operator;
+use support::plane::{client, wait_for, TestNamespace};
+
+/// The README example with its own name and host.
+fn example(name: &str, host: &str) -> Value {
+    let text =
+        std::fs::read_to_string(support::root().join("examples/weather-agent.yaml")).unwrap();
+    let mut v: Value = serde_yaml::from_str(&text).unwrap();
+    v["metadata"] = json!({"name": name});
+    v["spec"]["publish"]["host"] = json!(host);
+    v["spec"]["card"]["supportedInterfaces"][0]["url"] = json!(format!("https://{host}/a2a/v1"));
+    v
+}
+
+fn host(tag: &str, ns: &str) -> String {
+    format!("{tag}.{ns}.agents.test")
+}
+
+async fn apply(api: &Api<AgentCard>, manifest: &Value) -> Result<AgentCard, kube::Error> {
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    let mut m = manifest.clone();
+    m["apiVersion"] = json!("agentcard.dev/v1alpha1");
+    m["kind"] = json!("AgentCard");
+    api.patch(
+        &name,
+        &PatchParams::apply("platform-engineer").force(),
+        &Patch::Apply(&m),
+    )
+    .await
+}
+
+fn condition(card: &AgentCard, type_: &str) -> Option<(String, String, String)> {
+    card.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Wait until `pred` holds for the card (or fail with its last state and the operator log).
+async fn wait_card(
+    api: &Api<AgentCard>,
+    name: &str,
+    op: &Operator,
+    what: &str,
+    pred: impl Fn(&AgentCard) -> bool,
+) -> AgentCard {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    loop {
+        if let Ok(c) = api.get(name).await {
+            if pred(&c) {
+                return c;
+            }
+            last = Some(c);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "{name}: {what} did not happen; last status {:?}\noperator log:\n{}",
+                last.and_then(|c| c.status),
+                op.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn ready(c: &AgentCard) -> bool {
+    condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+        && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
+}
+
+async fn served_bytes(client: &Client, ns: &str, card: &str) -> Option<String> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    cms.get_opt(&format!("agentcard-{card}"))
+        .await
+        .ok()??
+        .data?
+        .get(KEY_CARD)
+        .cloned()
+}
+
+struct Setup {
+    client: Client,
+    op_ns: TestNamespace,
+    ns: TestNamespace,
+    cards: Api<AgentCard>,
+    operator: Operator,
+}
+
+async fn setup(tag: &str, extra: &[&str]) -> Setup {
+    let client = client().await;
+    let op_ns = TestNamespace::new(&client, &format!("{tag}-op")).await;
+    let ns = TestNamespace::new(&client, tag).await;
+    let operator = Operator::start(&op_ns.name, &ns.name, extra);
+    let cards = Api::namespaced(client.clone(), &ns.name);
+    Setup {
+        client,
+        op_ns,
+        ns,
+        cards,
+        operator,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_example_is_ready_served_and_verifies_with_the_python_sdk() {
+    let s = setup("create", &[]).await;
+    let host = host("weather", &s.ns.name);
+    apply(&s.cards, &example("weather", &host)).await.unwrap();
+    let card = wait_card(&s.cards, "weather", &s.operator, "Ready", ready).await;
+    let status = card.status.clone().unwrap();
+    assert_eq!(
+        status.url.as_deref(),
+        Some(format!("https://{host}/.well-known/agent-card.json").as_str())
+    );
+    assert_eq!(status.config_map.as_deref(), Some("agentcard-weather"));
+    assert_eq!(status.skills.as_deref(), Some("forecast,alerts"));
+    assert!(condition(&card, "Signed").is_some_and(|(s, _, _)| s == "True"));
+    assert!(condition(&card, "Published").is_some_and(|(s, _, _)| s == "True"));
+
+    // The ConfigMap: owned by the card, labelled, annotated, holding the exact bytes served.
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let cm = cms.get("agentcard-weather").await.unwrap();
+    let labels = cm.metadata.labels.clone().unwrap();
+    assert_eq!(
+        labels.get(LABEL_MANAGED_BY).map(String::as_str),
+        Some(MANAGER)
+    );
+    let ann = cm.metadata.annotations.clone().unwrap();
+    assert_eq!(ann.get(ANN_HOST), Some(&host));
+    assert_eq!(ann.get(ANN_CONTENT_HASH), status.content_hash.as_ref());
+    assert_eq!(ann.get(ANN_KEY_ID), status.key_id.as_ref());
+    let owner = &cm.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("AgentCard", "weather", Some(true))
+    );
+    let body = cm.data.unwrap()[KEY_CARD].clone();
+
+    // Served over HTTP by the operator, with the JWKS it publishes.
+    let served = support::http::eventually(Duration::from_secs(10), || {
+        let r = s.operator.get(&host, PATH_CARD);
+        (r.status == 200).then_some(r)
+    })
+    .expect("the card is served");
+    assert_eq!(served.body, body.as_bytes());
+    assert_eq!(
+        served.header("etag"),
+        Some(format!("\"{}\"", status.content_hash.unwrap()).as_str())
+    );
+    let jwks = s.operator.get(&host, PATH_JWKS);
+    assert_eq!(jwks.status, 200);
+
+    // The official Python SDK verifies the ConfigMap's card against the served JWKS.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("card.json"), &body).unwrap();
+    std::fs::write(dir.path().join("jwks.json"), &jwks.body).unwrap();
+    let v = &support::sdk_verify(
+        support::Sdk::Python,
+        &dir.path().join("jwks.json"),
+        &[dir.path().join("card.json")],
+    )[0];
+    assert!(
+        v.valid,
+        "the Python SDK rejects the published card: {:?}",
+        v.error
+    );
+
+    // The Ingress in the operator's namespace routes the well-known paths (Exact) to the server.
+    let ing: Api<Ingress> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let ingress = ing
+        .get(&format!("agentcard-{}-weather", s.ns.name))
+        .await
+        .unwrap();
+    let rule = &ingress.spec.unwrap().rules.unwrap()[0];
+    assert_eq!(rule.host.as_deref(), Some(host.as_str()));
+    let paths: Vec<(String, String)> = rule
+        .http
+        .as_ref()
+        .unwrap()
+        .paths
+        .iter()
+        .map(|p| (p.path.clone().unwrap(), p.path_type.clone()))
+        .collect();
+    assert!(
+        paths.contains(&(PATH_CARD.to_string(), "Exact".to_string())),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&(PATH_JWKS.to_string(), "Exact".to_string())),
+        "{paths:?}"
+    );
+    assert!(
+        !paths.iter().any(|(p, _)| p == PATH_LEGACY),
+        "legacy path only when enabled"
+    );
+
+    // kubectl shows the columns users expect.
+    let out = std::process::Command::new("kubectl")
+        .args(["get", "agentcards", "-n", &s.ns.name])
+        .env("KUBECONFIG", support::plane::kubeconfig())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header: Vec<&str> = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "HOST", "SKILLS", "SIGNED", "READY", "AGE"],
+        "{text}"
+    );
+    assert!(
+        text.contains("forecast,alerts") && text.contains(&host) && text.contains("True"),
+        "{text}"
+    );
+
+    // Metrics of the controller and the server.
+    let m = String::from_utf8(
+        support::http::request(s.operator.server.admin, "GET", "/metrics", &[("Host", "a")]).body,
+    )
+    .unwrap();
+    assert!(m.contains("agentcard_reconciles_total"), "{m}");
+    assert!(
+        m.contains("agentcard_cards{condition=\"Ready\",status=\"True\"} 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_restarts() {
+    let mut s = setup("update", &[]).await;
+    let host = host("upd", &s.ns.name);
+    apply(&s.cards, &example("card", &host)).await.unwrap();
+    wait_card(&s.cards, "card", &s.operator, "Ready", ready).await;
+    let first = served_bytes(&s.client, &s.ns.name, "card").await.unwrap();
+
+    let mut m = example("card", &host);
+    m["spec"]["card"]["description"] = json!("Forecasts, alerts and now pollen counts.");
+    m["spec"]["publish"]["legacyPath"] = json!(true);
+    apply(&s.cards, &m).await.unwrap();
+    let card = wait_card(
+        &s.cards,
+        "card",
+        &s.operator,
+        "Ready at generation 2",
+        |c| ready(c) && c.metadata.generation == Some(2),
+    )
+    .await;
+    let second = served_bytes(&s.client, &s.ns.name, "card").await.unwrap();
+    assert_ne!(first, second);
+    assert!(second.contains("pollen"));
+    assert_eq!(card.status.unwrap().observed_generation, Some(2));
+    support::http::eventually(Duration::from_secs(10), || {
+        (s.operator.get(&host, PATH_LEGACY).status == 200).then_some(())
+    })
+    .expect("legacy path served once enabled");
+
+    // A restart re-reconciles everything: the bytes (and so the ETag) must not change.
+    s.operator.kill();
+    let op2 = Operator::start(&s.op_ns.name, &s.ns.name, &["--lease-duration", "5"]);
+    wait_for(Duration::from_secs(30), || async {
+        op2.logs().contains("acquired the lease")
+    })
+    .await
+    .expect("restarted operator leads");
+    // Trigger a reconcile with a no-op change of metadata.
+    let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    s.cards
+        .patch("card", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        served_bytes(&s.client, &s.ns.name, "card").await.unwrap(),
+        second,
+        "re-signing an unchanged card changed the bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_edit_keeps_the_last_good_card_and_says_why() {
+    let s = setup("invalid", &[]).await;
+    let host = host("inv", &s.ns.name);
+    apply(&s.cards, &example("card", &host)).await.unwrap();
+    wait_card(&s.cards, "card", &s.operator, "Ready", ready).await;
+    let good = served_bytes(&s.client, &s.ns.name, "card").await.unwrap();
+
+    let mut m = example("card", &host);
+    m["spec"]["card"]["skills"][1]["id"] = json!("forecast");
+    m["spec"]["card"]["defaultOutputModes"] = json!(["json"]);
+    apply(&s.cards, &m).await.unwrap();
+    let card = wait_card(&s.cards, "card", &s.operator, "Ready=False", |c| {
+        condition(c, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "InvalidSpec")
+    })
+    .await;
+    let (_, _, message) = condition(&card, "Ready").unwrap();
+    assert!(
+        message.contains("spec.card.skills[1].id: duplicate of skills[0].id"),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec.card.defaultOutputModes[0]"),
+        "{message}"
+    );
+    assert!(
+        message.contains("the last good card stays served"),
+        "{message}"
+    );
+    let status = card.status.clone().unwrap();
+    assert!(
+        status.content_hash.is_some() && status.url.is_some(),
+        "the served card is still reported"
+    );
+    assert_eq!(
+        served_bytes(&s.client, &s.ns.name, "card").await.unwrap(),
+        good,
+        "the invalid edit replaced the good card"
+    );
+
+    // A Warning Event says why, once.
+    let events: Api<Event> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let ok = wait_for(Duration::from_secs(10), || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("InvalidSpec")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+            })
+            .unwrap_or(false)
+    })
+    .await;
+    assert!(ok.is_ok(), "no Warning Event for the invalid edit");
+
+    // What the API server can check is refused at admission, with the field named.
+    let mut bad = example("other", "Not_A_Host");
+    bad["spec"]["card"]["skills"] = json!([]);
+    let err = apply(&s.cards, &bad).await.unwrap_err().to_string();
+    assert!(
+        err.contains("spec.publish.host") && err.contains("DNS name"),
+        "{err}"
+    );
+    assert!(
+        err.contains("spec.card.skills: at least one skill"),
+        "{err}"
+    );
+
+    // Fixing the card publishes it again.
+    apply(&s.cards, &example("card", &host)).await.unwrap();
+    wait_card(&s.cards, "card", &s.operator, "Ready again", ready).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_card_keeps_a_contested_host() {
+    let s = setup("conflict", &[]).await;
+    let host = host("shared", &s.ns.name);
+    apply(&s.cards, &example("first", &host)).await.unwrap();
+    wait_card(&s.cards, "first", &s.operator, "Ready", ready).await;
+    // Creation timestamps have one-second resolution.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    apply(&s.cards, &example("second", &host)).await.unwrap();
+    let second = wait_card(&s.cards, "second", &s.operator, "HostConflict", |c| {
+        condition(c, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "HostConflict")
+    })
+    .await;
+    assert!(condition(&second, "Ready")
+        .unwrap()
+        .2
+        .contains(&format!("{}/first", s.ns.name)));
+    assert!(
+        served_bytes(&s.client, &s.ns.name, "second")
+            .await
+            .is_none(),
+        "the loser published nothing"
+    );
+    assert!(
+        ready(&s.cards.get("first").await.unwrap()),
+        "the older card keeps its host"
+    );
+
+    // A different prefix on the same host is no conflict.
+    let mut third = example("third", &host);
+    third["spec"]["publish"]["pathPrefix"] = json!("/team-c");
+    apply(&s.cards, &third).await.unwrap();
+    wait_card(&s.cards, "third", &s.operator, "Ready", ready).await;
+
+    // When the older card goes, the newer one takes the host.
+    s.cards
+        .delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_card(
+        &s.cards,
+        "second",
+        &s.operator,
+        "Ready after the older card left",
+        ready,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_publish_only_on_allowed_hosts() {
+    let s = setup("allow", &["--allowed-hosts", "*.shared.agents.test"]).await;
+    let allowed = format!("a-{}.shared.agents.test", s.ns.name);
+    apply(&s.cards, &example("ok", &allowed)).await.unwrap();
+    wait_card(&s.cards, "ok", &s.operator, "Ready", ready).await;
+
+    let own = host("own", &s.ns.name);
+    apply(&s.cards, &example("own", &own)).await.unwrap();
+    let refused = wait_card(&s.cards, "own", &s.operator, "HostNotAllowed", |c| {
+        condition(c, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "HostNotAllowed")
+    })
+    .await;
+    assert!(condition(&refused, "Ready").unwrap().2.contains(&own));
+    assert!(served_bytes(&s.client, &s.ns.name, "own").await.is_none());
+
+    // A cluster admin grants the host to the namespace: the card is published without an edit.
+    let namespaces: Api<Namespace> = Api::all(s.client.clone());
+    let patch = json!({"metadata": {"annotations": {"agentcard.dev/allowed-hosts": format!("*.{}.agents.test", s.ns.name)}}});
+    namespaces
+        .patch(&s.ns.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_card(&s.cards, "own", &s.operator, "Ready once allowed", ready).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
+    let s = setup("keys", &[]).await;
+    let (h1, h2) = (host("k1", &s.ns.name), host("k2", &s.ns.name));
+    apply(&s.cards, &example("one", &h1)).await.unwrap();
+    apply(&s.cards, &example("two", &h2)).await.unwrap();
+    let first = wait_card(&s.cards, "one", &s.operator, "Ready", ready).await;
+    wait_card(&s.cards, "two", &s.operator, "Ready", ready).await;
+    let old_kid = first.status.unwrap().key_id.unwrap();
+
+    // Add an EdDSA key and make it active.
+    let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let key = agentcard_operator::a2a::SigningKey::generate(
+        agentcard_operator::a2a::Algorithm::EdDSA,
+        Some("rotated-1"),
+    )
+    .unwrap();
+    let patch = json!({
+        "metadata": {"annotations": {"agentcard.dev/active-key": "rotated-1"}},
+        "stringData": {"rotated-1.jwk.json": key.private_jwk_json()},
+    });
+    secrets
+        .patch(
+            "agentcard-signing-keys",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    for name in ["one", "two"] {
+        wait_card(
+            &s.cards,
+            name,
+            &s.operator,
+            "re-signed with the new key",
+            |c| {
+                ready(c)
+                    && c.status.as_ref().and_then(|st| st.key_id.as_deref()) == Some("rotated-1")
+            },
+        )
+        .await;
+        let body = served_bytes(&s.client, &s.ns.name, name).await.unwrap();
+        let card = agentcard_operator::a2a::AgentCard::from_json_lenient(body.as_bytes()).unwrap();
+        let jwks = agentcard_operator::a2a::Jwks::from_signing_keys([&key]);
+        assert_eq!(
+            agentcard_operator::a2a::jws::verify_card(&card, &jwks)
+                .unwrap()
+                .kid,
+            "rotated-1"
+        );
+    }
+    // The JWKS lists both keys.
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let ok = wait_for(Duration::from_secs(10), || async {
+        cms.get_opt("agentcard-jwks")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.data)
+            .and_then(|d| d.get(KEY_JWKS).cloned())
+            .is_some_and(|j| j.contains("rotated-1") && j.contains(&old_kid))
+    })
+    .await;
+    assert!(ok.is_ok(), "the JWKS does not list the old and the new key");
+
+    // A broken Secret: cards stay as they are, status says why.
+    let before = served_bytes(&s.client, &s.ns.name, "one").await.unwrap();
+    let patch = json!({"stringData": {"rotated-1.jwk.json": "{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"x\":\"broken\"}"}});
+    secrets
+        .patch(
+            "agentcard-signing-keys",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    wait_card(&s.cards, "one", &s.operator, "KeyUnavailable", |c| {
+        condition(c, "Signed").is_some_and(|(st, r, _)| st == "False" && r == "KeyUnavailable")
+    })
+    .await;
+    assert_eq!(
+        served_bytes(&s.client, &s.ns.name, "one").await.unwrap(),
+        before
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_card_removes_its_ingress_and_configmap() {
+    let s = setup("delete", &[]).await;
+    let mut m = example("gone", &host("gone", &s.ns.name));
+    m["spec"]["backend"] = json!({"serviceName": "weather-agent", "port": 8000, "path": "/a2a/v1"});
+    apply(&s.cards, &m).await.unwrap();
+    wait_card(&s.cards, "gone", &s.operator, "Ready", ready).await;
+    let ing_name = format!("agentcard-{}-gone", s.ns.name);
+    let op_ingresses: Api<Ingress> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let local: Api<Ingress> = Api::namespaced(s.client.clone(), &s.ns.name);
+    assert!(op_ingresses.get_opt(&ing_name).await.unwrap().is_some());
+    let backend = local.get("agentcard-gone-backend").await.unwrap();
+    let path = &backend.spec.unwrap().rules.unwrap()[0]
+        .http
+        .clone()
+        .unwrap()
+        .paths[0];
+    assert_eq!(path.backend.service.as_ref().unwrap().name, "weather-agent");
+    // The backend interface is written into the card, first.
+    let body: Value =
+        serde_json::from_str(&served_bytes(&s.client, &s.ns.name, "gone").await.unwrap()).unwrap();
+    assert_eq!(
+        body["supportedInterfaces"][0]["url"],
+        format!("https://{}/a2a/v1", host("gone", &s.ns.name))
+    );
+
+    s.cards
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let done = wait_for(Duration::from_secs(60), || async {
+        matches!(op_ingresses.get_opt(&ing_name).await, Ok(None))
+            && matches!(cms.get_opt("agentcard-gone").await, Ok(None))
+            && matches!(local.get_opt("agentcard-gone-backend").await, Ok(None))
+            && matches!(s.cards.get_opt("gone").await, Ok(None))
+    })
+    .await;
+    assert!(
+        done.is_ok(),
+        "deletion left objects behind\n{}",
+        s.operator.logs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_operators_one_reconciles_and_the_other_takes_over() {
+    let client = client().await;
+    let op_ns = TestNamespace::new(&client, "ha-op").await;
+    let ns = TestNamespace::new(&client, "ha").await;
+    let a = Operator::start(
+        &op_ns.name,
+        &ns.name,
+        &["--lease-duration", "4", "--identity", "op-a"],
+    );
+    let b = Operator::start(
+        &op_ns.name,
+        &ns.name,
+        &["--lease-duration", "4", "--identity", "op-b"],
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &op_ns.name);
+    let holder = std::sync::Mutex::new(String::new());
+    wait_for(Duration::from_secs(20), || async {
+        let h = leases
+            .get_opt("agentcard-operator-leader")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default();
+        *holder.lock().unwrap() = h.clone();
+        !h.is_empty()
+    })
+    .await
+    .expect("a lease holder");
+    let holder = holder.into_inner().unwrap();
+    let (mut leader, follower) = if holder == "op-a" { (a, b) } else { (b, a) };
+    // Exactly one process runs the controllers.
+    assert!(
+        leader.logs().contains("acquired the lease"),
+        "{}",
+        leader.logs()
+    );
+    assert!(
+        !follower.logs().contains("acquired the lease"),
+        "{}",
+        follower.logs()
+    );
+
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), &ns.name);
+    let h = host("ha", &ns.name);
+    apply(&cards, &example("card", &h)).await.unwrap();
+    wait_card(&cards, "card", &leader, "Ready", ready).await;
+    // Both processes serve it.
+    for o in [&leader, &follower] {
+        support::http::eventually(Duration::from_secs(10), || {
+            (o.get(&h, PATH_CARD).status == 200).then_some(())
+        })
+        .expect("served by every replica");
+    }
+
+    // The leader dies without releasing the lease: the other takes over within the lease duration.
+    leader.kill();
+    let started = std::time::Instant::now();
+    wait_for(Duration::from_secs(20), || async {
+        follower.logs().contains("acquired the lease")
+    })
+    .await
+    .expect("takeover");
+    eprintln!(
+        "takeover after {:?} (lease duration 4 s)",
+        started.elapsed()
+    );
+    apply(&cards, &example("after", &host("after", &ns.name)))
+        .await
+        .unwrap();
+    wait_card(&cards, "after", &follower, "Ready after takeover", ready).await;
+}

@@ -1,0 +1,93 @@
+//! `agentcard-operator run` as a test runs it: a real process against the test plane, scoped
+//! to the test's own namespaces so parallel tests never touch each other's cards.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::http::free_port;
+use super::plane::kubeconfig;
+
+/// A running operator process, killed on drop.
+pub struct Operator {
+    /// Public port.
+    pub server: ServerPorts,
+    child: Child,
+    /// Its log file.
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// The ports of a running process.
+pub struct ServerPorts {
+    pub addr: std::net::SocketAddr,
+    pub admin: std::net::SocketAddr,
+}
+
+impl Operator {
+    /// Start `run` for operator namespace `opns`, reconciling cards of `watch` only.
+    pub fn start(opns: &str, watch: &str, extra: &[&str]) -> Operator {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("operator.log");
+        let addr = free_port();
+        let admin = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
+            .arg("run")
+            .args(["--namespace", opns, "--watch-namespace", watch])
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--admin-listen")
+            .arg(admin.to_string())
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig())
+            .env("RUST_LOG", "info,agentcard_operator=debug")
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn operator");
+        let op = Operator {
+            server: ServerPorts { addr, admin },
+            child,
+            log,
+            _dir: dir,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let ready = || {
+            std::net::TcpStream::connect(admin).is_ok()
+                && super::http::request(admin, "GET", "/readyz", &[("Host", "admin")]).status == 200
+        };
+        while !ready() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "operator not ready:\n{}",
+                op.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        op
+    }
+
+    /// Its log so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET on its public port.
+    pub fn get(&self, host: &str, path: &str) -> super::http::Resp {
+        super::http::request(self.server.addr, "GET", path, &[("Host", host)])
+    }
+
+    /// Kill it hard (no lease release), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
