@@ -231,6 +231,21 @@ fn render(args: RenderArgs) -> Result<ExitCode> {
         ));
         card.signatures.clear();
     }
+    // A complete manifest renders exactly as `run` publishes it: backend interface, JWKS URL
+    // under the path prefix, v0.3 fields when the manifest asks for them.
+    let mut jku = args.jku.clone();
+    let mut v03_compat = args.v03_compat;
+    if let Some(m) = &input.manifest {
+        card = crate::controller::agentcard::build::effective_card(m);
+        jku = jku.or_else(|| {
+            Some(format!(
+                "{}{}",
+                crate::controller::agentcard::build::public_base(m),
+                crate::contract::PATH_JWKS
+            ))
+        });
+        v03_compat |= m.spec.publish.v03_compat;
+    }
     let errors = validate(&card);
     if !errors.is_empty() {
         print_problems(&errors, input.prefix);
@@ -245,18 +260,13 @@ fn render(args: RenderArgs) -> Result<ExitCode> {
     print_problems(&warnings, input.prefix);
 
     let keys = load_keys(&args.keys, &args.kids, args.alg.as_deref())?;
-    let jku = args.jku.or_else(|| {
+    let jku = jku.or_else(|| {
         input
             .host
-            .map(|h| format!("https://{h}/.well-known/jwks.json"))
+            .map(|h| format!("https://{h}{}", crate::contract::PATH_JWKS))
     });
     let signed = sign_card(&card, &keys, jku.as_deref())?;
-    let bytes = published_bytes(
-        &signed,
-        PublishOptions {
-            v03_compat: args.v03_compat,
-        },
-    )?;
+    let bytes = published_bytes(&signed, PublishOptions { v03_compat })?;
     let mut out = std::io::stdout().lock();
     out.write_all(&bytes)?;
     out.write_all(b"\n")?;

@@ -18,6 +18,8 @@ pub struct CardInput {
     pub prefix: &'static str,
     /// `spec.publish.host` of a manifest, when present.
     pub host: Option<String>,
+    /// The whole `AgentCard` resource, when the input is a complete manifest.
+    pub manifest: Option<crate::crd::AgentCard>,
 }
 
 /// Parse `text` (YAML or JSON) as an `AgentCard` manifest or a bare card, strictly.
@@ -37,6 +39,7 @@ pub fn read_card(text: &str) -> Result<CardInput, Problems> {
             parsed,
             prefix: "",
             host: None,
+            manifest: None,
         });
     }
     let prefix = "spec.card";
@@ -48,10 +51,12 @@ pub fn read_card(text: &str) -> Result<CardInput, Problems> {
         .pointer("/spec/publish/host")
         .and_then(Value::as_str)
         .map(str::to_string);
+    let manifest = serde_json::from_value(doc.clone()).ok();
     Ok(CardInput {
         parsed,
         prefix,
         host,
+        manifest,
     })
 }
 

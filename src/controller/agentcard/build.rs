@@ -288,3 +288,236 @@ fn ingress_object(
     }))
     .map_err(|e| Error::Internal(format!("Ingress: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::a2a::{Algorithm, SigningKey};
+    use crate::controller::keys::Keys;
+
+    fn keys() -> Keys {
+        let k = SigningKey::generate(Algorithm::EdDSA, Some("k1")).unwrap();
+        Keys {
+            jwks: crate::a2a::Jwks::from_signing_keys([&k]),
+            active: k.clone(),
+            all: vec![k],
+            version: "1".into(),
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            operator_namespace: "ops".into(),
+            service_name: "agentcard-operator".into(),
+            service_port_name: "http".into(),
+        }
+    }
+
+    fn card(extra: serde_json::Value) -> AgentCard {
+        let mut v = json!({
+            "apiVersion": "agentcard.dev/v1alpha1",
+            "kind": "AgentCard",
+            "metadata": {"name": "weather", "namespace": "agents", "uid": "u-1", "generation": 1},
+            "spec": {
+                "publish": {"host": "weather.example.com"},
+                "card": {
+                    "name": "W", "description": "D", "version": "1",
+                    "supportedInterfaces": [{"url": "https://weather.example.com/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+                    "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+                    "skills": [{"id": "f", "name": "F", "description": "d", "tags": ["t"]}]
+                }
+            }
+        });
+        merge(&mut v, extra);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn now() -> jiff::Timestamp {
+        "2026-01-01T00:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn configmap_carries_bytes_owner_labels_and_annotations() {
+        let b = build(&card(json!({})), &keys(), &settings(), None, now()).unwrap();
+        let cm = &b.configmap;
+        assert_eq!(cm.metadata.name.as_deref(), Some("agentcard-weather"));
+        assert_eq!(cm.metadata.namespace.as_deref(), Some("agents"));
+        let ann = cm.metadata.annotations.clone().unwrap();
+        assert_eq!(ann[ANN_HOST], "weather.example.com");
+        assert_eq!(ann[ANN_MAX_AGE], "300");
+        assert_eq!(ann[ANN_KEY_ID], "k1");
+        assert_eq!(ann[ANN_LEGACY_PATH], "false");
+        assert_eq!(ann[ANN_PUBLISHED_AT], "2026-01-01T00:00:00Z");
+        let body = &cm.data.as_ref().unwrap()[KEY_CARD];
+        assert_eq!(ann[ANN_CONTENT_HASH], content_hash(body.as_bytes()));
+        assert_eq!(b.content_hash, content_hash(body.as_bytes()));
+        let owner = &cm.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("AgentCard", "u-1", Some(true))
+        );
+        let signed = A2aCard::from_json_lenient(body.as_bytes()).unwrap();
+        assert_eq!(signed.signatures.len(), 1);
+        let protected = String::from_utf8(
+            base64::Engine::decode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                &signed.signatures[0].protected,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert!(
+            protected.contains("\"jku\":\"https://weather.example.com/.well-known/jwks.json\""),
+            "{protected}"
+        );
+    }
+
+    #[test]
+    fn ingress_routes_exact_well_known_paths_with_prefix_and_legacy() {
+        let c = card(
+            json!({"spec": {"publish": {"pathPrefix": "/team/", "legacyPath": true,
+            "ingress": {"className": "nginx", "tlsSecretName": "tls", "annotations": {"a": "b"}}}}}),
+        );
+        let b = build(&c, &keys(), &settings(), None, now()).unwrap();
+        let ing = serde_json::to_value(&b.ingress).unwrap();
+        assert_eq!(ing["metadata"]["name"], "agentcard-agents-weather");
+        assert_eq!(ing["metadata"]["namespace"], "ops");
+        assert_eq!(ing["metadata"]["annotations"]["a"], "b");
+        assert_eq!(ing["spec"]["ingressClassName"], "nginx");
+        assert_eq!(ing["spec"]["tls"][0]["secretName"], "tls");
+        let paths: Vec<(String, String)> = ing["spec"]["rules"][0]["http"]["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["path"].as_str().unwrap().to_string(),
+                    p["pathType"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                (
+                    "/team/.well-known/agent-card.json".to_string(),
+                    "Exact".to_string()
+                ),
+                (
+                    "/team/.well-known/jwks.json".to_string(),
+                    "Exact".to_string()
+                ),
+                (
+                    "/team/.well-known/agent.json".to_string(),
+                    "Exact".to_string()
+                ),
+            ]
+        );
+        assert_eq!(
+            ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
+            "agentcard-operator"
+        );
+        assert!(
+            ing["metadata"]
+                .get("ownerReferences")
+                .is_none_or(|o| o.as_array().is_some_and(|a| a.is_empty())),
+            "cross-namespace: no owner"
+        );
+        assert_eq!(
+            b.url,
+            "https://weather.example.com/team/.well-known/agent-card.json"
+        );
+        assert_eq!(
+            b.configmap.metadata.annotations.as_ref().unwrap()[ANN_PATH_PREFIX],
+            "/team"
+        );
+    }
+
+    #[test]
+    fn backend_adds_the_public_interface_first_and_its_own_ingress() {
+        let c = card(json!({"spec": {"backend": {"serviceName": "agent", "port": 9000}}}));
+        let b = build(&c, &keys(), &settings(), None, now()).unwrap();
+        let body = &b.configmap.data.as_ref().unwrap()[KEY_CARD];
+        let published: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            published["supportedInterfaces"][0]["url"],
+            "https://weather.example.com/a2a"
+        );
+        assert_eq!(
+            published["supportedInterfaces"].as_array().unwrap().len(),
+            1,
+            "the same URL is not listed twice"
+        );
+        let ing = serde_json::to_value(b.backend_ingress.unwrap()).unwrap();
+        assert_eq!(ing["metadata"]["namespace"], "agents");
+        assert_eq!(
+            ing["spec"]["rules"][0]["http"]["paths"][0]["pathType"],
+            "Prefix"
+        );
+        assert_eq!(
+            ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"]["number"],
+            9000
+        );
+    }
+
+    #[test]
+    fn an_unchanged_card_rebuilds_to_identical_bytes_and_keeps_its_publication_time() {
+        let keys = keys();
+        let es = SigningKey::generate(Algorithm::ES256, Some("es")).unwrap();
+        let keys_es = Keys {
+            jwks: crate::a2a::Jwks::from_signing_keys([&es]),
+            active: es.clone(),
+            all: vec![es],
+            version: "2".into(),
+        };
+        for k in [&keys, &keys_es] {
+            let first = build(&card(json!({})), k, &settings(), None, now()).unwrap();
+            let later: jiff::Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
+            let again = build(
+                &card(json!({})),
+                k,
+                &settings(),
+                Some(&first.configmap),
+                later,
+            )
+            .unwrap();
+            assert_eq!(
+                again.configmap.data, first.configmap.data,
+                "randomised signatures are reused"
+            );
+            assert_eq!(
+                again.configmap.metadata.annotations.as_ref().unwrap()[ANN_PUBLISHED_AT],
+                "2026-01-01T00:00:00Z"
+            );
+            // A content change re-signs and moves the publication time.
+            let changed = build(
+                &card(json!({"spec": {"card": {"description": "New"}}})),
+                k,
+                &settings(),
+                Some(&first.configmap),
+                later,
+            )
+            .unwrap();
+            assert_ne!(changed.content_hash, first.content_hash);
+            assert_eq!(
+                changed.configmap.metadata.annotations.as_ref().unwrap()[ANN_PUBLISHED_AT],
+                "2026-06-01T00:00:00Z"
+            );
+        }
+        // A key change re-signs.
+        let other = build(&card(json!({})), &keys_es, &settings(), None, now()).unwrap();
+        let base = build(&card(json!({})), &keys, &settings(), None, now()).unwrap();
+        assert_ne!(other.content_hash, base.content_hash);
+    }
+}

@@ -1,0 +1,316 @@
+//! Load benchmark of the controller on the local control plane:
+//! `cargo bench --bench controller_load` (env: CARDS=1000, CONCURRENCY=32, KUBECONFIG to use a
+//! running plane instead of starting one).
+//!
+//! Reports: how fast the plane accepts N plain ConfigMap writes (the reference), then for N
+//! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
+//! a card's apply to its bytes being served over HTTP, and the operator's peak RSS.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentcard_operator::crd::AgentCard;
+use futures::{stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn card(name: &str, host: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "agentcard.dev/v1alpha1",
+        "kind": "AgentCard",
+        "metadata": {"name": name},
+        "spec": {
+            "publish": {"host": host},
+            "card": {
+                "name": format!("Agent {name}"),
+                "description": "Load test agent.",
+                "version": "1.0.0",
+                "supportedInterfaces": [{"url": format!("https://{host}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+                "capabilities": {"streaming": true},
+                "defaultInputModes": ["text/plain"],
+                "defaultOutputModes": ["application/json"],
+                "skills": [{"id": "work", "name": "Work", "description": "Does work.", "tags": ["load"]}]
+            }
+        }
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // `cargo bench` passes --bench; nothing else to parse.
+    let n = env_usize("CARDS", 1000);
+    let concurrency = env_usize("CONCURRENCY", 32);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let plane_dir = tempfile::tempdir()?;
+    let kubeconfig = match std::env::var_os("KUBECONFIG").filter(|k| !k.is_empty()) {
+        Some(k) => PathBuf::from(k),
+        None => {
+            eprintln!("starting a control plane in {}", plane_dir.path().display());
+            let ok = Command::new("bash")
+                .arg(root.join("tests/controlplane/start"))
+                .arg(plane_dir.path())
+                .stdout(Stdio::null())
+                .status()?;
+            anyhow::ensure!(ok.success(), "the control plane did not start");
+            plane_dir.path().join("kubeconfig")
+        }
+    };
+    let own_plane = std::env::var_os("KUBECONFIG").is_none_or(|k| k.is_empty());
+    let config = Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&kubeconfig)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    let client = Client::try_from(config)?;
+    let kubectl = |args: &[&str]| {
+        Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .status()
+    };
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        root.join("crds").to_str().unwrap_or("crds"),
+    ])?;
+    kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/agentcards.agentcard.dev",
+        "--timeout=60s",
+    ])?;
+    let run_id = std::process::id();
+    let (op_ns, ref_ns, ns) = (
+        format!("bench-op-{run_id}"),
+        format!("bench-ref-{run_id}"),
+        format!("bench-cards-{run_id}"),
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for name in [&op_ns, &ref_ns, &ns] {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+            )
+            .await?;
+    }
+
+    // Reference: plain writes of the same number of objects, same concurrency.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ref_ns);
+    let started = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(concurrency, |i| {
+            let cms = cms.clone();
+            async move {
+                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("ref-{i}")}, "data": {"k": "v".repeat(600)}})).unwrap_or_default();
+                if let Err(e) = cms.patch(&format!("ref-{i}"), &PatchParams::apply("bench").force(), &Patch::Apply(&cm)).await {
+                    eprintln!("reference write failed: {e}");
+                }
+            }
+        })
+        .await;
+    let reference = started.elapsed();
+
+    // The operator, release build.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let mut op = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
+        .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
+        .args([
+            "--listen",
+            &addr.to_string(),
+            "--admin-listen",
+            &admin.to_string(),
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(16)
+        .build()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ok = http
+            .get(format!("http://{admin}/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().is_success())
+            .unwrap_or(false);
+        if ok {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the operator did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Wait for the operator to lead (the signing Secret and JWKS exist).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), &ns);
+    let applied: Arc<Mutex<HashMap<usize, Instant>>> = Arc::default();
+    let served: Arc<Mutex<HashMap<usize, Duration>>> = Arc::default();
+    let host = move |i: usize| format!("a{i}.bench{run_id}.agents.test");
+
+    // Poll the server for applied-but-not-yet-served cards.
+    let poller = {
+        let (applied, served, http) = (applied.clone(), served.clone(), http.clone());
+        tokio::spawn(async move {
+            loop {
+                let pending: Vec<(usize, Instant)> = {
+                    let a = applied.lock().await;
+                    let s = served.lock().await;
+                    a.iter()
+                        .filter(|(i, _)| !s.contains_key(i))
+                        .map(|(i, t)| (*i, *t))
+                        .collect()
+                };
+                if served.lock().await.len() >= n {
+                    break;
+                }
+                stream::iter(pending)
+                    .for_each_concurrent(16, |(i, t)| {
+                        let (http, served) = (http.clone(), served.clone());
+                        async move {
+                            let r = http
+                                .get(format!("http://{addr}/.well-known/agent-card.json"))
+                                .header("host", host(i))
+                                .send()
+                                .await;
+                            if r.is_ok_and(|r| r.status().is_success()) {
+                                served.lock().await.insert(i, t.elapsed());
+                            }
+                        }
+                    })
+                    .await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+
+    let started = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(concurrency, |i| {
+            let (cards, applied) = (cards.clone(), applied.clone());
+            async move {
+                let name = format!("agent-{i}");
+                let t = Instant::now();
+                match cards
+                    .patch(
+                        &name,
+                        &PatchParams::apply("bench").force(),
+                        &Patch::Apply(&card(&name, &host(i))),
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        applied.lock().await.insert(i, t);
+                    }
+                    Err(e) => eprintln!("apply {name}: {e}"),
+                }
+            }
+        })
+        .await;
+    let applied_in = started.elapsed();
+
+    // All Ready?
+    let ready_deadline = Instant::now() + Duration::from_secs(600);
+    let all_ready = loop {
+        let list = cards.list(&Default::default()).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+            })
+            .count();
+        if ready >= n {
+            break started.elapsed();
+        }
+        anyhow::ensure!(
+            Instant::now() < ready_deadline,
+            "only {ready}/{n} Ready after 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(120), poller).await;
+    let rss = peak_rss_kib(op.id());
+    let _ = op.kill();
+    let _ = op.wait();
+    let mut lat: Vec<Duration> = served.lock().await.values().copied().collect();
+    lat.sort();
+
+    println!("controller load benchmark: {n} objects, concurrency {concurrency}");
+    println!(
+        "  reference: {n} plain ConfigMap writes accepted in {:.2?} ({:.0} writes/s)",
+        reference,
+        n as f64 / reference.as_secs_f64()
+    );
+    println!(
+        "  AgentCards: applied in {:.2?} ({:.0} applies/s); all {n} Ready after {:.2?}",
+        applied_in,
+        n as f64 / applied_in.as_secs_f64(),
+        all_ready
+    );
+    println!(
+        "  apply -> served over HTTP: p50 {:.1?}, p99 {:.1?}, max {:.1?} ({} measured)",
+        percentile(&lat, 0.50),
+        percentile(&lat, 0.99),
+        lat.last().copied().unwrap_or_default(),
+        lat.len()
+    );
+    println!(
+        "  operator peak RSS: {} MiB",
+        rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+    );
+    for name in [&op_ns, &ref_ns, &ns] {
+        let _ = namespaces.delete(name, &Default::default()).await;
+    }
+    if own_plane {
+        let _ = Command::new("bash")
+            .arg(root.join("tests/controlplane/stop"))
+            .arg(plane_dir.path())
+            .stdout(Stdio::null())
+            .status();
+    }
+    Ok(())
+}
