@@ -67,6 +67,8 @@ pub struct Context {
     pub secrets: Store<Secret>,
     /// Name of the signing Secret.
     pub signing_secret: String,
+    /// The Ingresses this operator wrote (every namespace).
+    pub ingresses: Store<Ingress>,
     key_cache: KeyCache,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -88,6 +90,11 @@ impl Context {
                 self.settings.operator_namespace, self.signing_secret
             ))
         })
+    }
+
+    /// The Ingress `namespace/name` as last seen, if it exists.
+    pub fn ingress(&self, namespace: &str, name: &str) -> Option<Arc<Ingress>> {
+        self.ingresses.get(&ObjectRef::new(name).within(namespace))
     }
 
     /// Annotations of namespace `ns` (empty when unknown).
@@ -201,7 +208,18 @@ pub async fn run(
         }
     });
 
+    // The Ingresses we write, cached so unchanged ones are not written again.
+    let (ingress_store, ingress_writer) = reflector::store();
+    let ingress_feed = watcher(
+        Api::<Ingress>::all(client.clone()),
+        watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
+    )
+    .default_backoff()
+    .reflect(ingress_writer)
+    .touched_objects();
+
     let ctx = Arc::new(Context {
+        ingresses: ingress_store.clone(),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -254,22 +272,15 @@ pub async fn run(
                     .collect::<Vec<_>>()
             },
         )
-        .watches(
-            Api::<Ingress>::namespaced(client.clone(), &opns),
-            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
-            move |ing: Ingress| {
-                // Someone deleted or edited an Ingress we write: put it back.
-                let labels = ing.labels();
-                let (Some(ns), Some(name)) = (
-                    labels.get(LABEL_CARD_NAMESPACE),
-                    labels.get(LABEL_CARD_NAME),
-                ) else {
-                    return None;
-                };
-                let r = ObjectRef::<AgentCard>::new(name).within(ns);
-                repair_cards.get(&r).map(|_| r)
-            },
-        )
+        .watches_stream(ingress_feed, move |ing: Ingress| {
+            // Someone deleted or edited an Ingress we write: put it back.
+            let labels = ing.labels();
+            let (Some(ns), Some(name)) = (labels.get(LABEL_CARD_NAMESPACE), labels.get(LABEL_CARD_NAME)) else {
+                return None;
+            };
+            let r = ObjectRef::<AgentCard>::new(name).within(ns);
+            repair_cards.get(&r).map(|_| r)
+        })
         .watches_stream(ns_rx.map(Ok::<_, watcher::Error>), move |ns: Namespace| {
             let name = ns.name_any();
             ns_cards

@@ -48,8 +48,18 @@ pub struct RequestLabels {
     pub code: u16,
 }
 
+/// The (route, status) pairs of nearly every request, resolved to counters once so the hot
+/// path does not hash label sets.
+const COMMON: [(Route, u16); 6] = [
+    (Route::Card, 200),
+    (Route::Card, 304),
+    (Route::Jwks, 200),
+    (Route::Jwks, 304),
+    (Route::NotFound, 404),
+    (Route::Preflight, 204),
+];
+
 /// Counters and gauges of the public HTTP server.
-#[derive(Default)]
 pub struct HttpMetrics {
     /// Requests answered, by route and status.
     pub requests: Family<RequestLabels, Counter>,
@@ -57,6 +67,18 @@ pub struct HttpMetrics {
     pub cards: Gauge,
     /// Open client connections.
     pub connections: Gauge,
+    common: Vec<((Route, u16), Counter)>,
+}
+
+impl Default for HttpMetrics {
+    fn default() -> Self {
+        let requests: Family<RequestLabels, Counter> = Family::default();
+        let common = COMMON
+            .iter()
+            .map(|&(route, code)| ((route, code), requests.get_or_create(&RequestLabels { route: route.into(), code }).clone()))
+            .collect();
+        HttpMetrics { requests, cards: Gauge::default(), connections: Gauge::default(), common }
+    }
 }
 
 impl HttpMetrics {
@@ -81,6 +103,10 @@ impl HttpMetrics {
 
     /// Count one answered request.
     pub fn observe(&self, route: Route, code: u16) {
+        if let Some((_, c)) = self.common.iter().find(|(k, _)| *k == (route, code)) {
+            c.inc();
+            return;
+        }
         self.requests
             .get_or_create(&RequestLabels {
                 route: route.into(),
