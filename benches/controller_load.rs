@@ -143,6 +143,24 @@ async fn main() -> anyhow::Result<()> {
         .await;
     let reference = started.elapsed();
 
+    // Second reference: the same AgentCards accepted by the API server with no operator running
+    // (CRD schema and CEL validation cost alone).
+    let ref_cards: Api<AgentCard> = Api::namespaced(client.clone(), &ref_ns);
+    let started = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(concurrency, |i| {
+            let ref_cards = ref_cards.clone();
+            async move {
+                let name = format!("ref-{i}");
+                let host = format!("r{i}.ref.agents.test");
+                if let Err(e) = ref_cards.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&card(&name, &host))).await {
+                    eprintln!("reference AgentCard write failed: {e}");
+                }
+            }
+        })
+        .await;
+    let reference_cards = started.elapsed();
+
     // The operator, release build.
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
@@ -284,6 +302,11 @@ async fn main() -> anyhow::Result<()> {
         "  reference: {n} plain ConfigMap writes accepted in {:.2?} ({:.0} writes/s)",
         reference,
         n as f64 / reference.as_secs_f64()
+    );
+    println!(
+        "  reference: {n} AgentCards accepted with no operator running in {:.2?} ({:.0} writes/s)",
+        reference_cards,
+        n as f64 / reference_cards.as_secs_f64()
     );
     println!(
         "  AgentCards: applied in {:.2?} ({:.0} applies/s); all {n} Ready after {:.2?}",
