@@ -153,7 +153,14 @@ async fn main() -> anyhow::Result<()> {
             async move {
                 let name = format!("ref-{i}");
                 let host = format!("r{i}.ref.agents.test");
-                if let Err(e) = ref_cards.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&card(&name, &host))).await {
+                if let Err(e) = ref_cards
+                    .patch(
+                        &name,
+                        &PatchParams::apply("bench").force(),
+                        &Patch::Apply(&card(&name, &host)),
+                    )
+                    .await
+                {
                     eprintln!("reference AgentCard write failed: {e}");
                 }
             }

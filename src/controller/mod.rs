@@ -275,7 +275,10 @@ pub async fn run(
         .watches_stream(ingress_feed, move |ing: Ingress| {
             // Someone deleted or edited an Ingress we write: put it back.
             let labels = ing.labels();
-            let (Some(ns), Some(name)) = (labels.get(LABEL_CARD_NAMESPACE), labels.get(LABEL_CARD_NAME)) else {
+            let (Some(ns), Some(name)) = (
+                labels.get(LABEL_CARD_NAMESPACE),
+                labels.get(LABEL_CARD_NAME),
+            ) else {
                 return None;
             };
             let r = ObjectRef::<AgentCard>::new(name).within(ns);

@@ -75,9 +75,24 @@ impl Default for HttpMetrics {
         let requests: Family<RequestLabels, Counter> = Family::default();
         let common = COMMON
             .iter()
-            .map(|&(route, code)| ((route, code), requests.get_or_create(&RequestLabels { route: route.into(), code }).clone()))
+            .map(|&(route, code)| {
+                (
+                    (route, code),
+                    requests
+                        .get_or_create(&RequestLabels {
+                            route: route.into(),
+                            code,
+                        })
+                        .clone(),
+                )
+            })
             .collect();
-        HttpMetrics { requests, cards: Gauge::default(), connections: Gauge::default(), common }
+        HttpMetrics {
+            requests,
+            cards: Gauge::default(),
+            connections: Gauge::default(),
+            common,
+        }
     }
 }
 

@@ -33,11 +33,18 @@ fn ssa() -> PatchParams {
 /// Whether `have` already carries every label and annotation of `want` with the same value.
 fn meta_holds(have: &kube::api::ObjectMeta, want: &kube::api::ObjectMeta) -> bool {
     let holds = |h: &Option<BTreeMap<String, String>>, w: &Option<BTreeMap<String, String>>| {
-        w.iter().flatten().all(|(k, v)| h.as_ref().and_then(|h| h.get(k)) == Some(v))
+        w.iter()
+            .flatten()
+            .all(|(k, v)| h.as_ref().and_then(|h| h.get(k)) == Some(v))
     };
     holds(&have.labels, &want.labels)
         && holds(&have.annotations, &want.annotations)
-        && want.owner_references.iter().flatten().all(|o| have.owner_references.iter().flatten().any(|h| h.uid == o.uid))
+        && want.owner_references.iter().flatten().all(|o| {
+            have.owner_references
+                .iter()
+                .flatten()
+                .any(|h| h.uid == o.uid)
+        })
 }
 
 fn configmap_current(have: Option<&ConfigMap>, want: &ConfigMap) -> bool {
@@ -60,15 +67,32 @@ where
 }
 
 /// Write the ConfigMap, the Ingress and the backend Ingress (or delete a stale one).
-pub async fn apply(client: &Client, built: &Built, card: &AgentCard, settings: &Settings, existing: &Existing<'_>) -> Result<(), Error> {
+pub async fn apply(
+    client: &Client,
+    built: &Built,
+    card: &AgentCard,
+    settings: &Settings,
+    existing: &Existing<'_>,
+) -> Result<(), Error> {
     let ns = card.namespace().unwrap_or_default();
     if !configmap_current(existing.configmap, &built.configmap) {
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-        cms.patch(&built.configmap.name_any(), &ssa(), &Patch::Apply(&built.configmap)).await?;
+        cms.patch(
+            &built.configmap.name_any(),
+            &ssa(),
+            &Patch::Apply(&built.configmap),
+        )
+        .await?;
     }
     if !ingress_current(existing.ingress.as_deref(), &built.ingress) {
         let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
-        ingresses.patch(&built.ingress.name_any(), &ssa(), &Patch::Apply(&built.ingress)).await?;
+        ingresses
+            .patch(
+                &built.ingress.name_any(),
+                &ssa(),
+                &Patch::Apply(&built.ingress),
+            )
+            .await?;
     }
     let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
     match &built.backend_ingress {
@@ -76,7 +100,9 @@ pub async fn apply(client: &Client, built: &Built, card: &AgentCard, settings: &
             local.patch(&b.name_any(), &ssa(), &Patch::Apply(b)).await?;
         }
         Some(_) => {}
-        None if existing.backend.is_some() => delete_if_present(&local, &backend_ingress_name(card)).await?,
+        None if existing.backend.is_some() => {
+            delete_if_present(&local, &backend_ingress_name(card)).await?
+        }
         None => {}
     }
     Ok(())
@@ -85,7 +111,11 @@ pub async fn apply(client: &Client, built: &Built, card: &AgentCard, settings: &
 /// Remove what garbage collection cannot: the Ingress in the operator's namespace.
 pub async fn cleanup(client: &Client, card: &AgentCard, settings: &Settings) -> Result<(), Error> {
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
-    delete_if_present(&ingresses, &ingress_name(&card.namespace().unwrap_or_default(), &card.name_any())).await
+    delete_if_present(
+        &ingresses,
+        &ingress_name(&card.namespace().unwrap_or_default(), &card.name_any()),
+    )
+    .await
 }
 
 #[cfg(test)]
@@ -103,7 +133,10 @@ mod tests {
     #[test]
     fn unchanged_objects_are_not_written_again() {
         let want = cm("a", &[("k", "v")]);
-        assert!(configmap_current(Some(&cm("a", &[("k", "v"), ("other", "kept")])), &want));
+        assert!(configmap_current(
+            Some(&cm("a", &[("k", "v"), ("other", "kept")])),
+            &want
+        ));
         assert!(!configmap_current(Some(&cm("b", &[("k", "v")])), &want));
         assert!(!configmap_current(Some(&cm("a", &[("k", "w")])), &want));
         assert!(!configmap_current(None, &want));

@@ -75,7 +75,10 @@ async fn publish(card: &AgentCard, ctx: &Context) -> Result<(build::Built, Vec<S
     let ns = card.namespace().unwrap_or_default();
     let existing = apply::Existing {
         configmap: previous.as_ref(),
-        ingress: ctx.ingress(&ctx.settings.operator_namespace, &build::ingress_name(&ns, &card.name_any())),
+        ingress: ctx.ingress(
+            &ctx.settings.operator_namespace,
+            &build::ingress_name(&ns, &card.name_any()),
+        ),
         backend: ctx.ingress(&ns, &build::backend_ingress_name(card)),
     };
     apply::apply(&ctx.client, &built, card, &ctx.settings, &existing).await?;
