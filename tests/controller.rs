@@ -235,6 +235,23 @@ async fn the_readme_example_is_ready_served_and_verifies_with_the_python_sdk() {
         "{text}"
     );
 
+    // `kubectl explain` documents the card from the CRD schema.
+    let out = std::process::Command::new("kubectl")
+        .args(["explain", "agentcards.spec.card.skills"])
+        .env("KUBECONFIG", support::plane::kubeconfig())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("What the agent can do"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("tags") && text.contains("Keywords for discovery"),
+        "{text}"
+    );
+
     // Metrics of the controller and the server.
     let m = String::from_utf8(
         support::http::request(s.operator.server.admin, "GET", "/metrics", &[("Host", "a")]).body,

@@ -405,3 +405,56 @@ fn the_python_sdk_card_resolver_fetches_and_verifies_served_cards() {
     let (valid, _) = support::sdk_resolve(&base, "unknown.example.com", &jwks);
     assert!(!valid);
 }
+
+#[test]
+fn verify_fetches_the_card_and_the_jwks_by_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = support::vectors();
+    // A URL's host is the Host header: serve the card for 127.0.0.1.
+    std::fs::copy(
+        v.join("cards/v1-full.signed.json"),
+        dir.path().join("127.0.0.1.json"),
+    )
+    .unwrap();
+    std::fs::copy(v.join("keys/jwks.json"), dir.path().join("jwks.json")).unwrap();
+    let s = serve(dir.path(), &[]);
+    let base = format!("http://{}", s.addr);
+    let mut cmd = support::bin();
+    cmd.arg("verify")
+        .arg(format!("{base}{CARD}"))
+        .arg("--jwks")
+        .arg(format!("{base}/.well-known/jwks.json"));
+    let out = support::run(cmd, None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::fs::copy(
+        v.join("cards/v1-full.tampered.json"),
+        dir.path().join("127.0.0.1.json"),
+    )
+    .unwrap();
+    let changed = eventually(Duration::from_secs(5), || {
+        let mut cmd = support::bin();
+        cmd.arg("verify")
+            .arg(format!("{base}{CARD}"))
+            .arg("--jwks")
+            .arg(format!("{base}/.well-known/jwks.json"));
+        let out = support::run(cmd, None);
+        (out.status.code() == Some(1)).then_some(out)
+    });
+    assert!(
+        changed.is_some(),
+        "a tampered card fetched by URL must not verify"
+    );
+    let mut cmd = support::bin();
+    cmd.arg("verify")
+        .arg(format!("{base}/nope"))
+        .arg("--jwks")
+        .arg(format!("{base}/.well-known/jwks.json"));
+    let out = support::run(cmd, None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("HTTP 404"));
+}

@@ -113,18 +113,15 @@ impl Context {
         )
     }
 
-    /// The next retry delay of `card`: 1 s doubling to 5 min, with jitter.
+    /// The next retry delay of `card` (see [`backoff_delay`]).
     pub fn next_backoff(&self, card: &AgentCard) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let n = failures.entry(Self::object_key(card)).or_insert(0);
         *n = n.saturating_add(1);
-        let base = Duration::from_secs(1)
-            .saturating_mul(1u32 << (*n - 1).min(9))
-            .min(Duration::from_secs(300));
-        // ±20% jitter so many failing cards do not retry in lockstep.
+        // Jitter from the clock's nanoseconds: enough to spread retries, no RNG needed.
         let jitter =
-            (std::process::id() as u64 ^ jiff::Timestamp::now().subsec_nanosecond() as u64) % 400;
-        base.mul_f64(0.8 + jitter as f64 / 1000.0)
+            f64::from(jiff::Timestamp::now().subsec_nanosecond().unsigned_abs() % 1000) / 1000.0;
+        backoff_delay(*n, jitter)
     }
 
     /// Forget the failures of `card` after a success.
@@ -134,6 +131,15 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&Self::object_key(card));
     }
+}
+
+/// Retry delay after the `failures`-th consecutive failure: 1 s doubling to at most 5 min,
+/// scaled by 0.8–1.2 with `jitter` in [0, 1) so failing cards do not retry in lockstep.
+pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
+    let base = Duration::from_secs(1)
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(9))
+        .min(Duration::from_secs(300));
+    base.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
 }
 
 /// Run the controllers until the process stops or `run` fails to start.
@@ -304,4 +310,20 @@ pub async fn run(
     drop(all_tx);
     drop(ns_tx);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_failure_up_to_five_minutes_with_jitter() {
+        let secs = |n| backoff_delay(n, 0.5).as_secs_f64();
+        assert_eq!([secs(1), secs(2), secs(3), secs(4)], [1.0, 2.0, 4.0, 8.0]);
+        assert_eq!(secs(9), 256.0);
+        assert_eq!(secs(10), 300.0);
+        assert_eq!(secs(1000), 300.0);
+        assert!((backoff_delay(1, 0.0).as_secs_f64() - 0.8).abs() < 1e-9);
+        assert!((backoff_delay(1, 0.999).as_secs_f64() - 1.2).abs() < 1e-3);
+    }
 }
