@@ -465,6 +465,14 @@ async fn namespaces_publish_only_on_allowed_hosts() {
     wait_card(&s.cards, "own", &s.operator, "Ready once allowed", ready).await;
 }
 
+async fn merge_secret(secrets: &Api<Secret>, patch: &Value) {
+    let params = PatchParams::default();
+    secrets
+        .patch("agentcard-signing-keys", &params, &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
     let s = setup("keys", &[]).await;
@@ -486,14 +494,7 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
         "metadata": {"annotations": {"agentcard.dev/active-key": "rotated-1"}},
         "stringData": {"rotated-1.jwk.json": key.private_jwk_json()},
     });
-    secrets
-        .patch(
-            "agentcard-signing-keys",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    merge_secret(&secrets, &patch).await;
     for name in ["one", "two"] {
         wait_card(
             &s.cards,
@@ -533,14 +534,7 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
     // A broken Secret: cards stay as they are, status says why.
     let before = served_bytes(&s.client, &s.ns.name, "one").await.unwrap();
     let patch = json!({"stringData": {"rotated-1.jwk.json": "{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"x\":\"broken\"}"}});
-    secrets
-        .patch(
-            "agentcard-signing-keys",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    merge_secret(&secrets, &patch).await;
     wait_card(&s.cards, "one", &s.operator, "KeyUnavailable", |c| {
         condition(c, "Signed").is_some_and(|(st, r, _)| st == "False" && r == "KeyUnavailable")
     })

@@ -88,19 +88,7 @@ async fn an_object_violating_a_cel_rule_is_rejected() {
         .await
         .unwrap();
     let name = created.metadata.name.clone().unwrap();
-    wait_for(Duration::from_secs(30), || async {
-        crds.get(&name)
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
-    })
-    .await
-    .expect("CRD established");
+    support::plane::wait_established(&crds, &name).await;
 
     let ns = TestNamespace::new(&client, "cel").await;
     let ar = ApiResource::from_gvk_with_plural(

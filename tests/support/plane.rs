@@ -137,21 +137,26 @@ pub async fn install_crds(client: &Client) {
             )
             .await
             .unwrap_or_else(|e| panic!("installing CRD {name}: {e}"));
-            wait_for(Duration::from_secs(30), || async {
-                api.get(&name)
-                    .await
-                    .ok()
-                    .and_then(|c| c.status)
-                    .and_then(|s| s.conditions)
-                    .is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c.type_ == "Established" && c.status == "True")
-                    })
-            })
-            .await
-            .unwrap_or_else(|()| panic!("CRD {name} not Established"));
+            wait_established(&api, &name).await;
         }
     }
+}
+
+/// Wait until CRD `name` is Established (or fail the test).
+pub async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) {
+    wait_for(Duration::from_secs(30), || async {
+        api.get(name)
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await
+    .unwrap_or_else(|()| panic!("CRD {name} not Established"));
 }
 
 /// Poll `check` with growing intervals until it holds or `timeout` passes.
