@@ -458,3 +458,28 @@ fn verify_fetches_the_card_and_the_jwks_by_url() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("HTTP 404"));
 }
+
+#[test]
+fn a_second_server_on_the_same_port_is_refused() {
+    let dir = card_dir();
+    let first = serve(dir.path(), &[]);
+    let out = support::run(
+        {
+            let mut cmd = support::bin();
+            cmd.args(["serve", "--from-dir"]).arg(dir.path()).args([
+                "--listen",
+                &first.addr.to_string(),
+                "--admin-listen",
+                &support::http::free_port().to_string(),
+            ]);
+            cmd
+        },
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("listening on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

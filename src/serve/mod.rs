@@ -24,7 +24,7 @@ use crate::index::Index;
 
 /// The public and admin listeners of one process, bound and ready to run.
 pub struct Servers {
-    public: TcpListener,
+    public: Vec<std::net::TcpListener>,
     admin_listener: TcpListener,
     index: Arc<Index>,
     metrics: Arc<metrics::HttpMetrics>,
@@ -61,8 +61,8 @@ impl Servers {
         on_scrape.push(Arc::new(move || {
             cards.set(i64::try_from(gauge_index.len()).unwrap_or(i64::MAX));
         }));
-        let public = TcpListener::bind(listen)
-            .await
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let public = server::bind_reuseport(listen, workers)
             .with_context(|| format!("listening on {listen}"))?;
         let admin_listener = TcpListener::bind(admin_listen)
             .await
@@ -84,7 +84,7 @@ impl Servers {
     /// Serve both ports until one fails.
     pub async fn run(self) -> anyhow::Result<()> {
         tokio::select! {
-            r = server::serve_public(self.public, self.index, self.metrics, self.limits) => r.context("public server"),
+            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits) => r.context("public server"),
             r = admin::serve_admin(self.admin_listener, self.admin) => r.context("admin server"),
         }
     }

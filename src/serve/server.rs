@@ -2,6 +2,7 @@
 //! bodies, timeouts against slow clients. Every request is answered by [`super::http::respond`].
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,5 +108,80 @@ pub async fn serve_public(
             gauge.dec();
             drop(permit);
         });
+    }
+}
+
+/// Bind `workers` listening sockets on `addr` with `SO_REUSEPORT`, so the kernel spreads
+/// connections over them. The first socket fixes the port when `addr` asks for any port.
+pub fn bind_reuseport(
+    addr: SocketAddr,
+    workers: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    use socket2::{Domain, Socket, Type};
+    // SO_REUSEPORT would let a second process share a port it should be refused: take the
+    // port once without it first, so "address in use" is reported as usual.
+    if addr.port() != 0 {
+        drop(std::net::TcpListener::bind(addr)?);
+    }
+    let mut out: Vec<std::net::TcpListener> = Vec::with_capacity(workers.max(1));
+    let mut bound = addr;
+    for _ in 0..workers.max(1) {
+        let socket = Socket::new(Domain::for_address(bound), Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.bind(&bound.into())?;
+        socket.listen(1024)?;
+        socket.set_nonblocking(true)?;
+        let listener: std::net::TcpListener = socket.into();
+        bound = listener.local_addr()?;
+        out.push(listener);
+    }
+    Ok(out)
+}
+
+/// Serve the public port on one OS thread per listener, each with its own single-threaded
+/// runtime (no work stealing, no cross-thread wake-ups on the hot path). Returns when a worker
+/// fails; the index and metrics are shared.
+pub async fn serve_public_per_core(
+    listeners: Vec<std::net::TcpListener>,
+    index: Arc<Index>,
+    metrics: Arc<HttpMetrics>,
+    limits: Limits,
+) -> std::io::Result<()> {
+    let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Error>();
+    let per_worker = Limits {
+        max_connections: (limits.max_connections / listeners.len().max(1)).max(1),
+        ..limits
+    };
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let (index, metrics, failed) = (index.clone(), metrics.clone(), failed_tx.clone());
+        std::thread::Builder::new()
+            .name(format!("http-{i}"))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = failed.send(e);
+                        return;
+                    }
+                };
+                let result = rt.block_on(async move {
+                    let listener = TcpListener::from_std(listener)?;
+                    serve_public(listener, index, metrics, per_worker).await
+                });
+                let _ = failed.send(
+                    result
+                        .err()
+                        .unwrap_or_else(|| std::io::Error::other("HTTP worker stopped")),
+                );
+            })?;
+    }
+    drop(failed_tx);
+    match failed_rx.recv().await {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
