@@ -1,4 +1,5 @@
-//! The card server fed by a watch on the published ConfigMaps of a real control plane.
+//! The card server fed by the published ConfigMaps of a real control plane, each confirmed by
+//! its AgentCard's status. No operator runs here: the tests write what it would.
 
 mod support;
 
@@ -6,10 +7,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use agentcard_operator::contract::*;
+use agentcard_operator::crd::AgentCard;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
 use support::http::{eventually, Server};
-use support::plane::{client, client_for, kubeconfig, OwnPlane, TestNamespace};
+use support::plane::{client, client_for, install_crds, kubeconfig, OwnPlane, TestNamespace};
 
 fn card_cm(name: &str, host: &str, prefix: &str, body: &str, extra: &[(&str, &str)]) -> ConfigMap {
     let mut ann: BTreeMap<String, String> = BTreeMap::from([
@@ -21,7 +24,7 @@ fn card_cm(name: &str, host: &str, prefix: &str, body: &str, extra: &[(&str, &st
     for (k, v) in extra {
         ann.insert((*k).into(), (*v).into());
     }
-    serde_json::from_value(serde_json::json!({
+    serde_json::from_value(json!({
         "metadata": {
             "name": name,
             "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_CARD},
@@ -32,8 +35,18 @@ fn card_cm(name: &str, host: &str, prefix: &str, body: &str, extra: &[(&str, &st
     .unwrap()
 }
 
+/// `cm` with `owner` (an AgentCard) as its controller.
+fn owned(mut cm: ConfigMap, owner: &AgentCard) -> ConfigMap {
+    let reference = json!({
+        "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+        "name": owner.metadata.name, "uid": owner.metadata.uid, "controller": true
+    });
+    cm.metadata.owner_references = Some(vec![serde_json::from_value(reference).unwrap()]);
+    cm
+}
+
 fn jwks_cm(body: &str) -> ConfigMap {
-    serde_json::from_value(serde_json::json!({
+    serde_json::from_value(json!({
         "metadata": {"name": "agentcard-jwks", "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_JWKS}},
         "data": {KEY_JWKS: body},
     }))
@@ -51,31 +64,82 @@ async fn apply(api: &Api<ConfigMap>, cm: &ConfigMap) {
     .unwrap();
 }
 
+/// An AgentCard to own a published ConfigMap.
+async fn owner(api: &Api<AgentCard>, name: &str, host: &str) -> AgentCard {
+    let card = json!({
+        "apiVersion": "agentcard.dev/v1alpha1",
+        "kind": "AgentCard",
+        "metadata": {"name": name},
+        "spec": {
+            "publish": {"host": host},
+            "card": {
+                "name": "N", "description": "D", "version": "1",
+                "supportedInterfaces": [{"url": format!("https://{host}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+                "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+                "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]
+            }
+        }
+    });
+    api.patch(
+        name,
+        &PatchParams::apply("agentcard-tests").force(),
+        &Patch::Apply(&card),
+    )
+    .await
+    .unwrap()
+}
+
+/// What the operator writes once it published `body`: its hash in the card's status.
+async fn confirm(api: &Api<AgentCard>, name: &str, body: &str) {
+    let patch = json!({"status": {"contentHash": content_hash(body.as_bytes())}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Publish `body` for `owner` as the operator does: ConfigMap, then status.
+async fn publish(
+    cms: &Api<ConfigMap>,
+    owners: &Api<AgentCard>,
+    owner: &AgentCard,
+    cm: ConfigMap,
+    body: &str,
+) {
+    apply(cms, &owned(cm, owner)).await;
+    confirm(owners, owner.metadata.name.as_deref().unwrap(), body).await;
+}
+
 fn unique_host(tag: &str) -> String {
     format!("{tag}-{}.agents.test", std::process::id())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn configmap_changes_are_served_and_update_latency_is_reported() {
+async fn confirmed_configmaps_are_served_and_update_latency_is_reported() {
     let client = client().await;
     let op = TestNamespace::new(&client, "op").await;
     let ns = TestNamespace::new(&client, "cards").await;
-    let cards: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let owners: Api<AgentCard> = Api::namespaced(client.clone(), &ns.name);
     let host = unique_host("watch");
-    apply(
-        &cards,
-        &card_cm(
-            "a",
-            &host,
-            "",
-            r#"{"name":"v1"}"#,
-            &[(ANN_LEGACY_PATH, "true")],
-        ),
+    let (a, b) = (
+        owner(&owners, "a", &host).await,
+        owner(&owners, "b", &host).await,
+    );
+    let legacy = [(ANN_LEGACY_PATH, "true")];
+    publish(
+        &cms,
+        &owners,
+        &a,
+        card_cm("a", &host, "", r#"{"name":"v1"}"#, &legacy),
+        r#"{"name":"v1"}"#,
     )
     .await;
-    apply(
-        &cards,
-        &card_cm("b", &host, "/team-b/", r#"{"name":"b"}"#, &[]),
+    publish(
+        &cms,
+        &owners,
+        &b,
+        card_cm("b", &host, "/team-b/", r#"{"name":"b"}"#, &[]),
+        r#"{"name":"b"}"#,
     )
     .await;
     apply(
@@ -84,7 +148,24 @@ async fn configmap_changes_are_served_and_update_latency_is_reported() {
     )
     .await;
     // A JWKS ConfigMap outside the operator's namespace must not be served.
-    apply(&cards, &jwks_cm(r#"{"keys":["forged"]}"#)).await;
+    apply(&cms, &jwks_cm(r#"{"keys":["forged"]}"#)).await;
+    // Card ConfigMaps nobody confirmed must not be served: anyone who can write ConfigMaps in a
+    // namespace could otherwise publish on any host.
+    let forged = unique_host("forged");
+    apply(
+        &cms,
+        &card_cm("forged", &forged, "", r#"{"name":"forged"}"#, &[]),
+    )
+    .await;
+    let c = owner(&owners, "c", &forged).await;
+    publish(
+        &cms,
+        &owners,
+        &c,
+        card_cm("c", &forged, "/c", r#"{"name":"unconfirmed"}"#, &[]),
+        "other bytes",
+    )
+    .await;
 
     let server = Server::start(
         &["--from-cluster", "--namespace", &op.name],
@@ -113,15 +194,42 @@ async fn configmap_changes_are_served_and_update_latency_is_reported() {
         404
     );
     assert_eq!(server.get(&host, PATH_JWKS, &[]).body, br#"{"keys":[]}"#);
+    assert_eq!(
+        server.get(&forged, PATH_CARD, &[]).status,
+        404,
+        "an unowned ConfigMap was served"
+    );
+    assert_eq!(
+        server
+            .get(&forged, "/c/.well-known/agent-card.json", &[])
+            .status,
+        404,
+        "unconfirmed bytes were served"
+    );
 
-    // Update latency: from the API write returning to the new bytes being served.
+    // An update waits for its confirmation; until then the last confirmed version is served.
+    apply(
+        &cms,
+        &owned(
+            card_cm("a", &host, "", r#"{"name":"pending"}"#, &legacy),
+            &a,
+        ),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(server.get(&host, PATH_CARD, &[]).body, br#"{"name":"v1"}"#);
+
+    // Update latency: from the operator's writes (ConfigMap, then status) to the new bytes served.
     let mut latencies = Vec::new();
     for i in 0..5 {
         let body = format!(r#"{{"name":"v{}"}}"#, i + 2);
         let started = Instant::now();
-        apply(
-            &cards,
-            &card_cm("a", &host, "", &body, &[(ANN_LEGACY_PATH, "true")]),
+        publish(
+            &cms,
+            &owners,
+            &a,
+            card_cm("a", &host, "", &body, &legacy),
+            &body,
         )
         .await;
         let written = started.elapsed();
@@ -131,9 +239,9 @@ async fn configmap_changes_are_served_and_update_latency_is_reported() {
         .expect("the update is served");
         latencies.push((written, started.elapsed()));
     }
-    eprintln!("update latency, 5 updates as (API write acknowledged, new bytes served) since the write began: {latencies:?}");
+    eprintln!("update latency, 5 updates as (writes acknowledged, new bytes served) since the writes began: {latencies:?}");
 
-    cards.delete("a", &DeleteParams::default()).await.unwrap();
+    cms.delete("a", &DeleteParams::default()).await.unwrap();
     eventually(Duration::from_secs(10), || {
         (server.get(&host, PATH_CARD, &[]).status == 404).then_some(())
     })
@@ -177,11 +285,18 @@ async fn not_ready_until_the_first_sync() {
 async fn cards_keep_being_served_while_the_api_server_is_down() {
     let plane = OwnPlane::start();
     let client = client_for(&plane.kubeconfig()).await;
-    let cards: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    install_crds(&client).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owners: Api<AgentCard> = Api::namespaced(client.clone(), "default");
     let host = unique_host("outage");
-    apply(
-        &cards,
-        &card_cm("survivor", &host, "", r#"{"name":"survivor"}"#, &[]),
+    let body = r#"{"name":"survivor"}"#;
+    let card = owner(&owners, "survivor", &host).await;
+    publish(
+        &cms,
+        &owners,
+        &card,
+        card_cm("survivor", &host, "", body, &[]),
+        body,
     )
     .await;
     let server = Server::start(
@@ -197,7 +312,7 @@ async fn cards_keep_being_served_while_the_api_server_is_down() {
         r.status, 200,
         "the last known card is served during the outage"
     );
-    assert_eq!(r.body, br#"{"name":"survivor"}"#);
+    assert_eq!(r.body, body.as_bytes());
     assert_eq!(
         server.ready_status(),
         200,
