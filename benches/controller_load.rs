@@ -1,6 +1,7 @@
 //! Load benchmark of the controller on the local control plane:
-//! `cargo bench --bench controller_load` (env: CARDS=1000, CONCURRENCY=32, KUBECONFIG to use a
-//! running plane instead of starting one).
+//! `cargo bench --bench controller_load` (env: CARDS=1000, CONCURRENCY=32 client writers,
+//! OPERATOR_CONCURRENCY=0 for the operator's --concurrency, KUBECONFIG to use a running plane
+//! instead of starting one).
 //!
 //! Reports: how fast the plane accepts N plain ConfigMap writes (the reference), then for N
 //! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
@@ -173,6 +174,10 @@ async fn main() -> anyhow::Result<()> {
     let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let mut op = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
         .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
+        .args([
+            "--concurrency",
+            &env_usize("OPERATOR_CONCURRENCY", 0).to_string(),
+        ])
         .args([
             "--listen",
             &addr.to_string(),

@@ -53,6 +53,9 @@ pub struct RunArgs {
     /// Reconcile only the AgentCards of this namespace (default: every namespace).
     #[arg(long)]
     watch_namespace: Option<String>,
+    /// Most AgentCard reconciles at once (0: unbounded).
+    #[arg(long, default_value_t = 0)]
+    concurrency: u16,
     /// Lease holder identity (default: $POD_NAME, else host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -97,6 +100,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             allowed_hosts: crate::controller::agentcard::validate::patterns(&args.allowed_hosts),
             instance: identity.clone(),
             watch_namespace: args.watch_namespace.clone(),
+            concurrency: args.concurrency,
         };
         tracing::info!(%identity, namespace = %args.namespace, listen = %args.listen, "agentcard-operator running");
         tokio::select! {
