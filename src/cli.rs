@@ -38,39 +38,7 @@ enum Command {
     /// Run the operator: controllers (lease holder only) and the card server (every replica).
     Run(crate::run::RunArgs),
     /// Run the card server alone, over files (`--from-dir`) or the cluster (`--from-cluster`).
-    Serve(ServeArgs),
-}
-
-#[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["from_dir", "from_cluster"])))]
-struct ServeArgs {
-    /// Serve `DIR/<host>.json` for `<host>` and `DIR/jwks.json` on every host.
-    #[arg(long, value_name = "DIR")]
-    from_dir: Option<PathBuf>,
-    /// Serve the cards the controller publishes (ConfigMaps; KUBECONFIG or in-cluster).
-    #[arg(long)]
-    from_cluster: bool,
-    /// The operator's namespace (the JWKS is read from there only).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "agentcard-system")]
-    namespace: String,
-    /// Public address.
-    #[arg(long, default_value = "0.0.0.0:8080")]
-    listen: std::net::SocketAddr,
-    /// Admin address (/metrics, /healthz, /readyz).
-    #[arg(long, default_value = "0.0.0.0:8081")]
-    admin_listen: std::net::SocketAddr,
-    /// Cache-Control max-age of files (with --from-dir).
-    #[arg(long, default_value_t = crate::contract::DEFAULT_MAX_AGE)]
-    max_age: u32,
-    /// Also serve files at the legacy /.well-known/agent.json (with --from-dir).
-    #[arg(long)]
-    legacy_path: bool,
-    /// Most concurrent client connections.
-    #[arg(long, default_value_t = 10_000)]
-    max_connections: usize,
-    /// Seconds a client has to send its request headers.
-    #[arg(long, default_value_t = 10)]
-    header_read_timeout: u64,
+    Serve(crate::serve::cmd::ServeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -151,7 +119,7 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => verify(a),
         Command::Keygen(a) => keygen(a).map(|()| ExitCode::SUCCESS),
         Command::Jwks(a) => jwks(a).map(|()| ExitCode::SUCCESS),
-        Command::Serve(a) => serve(a).map(|()| ExitCode::SUCCESS),
+        Command::Serve(a) => crate::serve::cmd::serve(a).map(|()| ExitCode::SUCCESS),
         Command::Run(a) => crate::run::run(a).map(|()| ExitCode::SUCCESS),
         Command::Crds => crate::crd::crds_yaml()
             .map(|y| print!("{y}"))
@@ -369,91 +337,4 @@ fn jwks(args: JwksArgs) -> Result<()> {
         serde_json::to_string_pretty(&Jwks::from_signing_keys(&keys).to_value())?
     );
     Ok(())
-}
-
-/// Log to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-fn serve(args: ServeArgs) -> Result<()> {
-    use std::sync::Arc;
-
-    use crate::index::Index;
-    use crate::serve::{server, source_cluster, source_dir, Servers};
-
-    init_tracing();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let index = Arc::new(Index::new());
-        let feed = match &args.from_dir {
-            Some(dir) => {
-                let opts = source_dir::DirOptions {
-                    max_age: args.max_age,
-                    legacy: args.legacy_path,
-                    interval: std::time::Duration::from_millis(200),
-                };
-                tokio::spawn(source_dir::watch_dir(dir.clone(), index.clone(), opts))
-            }
-            None => {
-                let client = kube::Client::try_default()
-                    .await
-                    .context("connecting to the cluster")?;
-                tokio::spawn(source_cluster::watch_cluster(
-                    client,
-                    args.namespace.clone(),
-                    index.clone(),
-                ))
-            }
-        };
-        let limits = server::Limits {
-            max_connections: args.max_connections,
-            header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout),
-            ..Default::default()
-        };
-        let registry = prometheus_client::registry::Registry::default();
-        let servers = Servers::bind(
-            args.listen,
-            args.admin_listen,
-            index,
-            registry,
-            vec![],
-            vec![],
-            limits,
-        )
-        .await?;
-        tracing::info!(listen = %args.listen, admin = %args.admin_listen, "serving agent cards");
-        tokio::select! {
-            r = servers.run() => r?,
-            r = feed => r.context("card feed stopped")?,
-            _ = shutdown_signal() => tracing::info!("shutting down"),
-        }
-        Ok(())
-    })
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return ctrl_c.await.unwrap_or(()),
-            };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }

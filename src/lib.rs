@@ -12,5 +12,6 @@ pub mod controller;
 pub mod crd;
 pub mod index;
 pub mod input;
+pub mod process;
 pub mod run;
 pub mod serve;

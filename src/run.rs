@@ -71,7 +71,7 @@ fn default_identity() -> String {
 
 /// Run until SIGTERM.
 pub fn run(args: RunArgs) -> Result<()> {
-    crate::cli::init_tracing();
+    crate::process::init_tracing();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -107,7 +107,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             r = servers.run() => r?,
             r = feed => r.context("card feed stopped")?,
             r = lead(client, config, metrics, identity, args.namespace.clone(), args.lease_duration) => r?,
-            _ = crate::cli::shutdown_signal() => tracing::info!("shutting down"),
+            _ = crate::process::shutdown_signal() => tracing::info!("shutting down"),
         }
         Ok(())
     })

@@ -7,6 +7,7 @@
 //! lookup in the index; [`admin`] answers `/metrics`, `/healthz` and `/readyz` on its own port.
 
 pub mod admin;
+pub mod cmd;
 pub mod http;
 pub mod metrics;
 pub mod server;

@@ -1,0 +1,100 @@
+//! `agentcard-operator serve`: the card server alone, fed by a directory of files or by the
+//! cluster's published ConfigMaps, for benchmarks and for use without the controllers.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::contract::DEFAULT_MAX_AGE;
+
+/// Flags of `serve`: exactly one source, the listen addresses, and limits.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["from_dir", "from_cluster"])))]
+pub struct ServeArgs {
+    /// Serve `DIR/<host>.json` for `<host>` and `DIR/jwks.json` on every host.
+    #[arg(long, value_name = "DIR")]
+    from_dir: Option<PathBuf>,
+    /// Serve the cards the controller publishes (ConfigMaps; KUBECONFIG or in-cluster).
+    #[arg(long)]
+    from_cluster: bool,
+    /// The operator's namespace (the JWKS is read from there only).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "agentcard-system")]
+    namespace: String,
+    /// Public address.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: std::net::SocketAddr,
+    /// Admin address (/metrics, /healthz, /readyz).
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    admin_listen: std::net::SocketAddr,
+    /// Cache-Control max-age of files (with --from-dir).
+    #[arg(long, default_value_t = DEFAULT_MAX_AGE)]
+    max_age: u32,
+    /// Also serve files at the legacy /.well-known/agent.json (with --from-dir).
+    #[arg(long)]
+    legacy_path: bool,
+    /// Most concurrent client connections.
+    #[arg(long, default_value_t = 10_000)]
+    max_connections: usize,
+    /// Seconds a client has to send its request headers.
+    #[arg(long, default_value_t = 10)]
+    header_read_timeout: u64,
+}
+
+/// Run the card server alone until SIGTERM.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    use std::sync::Arc;
+
+    use crate::index::Index;
+    use crate::serve::{server, source_cluster, source_dir, Servers};
+
+    crate::process::init_tracing();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let index = Arc::new(Index::new());
+        let feed = match &args.from_dir {
+            Some(dir) => {
+                let opts = source_dir::DirOptions {
+                    max_age: args.max_age,
+                    legacy: args.legacy_path,
+                    interval: std::time::Duration::from_millis(200),
+                };
+                tokio::spawn(source_dir::watch_dir(dir.clone(), index.clone(), opts))
+            }
+            None => {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the cluster")?;
+                tokio::spawn(source_cluster::watch_cluster(
+                    client,
+                    args.namespace.clone(),
+                    index.clone(),
+                ))
+            }
+        };
+        let limits = server::Limits {
+            max_connections: args.max_connections,
+            header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout),
+            ..Default::default()
+        };
+        let registry = prometheus_client::registry::Registry::default();
+        let servers = Servers::bind(
+            args.listen,
+            args.admin_listen,
+            index,
+            registry,
+            vec![],
+            vec![],
+            limits,
+        )
+        .await?;
+        tracing::info!(listen = %args.listen, admin = %args.admin_listen, "serving agent cards");
+        tokio::select! {
+            r = servers.run() => r?,
+            r = feed => r.context("card feed stopped")?,
+            _ = crate::process::shutdown_signal() => tracing::info!("shutting down"),
+        }
+        Ok(())
+    })
+}
