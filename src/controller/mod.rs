@@ -71,6 +71,8 @@ pub struct Context {
     pub signing_secret: String,
     /// The Ingresses this operator wrote (every namespace).
     pub ingresses: Store<Ingress>,
+    /// Cards to re-check because a peer on their host changed.
+    peers: futures::channel::mpsc::UnboundedSender<ObjectRef<AgentCard>>,
     key_cache: KeyCache,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -92,6 +94,20 @@ impl Context {
                 self.settings.operator_namespace, self.signing_secret
             ))
         })
+    }
+
+    /// Re-check the other cards on `host`: `card` may have freed it (deleted, moved, or no longer
+    /// allowed), or stopped holding it.
+    pub fn recheck_peers(&self, host: &str, card: &AgentCard) {
+        for peer in self.cards.state() {
+            if peer.spec.publish.host.eq_ignore_ascii_case(host)
+                && peer.metadata.uid != card.metadata.uid
+            {
+                let _ = self
+                    .peers
+                    .unbounded_send(ObjectRef::from_obj(peer.as_ref()));
+            }
+        }
     }
 
     /// The Ingress `namespace/name` as last seen, if it exists.
@@ -229,7 +245,9 @@ pub async fn run(
     .reflect(ingress_writer)
     .touched_objects();
 
+    let (peers_tx, peers_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let ctx = Arc::new(Context {
+        peers: peers_tx,
         ingresses: ingress_store.clone(),
         recorder: Recorder::new(
             client.clone(),
@@ -253,7 +271,6 @@ pub async fn run(
     let _ = ns_store.wait_until_ready().await;
     let _ = tokio::time::timeout(Duration::from_secs(30), secret_store.wait_until_ready()).await;
 
-    let peers = cards.clone();
     let repair_cards = cards.clone();
     let ns_cards = cards.clone();
     controller
@@ -266,23 +283,7 @@ pub async fn run(
                 "{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}"
             )),
         )
-        .watches(
-            cards_api,
-            watcher::Config::default(),
-            move |changed: AgentCard| {
-                // A card that changes or goes away may free or take a host: re-check its peers.
-                let host = changed.spec.publish.host.to_ascii_lowercase();
-                peers
-                    .state()
-                    .iter()
-                    .filter(|c| {
-                        c.spec.publish.host.eq_ignore_ascii_case(&host)
-                            && c.metadata.uid != changed.metadata.uid
-                    })
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .reconcile_on(peers_rx)
         .watches_stream(ingress_feed, move |ing: Ingress| {
             // Someone deleted or edited an Ingress we write: put it back.
             let labels = ing.labels();

@@ -50,6 +50,8 @@ pub struct Built {
     pub key_id: String,
     /// Public URL of the card.
     pub url: String,
+    /// The host the previous ConfigMap was served on, if any.
+    pub previous_host: Option<String>,
 }
 
 /// `spec.publish.pathPrefix` normalised: `""` or `/a/b`.
@@ -254,6 +256,7 @@ pub fn build(
         content_hash: hash,
         key_id: keys.active.kid().to_string(),
         url,
+        previous_host: previous_ann.get(ANN_HOST).cloned(),
     })
 }
 

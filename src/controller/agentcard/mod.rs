@@ -42,6 +42,7 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
             FinalizerEvent::Cleanup(card) => {
                 apply::cleanup(&ctx.client, &card, &ctx.settings).await?;
                 ctx.metrics.set_ready(object_key(&card), None);
+                ctx.recheck_peers(&card.spec.publish.host, &card);
                 Ok(Action::await_change())
             }
         }
@@ -107,6 +108,16 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     }
     if before != after {
         publish_event(&ctx, &card, &outcome).await;
+        ctx.recheck_peers(&card.spec.publish.host, &card);
+    }
+    if let Some(old) = outcome
+        .as_ref()
+        .ok()
+        .and_then(|(b, _)| b.previous_host.clone())
+    {
+        if !old.eq_ignore_ascii_case(&card.spec.publish.host) {
+            ctx.recheck_peers(&old, &card);
+        }
     }
     match outcome {
         Ok(_) => {
