@@ -51,25 +51,14 @@ from a2a.utils.signing import (  # noqa: E402
     create_signature_verifier,
 )
 
-from py_verify import DEFAULT_ALGORITHMS, UnknownKidError, load_jwks  # noqa: E402
+from py_verify import DEFAULT_ALGORITHMS, load_jwks, recording_key_provider  # noqa: E402
 
 
 async def resolve(base_url: str, host: str, path: str, keys: dict[str, PyJWK],
                   algorithms: list[str], timeout: float) -> dict:
     result = {'valid': False, 'kid': None, 'name': None, 'error': None}
 
-    # Same bookkeeping as py_verify: the SDK calls the key provider once per
-    # signature and stops at the first that verifies, so the last kid handed
-    # out is the one that verified.
-    tried: list[str] = []
-    unknown: list[str] = []
-
-    def key_provider(kid: str | None, jku: str | None) -> PyJWK:
-        if kid is None or kid not in keys:
-            unknown.append(str(kid))
-            raise UnknownKidError(f'kid {kid!r} not in JWKS')
-        tried.append(kid)
-        return keys[kid]
+    key_provider, tried, unknown = recording_key_provider(keys)
 
     sdk_verifier = create_signature_verifier(key_provider, algorithms)
     seen: list[AgentCard] = []

@@ -79,6 +79,26 @@ def load_jwks(path: str) -> dict[str, PyJWK]:
     return by_kid
 
 
+def recording_key_provider(keys: dict[str, PyJWK]):
+    """A key provider over `keys` that records the kids it handed out and the unknown ones.
+
+    The SDK's verifier calls the key provider once per signature, in order, and stops at the
+    first one that verifies: the last kid handed out is the kid that verified.
+    Returns (provider, tried, unknown).
+    """
+    tried: list[str] = []
+    unknown: list[str] = []
+
+    def key_provider(kid: str | None, jku: str | None) -> PyJWK:
+        if kid is None or kid not in keys:
+            unknown.append(str(kid))
+            raise UnknownKidError(f'kid {kid!r} not in JWKS')
+        tried.append(kid)
+        return keys[kid]
+
+    return key_provider, tried, unknown
+
+
 def check_card(path: str, keys: dict[str, PyJWK], algorithms: list[str],
                signature_only: bool, all_kids: bool = False) -> dict:
     result = {'file': path, 'valid': False, 'kid': None, 'error': None}
@@ -107,18 +127,7 @@ def check_card(path: str, keys: dict[str, PyJWK], algorithms: list[str],
             fields = [err['field'] for err in (e.data or {}).get('errors', [])]
             errors.append('REQUIRED fields missing or empty: ' + ', '.join(fields))
 
-    # The SDK's verifier calls the key provider once per signature, in order,
-    # and stops at the first one that verifies: the last kid for which a key was
-    # handed out is the kid that verified.
-    tried: list[str] = []
-    unknown: list[str] = []
-
-    def key_provider(kid: str | None, jku: str | None) -> PyJWK:
-        if kid is None or kid not in keys:
-            unknown.append(str(kid))
-            raise UnknownKidError(f'kid {kid!r} not in JWKS')
-        tried.append(kid)
-        return keys[kid]
+    key_provider, tried, unknown = recording_key_provider(keys)
 
     verifier = create_signature_verifier(key_provider, algorithms)
     try:
