@@ -102,7 +102,8 @@ pub fn run(args: RunArgs) -> Result<()> {
             watch_namespace: args.watch_namespace.clone(),
             concurrency: args.concurrency,
         };
-        tracing::info!(%identity, namespace = %args.namespace, listen = %args.listen, "agentcard-operator running");
+        tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
+        servers.log_addresses();
         tokio::select! {
             r = servers.run() => r?,
             r = feed => r.context("card feed stopped")?,

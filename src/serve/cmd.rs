@@ -89,7 +89,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             limits,
         )
         .await?;
-        tracing::info!(listen = %args.listen, admin = %args.admin_listen, "serving agent cards");
+        servers.log_addresses();
         tokio::select! {
             r = servers.run() => r?,
             r = feed => r.context("card feed stopped")?,

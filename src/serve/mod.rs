@@ -82,6 +82,16 @@ impl Servers {
         })
     }
 
+    /// The bound public and admin addresses (the real ports when asked for port 0), logged
+    /// once so that supervisors and tests can find them.
+    pub fn log_addresses(&self) {
+        let public = self.public.first().and_then(|l| l.local_addr().ok());
+        let admin = self.admin_listener.local_addr().ok();
+        if let (Some(public), Some(admin)) = (public, admin) {
+            tracing::info!("listening public={public} admin={admin}");
+        }
+    }
+
     /// Serve both ports until one fails.
     pub async fn run(self) -> anyhow::Result<()> {
         tokio::select! {

@@ -94,36 +94,58 @@ pub struct Server {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
     child: Child,
+    _log: tempfile::NamedTempFile,
+}
+
+/// Wait until a process started with port 0 logs `listening public=A admin=B`; panic with its
+/// log if it exits first.
+pub fn wait_for_addresses(log: &Path, child: &mut Child) -> (SocketAddr, SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found = text.lines().find_map(|l| {
+            let rest = &l[l.find("listening public=")? + "listening public=".len()..];
+            let (public, admin) = rest.split_once(" admin=")?;
+            Some((public.trim().parse().ok()?, admin.trim().parse().ok()?))
+        });
+        if let Some(addrs) = found {
+            return addrs;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the process exited ({status}) before listening:\n{text}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the process never logged its addresses:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 impl Server {
-    /// Start `serve` with `args` (source flags etc.) and wait until its admin port answers.
+    /// Start `serve` with `args` (source flags etc.) on ports the process picks itself, and wait
+    /// until it logs them.
     pub fn start(args: &[&str], envs: &[(&str, &Path)]) -> Server {
-        let addr = free_port();
-        let admin = free_port();
+        let log = tempfile::NamedTempFile::new().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"));
         cmd.arg("serve")
             .args(args)
-            .arg("--listen")
-            .arg(addr.to_string())
-            .arg("--admin-listen")
-            .arg(admin.to_string())
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(log.reopen().unwrap());
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().expect("spawn serve");
-        let server = Server { addr, admin, child };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(admin).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "serve did not open its admin port"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let mut child = cmd.spawn().expect("spawn serve");
+        let (addr, admin) = wait_for_addresses(log.path(), &mut child);
+        Server {
+            addr,
+            admin,
+            child,
+            _log: log,
         }
-        server
     }
 
     /// `GET /readyz` status.

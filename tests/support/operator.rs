@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::http::free_port;
 use super::plane::kubeconfig;
 
 /// A running operator process, killed on drop.
@@ -29,16 +28,12 @@ impl Operator {
     pub fn start(opns: &str, watch: &str, extra: &[&str]) -> Operator {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("operator.log");
-        let addr = free_port();
-        let admin = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
             .arg("run")
             .args(["--namespace", opns, "--watch-namespace", watch])
-            .arg("--listen")
-            .arg(addr.to_string())
-            .arg("--admin-listen")
-            .arg(admin.to_string())
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .args(extra)
+            .env("NO_COLOR", "1")
             .env("KUBECONFIG", kubeconfig())
             .env("RUST_LOG", "info,agentcard_operator=debug")
             .env_remove("POD_NAME")
@@ -47,6 +42,7 @@ impl Operator {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn operator");
+        let (addr, admin) = super::http::wait_for_addresses(&log, &mut child);
         let op = Operator {
             server: ServerPorts { addr, admin },
             child,
