@@ -293,41 +293,18 @@ fn keygen(args: KeygenArgs) -> Result<()> {
         KeyFormat::Jwk => println!("{}", key.private_jwk_json()),
         KeyFormat::Pem => print!("{}", key.private_pem()?),
         KeyFormat::Secret => {
-            let entry = secret_entry_name(key.kid());
-            let mut metadata = serde_json::json!({
-                "name": args.secret_name,
-                "annotations": {"agentcard.dev/active-key": key.kid()},
-                "labels": {"app.kubernetes.io/managed-by": "agentcard-operator"},
-            });
-            if let Some(ns) = args.namespace {
-                metadata["namespace"] = serde_json::Value::String(ns);
-            }
-            let secret = serde_json::json!({
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": metadata,
-                "type": "Opaque",
-                "stringData": { entry: key.private_jwk_json() },
-            });
-            print!("{}", serde_yaml::to_string(&secret)?);
+            let secret = crate::controller::keys::secret_for(
+                &key,
+                &args.secret_name,
+                args.namespace.as_deref(),
+            );
+            let mut value = serde_json::to_value(&secret)?;
+            value["apiVersion"] = "v1".into();
+            value["kind"] = "Secret".into();
+            print!("{}", serde_yaml::to_string(&value)?);
         }
     }
     Ok(())
-}
-
-/// The Secret data key for a key id: Secret keys allow only `[-._a-zA-Z0-9]`.
-pub fn secret_entry_name(kid: &str) -> String {
-    let safe: String = kid
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-._".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("{safe}.jwk.json")
 }
 
 fn jwks(args: JwksArgs) -> Result<()> {

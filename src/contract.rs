@@ -45,6 +45,17 @@ pub const PATH_LEGACY: &str = "/.well-known/agent.json";
 /// The path of the JWKS named by signatures' `jku`.
 pub const PATH_JWKS: &str = "/.well-known/jwks.json";
 
+/// Normalise a path prefix, as written in `spec.publish.pathPrefix` or the prefix annotation:
+/// `""`, or `/a/b` with one leading and no trailing slash.
+pub fn normalize_prefix(p: &str) -> String {
+    let trimmed = p.trim().trim_matches('/');
+    if trimmed.is_empty() {
+        String::new()
+    } else {
+        format!("/{trimmed}")
+    }
+}
+
 /// Strong ETag value (without quotes) of served bytes: the first 32 hex digits of SHA-256.
 pub fn content_hash(bytes: &[u8]) -> String {
     use sha2::Digest;

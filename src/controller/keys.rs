@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::ByteString;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 
@@ -87,21 +86,43 @@ pub fn keys_from_secret(secret: &Secret) -> Result<Keys, String> {
     })
 }
 
-/// A Secret holding one fresh key, as `keygen --format secret` writes it.
-pub fn new_secret(name: &str, namespace: &str, alg: Algorithm) -> Result<Secret, String> {
-    let key = SigningKey::generate(alg, None).map_err(|e| e.to_string())?;
-    let entry = crate::cli::secret_entry_name(key.kid());
-    serde_json::from_value(serde_json::json!({
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGER},
-            "annotations": {ANN_ACTIVE_KEY: key.kid()},
-        },
-        "type": "Opaque",
-        "data": {entry: ByteString(key.private_jwk_json().into_bytes())},
-    }))
-    .map_err(|e| e.to_string())
+/// The Secret entry name for a key id: Secret keys allow only `[-._a-zA-Z0-9]`.
+pub fn secret_entry_name(kid: &str) -> String {
+    let safe: String = kid
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-._".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{safe}.jwk.json")
+}
+
+/// A signing Secret holding `key` as its active key: what the operator creates on first start
+/// and what `keygen --format secret` prints.
+pub fn secret_for(key: &SigningKey, name: &str, namespace: Option<&str>) -> Secret {
+    let mut secret = Secret {
+        type_: Some("Opaque".into()),
+        string_data: Some(BTreeMap::from([(
+            secret_entry_name(key.kid()),
+            key.private_jwk_json(),
+        )])),
+        ..Default::default()
+    };
+    secret.metadata.name = Some(name.into());
+    secret.metadata.namespace = namespace.map(str::to_string);
+    secret.metadata.labels = Some(BTreeMap::from([(
+        LABEL_MANAGED_BY.to_string(),
+        MANAGER.to_string(),
+    )]));
+    secret.metadata.annotations = Some(BTreeMap::from([(
+        ANN_ACTIVE_KEY.to_string(),
+        key.kid().to_string(),
+    )]));
+    secret
 }
 
 /// Create the signing Secret with a fresh ES256 key when it does not exist.
@@ -113,8 +134,9 @@ pub async fn ensure_secret(
     if api.get_opt(name).await?.is_some() {
         return Ok(false);
     }
-    let secret = new_secret(name, namespace, Algorithm::ES256)
-        .map_err(|e| kube::Error::Service(e.into()))?;
+    let key =
+        SigningKey::generate(Algorithm::ES256, None).map_err(|e| kube::Error::Service(e.into()))?;
+    let secret = secret_for(&key, name, Some(namespace));
     match api.create(&PostParams::default(), &secret).await {
         Ok(_) => Ok(true),
         // Another process created it first: fine.
@@ -183,6 +205,7 @@ impl KeyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::ByteString;
 
     fn secret(entries: &[(&str, String)], active: Option<&str>) -> Secret {
         let data: BTreeMap<String, ByteString> = entries

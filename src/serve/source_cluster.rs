@@ -37,16 +37,6 @@ fn timestamp(text: Option<&String>) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs(secs))
 }
 
-/// Normalise a path prefix: `""`, or `/a/b` with one leading and no trailing slash.
-pub fn normalize_prefix(p: &str) -> String {
-    let trimmed = p.trim().trim_matches('/');
-    if trimmed.is_empty() {
-        String::new()
-    } else {
-        format!("/{trimmed}")
-    }
-}
-
 fn source(cm: &ConfigMap) -> String {
     format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any())
 }

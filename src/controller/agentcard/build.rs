@@ -56,7 +56,7 @@ pub struct Built {
 
 /// `spec.publish.pathPrefix` normalised: `""` or `/a/b`.
 pub fn prefix(card: &AgentCard) -> String {
-    crate::serve::source_cluster::normalize_prefix(&card.spec.publish.path_prefix)
+    normalize_prefix(&card.spec.publish.path_prefix)
 }
 
 /// `https://<host><prefix>`.
