@@ -45,6 +45,11 @@ pub const PATH_LEGACY: &str = "/.well-known/agent.json";
 /// The path of the JWKS named by signatures' `jku`.
 pub const PATH_JWKS: &str = "/.well-known/jwks.json";
 
+/// Name of the ConfigMap holding the card of the AgentCard `name` (in the card's namespace).
+pub fn card_configmap_name(card_name: &str) -> String {
+    format!("agentcard-{card_name}")
+}
+
 /// Normalise a path prefix, as written in `spec.publish.pathPrefix` or the prefix annotation:
 /// `""`, or `/a/b` with one leading and no trailing slash.
 pub fn normalize_prefix(p: &str) -> String {

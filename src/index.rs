@@ -108,25 +108,29 @@ struct State {
 }
 
 impl State {
-    fn reindex_host(&mut self, host: &str) {
-        let mut entries: Vec<Arc<CardEntry>> = self
-            .by_source
-            .values()
-            .filter(|e| e.host == host)
-            .cloned()
-            .collect();
-        entries.sort_by(|a, b| {
-            b.prefix
-                .len()
-                .cmp(&a.prefix.len())
-                .then(a.created.cmp(&b.created))
-                .then(a.source.cmp(&b.source))
-        });
-        if entries.is_empty() {
-            self.by_host.remove(host);
-        } else {
-            self.by_host.insert(host.to_string(), entries);
+    /// Per-host order: longest prefix first (most specific route), then oldest claim.
+    fn order(a: &Arc<CardEntry>, b: &Arc<CardEntry>) -> std::cmp::Ordering {
+        b.prefix
+            .len()
+            .cmp(&a.prefix.len())
+            .then(a.created.cmp(&b.created))
+            .then(a.source.cmp(&b.source))
+    }
+
+    /// Drop `source` from its host's list (the list of one host, not the whole index).
+    fn unlink(&mut self, entry: &CardEntry) {
+        if let Some(list) = self.by_host.get_mut(&entry.host) {
+            list.retain(|e| e.source != entry.source);
+            if list.is_empty() {
+                self.by_host.remove(&entry.host);
+            }
         }
+    }
+
+    fn link(&mut self, entry: Arc<CardEntry>) {
+        let list = self.by_host.entry(entry.host.clone()).or_default();
+        list.push(entry);
+        list.sort_by(Self::order);
     }
 }
 
@@ -155,37 +159,19 @@ impl Index {
 
     /// Insert or replace the card from `entry.source`.
     pub fn upsert(&self, entry: CardEntry) {
+        let entry = Arc::new(entry);
         let mut st = self.write();
-        let old_host = st.by_source.get(&entry.source).map(|e| e.host.clone());
-        let host = entry.host.clone();
-        st.by_source.insert(entry.source.clone(), Arc::new(entry));
-        if let Some(old) = old_host.filter(|h| *h != host) {
-            st.reindex_host(&old);
+        if let Some(old) = st.by_source.insert(entry.source.clone(), entry.clone()) {
+            st.unlink(&old);
         }
-        st.reindex_host(&host);
+        st.link(entry);
     }
 
     /// Remove the card from `source`, if any.
     pub fn remove(&self, source: &str) {
         let mut st = self.write();
         if let Some(e) = st.by_source.remove(source) {
-            st.reindex_host(&e.host);
-        }
-    }
-
-    /// Replace every card at once (a feed's full sync); the JWKS is kept.
-    pub fn replace_all(&self, entries: Vec<CardEntry>) {
-        let mut st = self.write();
-        st.by_source = entries
-            .into_iter()
-            .map(|e| (e.source.clone(), Arc::new(e)))
-            .collect();
-        st.by_host.clear();
-        let hosts: Vec<String> = st.by_source.values().map(|e| e.host.clone()).collect();
-        for h in hosts {
-            if !st.by_host.contains_key(&h) {
-                st.reindex_host(&h);
-            }
+            st.unlink(&e);
         }
     }
 

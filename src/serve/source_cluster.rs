@@ -109,6 +109,8 @@ struct Feed {
     candidates: HashMap<String, Candidate>,
     /// AgentCard uid → `status.contentHash`.
     confirmed: HashMap<String, Option<String>>,
+    /// AgentCard uid → sources of the candidates it owns (kept with `candidates`).
+    owned: HashMap<String, HashSet<String>>,
     relist_cms: Option<HashSet<String>>,
     relist_cards: Option<HashSet<String>>,
     cms_synced: bool,
@@ -131,22 +133,17 @@ impl Feed {
         }
     }
 
-    fn settle_owned_by(&self, uid: &str) {
-        let sources: Vec<String> = self
-            .candidates
-            .iter()
-            .filter(|(_, c)| c.owner.as_deref() == Some(uid))
-            .map(|(s, _)| s.clone())
-            .collect();
-        for s in sources {
-            self.settle(&s);
-        }
-    }
-
     fn apply_cm(&mut self, cm: &ConfigMap) {
         match classify(cm, &self.operator_ns) {
             Doc::Card(entry, owner, hash) => {
                 let src = entry.source.clone();
+                self.forget(&src);
+                if let Some(uid) = &owner {
+                    self.owned
+                        .entry(uid.clone())
+                        .or_default()
+                        .insert(src.clone());
+                }
                 self.candidates
                     .insert(src.clone(), Candidate { entry, owner, hash });
                 self.settle(&src);
@@ -163,15 +160,39 @@ impl Feed {
         {
             self.index.set_jwks(None);
         }
-        self.candidates.remove(&src);
+        self.forget(&src);
         self.index.remove(&src);
+    }
+
+    /// Drop the candidate from `source` and its owner link.
+    fn forget(&mut self, source: &str) {
+        if let Some(uid) = self.candidates.remove(source).and_then(|c| c.owner) {
+            if let Some(set) = self.owned.get_mut(&uid) {
+                set.remove(source);
+                if set.is_empty() {
+                    self.owned.remove(&uid);
+                }
+            }
+        }
     }
 
     fn apply_card(&mut self, card: &AgentCard) {
         let Some(uid) = card.uid() else { return };
         let hash = card.status.as_ref().and_then(|s| s.content_hash.clone());
-        self.confirmed.insert(uid.clone(), hash);
-        self.settle_owned_by(&uid);
+        if self.confirmed.insert(uid.clone(), hash.clone()) == Some(hash) {
+            // Most card events (spec edits, conditions) do not confirm new bytes.
+            return;
+        }
+        let sources: Vec<String> = self
+            .owned
+            .get(&uid)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        for source in sources {
+            self.settle(&source);
+        }
     }
 
     fn mark_ready(&self) {
@@ -199,7 +220,7 @@ impl Feed {
                         .cloned()
                         .collect();
                     for s in gone {
-                        self.candidates.remove(&s);
+                        self.forget(&s);
                         self.index.remove(&s);
                     }
                     for e in self.index.entries() {
@@ -264,6 +285,7 @@ pub async fn watch_cluster(client: Client, operator_ns: String, index: Arc<Index
         operator_ns,
         candidates: HashMap::new(),
         confirmed: HashMap::new(),
+        owned: HashMap::new(),
         relist_cms: None,
         relist_cards: None,
         cms_synced: false,

@@ -107,7 +107,7 @@ fn backend_path(card: &AgentCard) -> String {
 
 /// Name of the card's ConfigMap.
 pub fn configmap_name(card: &AgentCard) -> String {
-    format!("agentcard-{}", card.name_any())
+    card_configmap_name(&card.name_any())
 }
 
 /// Name of the card's Ingress in the operator's namespace (unique per card).
