@@ -73,7 +73,7 @@ pub struct Context {
     pub ingresses: Store<Ingress>,
     /// Cards to re-check because a peer on their host changed.
     peers: futures::channel::mpsc::UnboundedSender<ObjectRef<AgentCard>>,
-    key_cache: KeyCache,
+    key_cache: Arc<KeyCache>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -217,11 +217,14 @@ pub async fn run(
     let jwks_client = client.clone();
     let jwks_ns = opns.clone();
     let mut all_tx2 = all_tx.clone();
+    // One parse per Secret version, shared with the reconciles.
+    let key_cache = Arc::new(KeyCache::default());
+    let publisher_cache = key_cache.clone();
     tokio::spawn(async move {
         futures::pin_mut!(secret_feed);
         while let Some(ev) = secret_feed.next().await {
             let Ok(secret) = ev else { continue };
-            match keys::keys_from_secret(&secret) {
+            match publisher_cache.get(&secret) {
                 Ok(k) => {
                     if let Err(e) = keys::publish_jwks(&jwks_client, &k, &jwks_ns).await {
                         tracing::warn!(error = %e, "could not publish the JWKS");
@@ -264,7 +267,7 @@ pub async fn run(
         namespaces: ns_store.clone(),
         secrets: secret_store.clone(),
         signing_secret: config.signing_secret.clone(),
-        key_cache: KeyCache::default(),
+        key_cache,
         failures: Mutex::new(HashMap::new()),
     });
     // Start reconciling only with the stores the reconciler reads.
