@@ -307,7 +307,22 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
         .patch("card", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Wait until the new process has really reconciled the card (twice: start, then the edit),
+    // so the comparison below cannot pass for want of a reconcile.
+    let reconciles = || {
+        let m = support::http::request(op2.server.admin, "GET", "/metrics", &[("Host", "a")]).body;
+        String::from_utf8_lossy(&m)
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("agentcard_reconciles_total ")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    support::http::eventually(Duration::from_secs(30), || {
+        (reconciles() >= 2).then_some(())
+    })
+    .expect("the restarted operator reconciles the card");
     assert_eq!(
         served_bytes(&s.client, &s.ns.name, "card").await.unwrap(),
         second,
