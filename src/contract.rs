@@ -45,9 +45,36 @@ pub const PATH_LEGACY: &str = "/.well-known/agent.json";
 /// The path of the JWKS named by signatures' `jku`.
 pub const PATH_JWKS: &str = "/.well-known/jwks.json";
 
-/// Name of the ConfigMap holding the card of the AgentCard `name` (in the card's namespace).
+/// Annotation on written objects naming the AgentCard they belong to (`namespace/name`; an
+/// annotation because card names may be longer than a label value).
+pub const ANN_CARD: &str = "agentcard.dev/card";
+/// Label on written objects holding the uid of the AgentCard they belong to.
+pub const LABEL_CARD_UID: &str = "agentcard.dev/card-uid";
+
+/// Name of the ConfigMap holding the card of the AgentCard `name` (in the card's namespace):
+/// `agentcard-<name>`, shortened with a hash suffix when that exceeds the 253-character limit.
 pub fn card_configmap_name(card_name: &str) -> String {
-    format!("agentcard-{card_name}")
+    bounded_name(&format!("agentcard-{card_name}"), card_name, 253)
+}
+
+/// `readable` when it fits in `max` characters, else its head plus `-` and 8 hex digits of the
+/// hash of `identity`. The result is a DNS subdomain when `readable` is one.
+pub fn bounded_name(readable: &str, identity: &str, max: usize) -> String {
+    if readable.len() <= max {
+        return readable.to_string();
+    }
+    hashed_name(readable, identity, max)
+}
+
+/// The head of `readable` (at most `max - 9` characters, ending alphanumeric) plus `-` and 8
+/// hex digits of the hash of `identity`: always distinct for distinct identities (up to the
+/// hash), always within `max`.
+pub fn hashed_name(readable: &str, identity: &str, max: usize) -> String {
+    let suffix = &content_hash(identity.as_bytes())[..8];
+    let keep = max.saturating_sub(suffix.len() + 1);
+    let head: String = readable.chars().take(keep).collect();
+    let head = head.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("{head}-{suffix}")
 }
 
 /// Normalise a path prefix, as written in `spec.publish.pathPrefix` or the prefix annotation:

@@ -185,6 +185,11 @@ impl Index {
         self.read().jwks.clone()
     }
 
+    /// The card entry from `source`, if any.
+    pub fn entry(&self, source: &str) -> Option<Arc<CardEntry>> {
+        self.read().by_source.get(source).cloned()
+    }
+
     /// Every card entry (for listings and tests).
     pub fn entries(&self) -> Vec<Arc<CardEntry>> {
         self.read().by_source.values().cloned().collect()

@@ -4,9 +4,12 @@
 //! Every process watches the published ConfigMaps into its own index and serves HTTP from it.
 //! Leadership comes from a Lease (kube-lease-manager): when this process acquires it, the
 //! controllers start; when it loses it, they stop; when the holder dies, another process takes
-//! over within the lease duration.
+//! over within the lease duration. When the controllers stop on their own (an error), the
+//! process turns `/readyz` red, gives the lease up at once and exits non-zero, so another
+//! replica takes over instead of a holder that reconciles nothing.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +17,8 @@ use anyhow::{Context as _, Result};
 use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::controller::agentcard::build::Settings;
+use crate::controller::agentcard::validate::patterns;
+use crate::controller::policy::{IngressPolicy, TlsPolicy, DEFAULT_ALLOWED_ANNOTATIONS};
 use crate::controller::{self, metrics::ControllerMetrics};
 use crate::index::Index;
 use crate::serve::{server, source_cluster, Servers};
@@ -47,6 +52,26 @@ pub struct RunArgs {
     /// annotation.
     #[arg(long, default_value = "*")]
     allowed_hosts: String,
+    /// Host patterns on which several namespaces may publish under disjoint path prefixes
+    /// (comma-separated). On every other host one namespace holds the whole host.
+    #[arg(long, default_value = "")]
+    shared_hosts: String,
+    /// Ingress annotation keys cards may set (comma-separated; `prefix/*` for a whole prefix).
+    /// Nothing that configures the ingress controller should be here.
+    #[arg(long, default_value = DEFAULT_ALLOWED_ANNOTATIONS)]
+    ingress_allowed_annotations: String,
+    /// `ingressClassName` of every Ingress the operator writes (default: the cluster default).
+    #[arg(long)]
+    ingress_class: Option<String>,
+    /// Ingress classes a card may choose in spec.publish.ingress.className (comma-separated,
+    /// `*` for any; default: none).
+    #[arg(long, default_value = "")]
+    ingress_allowed_classes: String,
+    /// TLS of the card routes: `per-host` (Secret `agentcard-tls-<host>` in the operator's
+    /// namespace, e.g. issued by cert-manager), `secret:<name>` (one Secret for every host), or
+    /// `none`.
+    #[arg(long, default_value = "per-host")]
+    ingress_tls: TlsPolicy,
     /// Lease duration in seconds: how long a dead leader holds the lease.
     #[arg(long, default_value_t = 15)]
     lease_duration: u64,
@@ -86,18 +111,42 @@ pub fn run(args: RunArgs) -> Result<()> {
         metrics.register(&mut registry);
         let scrape_metrics = metrics.clone();
         let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || scrape_metrics.refresh_cards());
-        let servers =
-            Servers::bind(args.listen, args.admin_listen, index, registry, vec![], vec![refresh], server::Limits::default()).await?;
+        let failed = Arc::new(AtomicBool::new(false));
+        let failed_check = failed.clone();
+        let controllers_ok: crate::serve::admin::ReadyCheck = Arc::new(move || {
+            if failed_check.load(Ordering::Acquire) {
+                Err("the controllers stopped with an error; giving up the lease".into())
+            } else {
+                Ok(())
+            }
+        });
+        let servers = Servers::bind(
+            args.listen,
+            args.admin_listen,
+            index,
+            registry,
+            vec![controllers_ok],
+            vec![refresh],
+            server::Limits::default(),
+        )
+        .await?;
 
         let config = controller::Config {
             settings: Settings {
                 operator_namespace: args.namespace.clone(),
                 service_name: args.service_name.clone(),
                 service_port_name: args.service_port_name.clone(),
+                ingress: IngressPolicy {
+                    allowed_annotations: patterns(&args.ingress_allowed_annotations),
+                    class_name: args.ingress_class.clone().filter(|c| !c.is_empty()),
+                    allowed_classes: patterns(&args.ingress_allowed_classes),
+                    tls: args.ingress_tls.clone(),
+                },
             },
             signing_secret: args.signing_secret.clone(),
             create_signing_secret: !args.no_create_signing_secret,
-            allowed_hosts: crate::controller::agentcard::validate::patterns(&args.allowed_hosts),
+            allowed_hosts: patterns(&args.allowed_hosts),
+            shared_hosts: patterns(&args.shared_hosts),
             instance: identity.clone(),
             watch_namespace: args.watch_namespace.clone(),
             concurrency: args.concurrency,
@@ -107,7 +156,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         tokio::select! {
             r = servers.run() => r?,
             r = feed => r.context("card feed stopped")?,
-            r = lead(client, config, metrics, identity, args.namespace.clone(), args.lease_duration) => r?,
+            r = lead(client, config, metrics, identity, args.namespace.clone(), args.lease_duration, failed) => r?,
             _ = crate::process::shutdown_signal() => tracing::info!("shutting down"),
         }
         Ok(())
@@ -122,6 +171,7 @@ async fn lead(
     identity: String,
     namespace: String,
     lease_duration: u64,
+    failed: Arc<AtomicBool>,
 ) -> Result<()> {
     let grace = (lease_duration / 3).max(1);
     let manager = LeaseManagerBuilder::new(client.clone(), "agentcard-operator-leader")
@@ -132,25 +182,49 @@ async fn lead(
         .build()
         .await
         .context("lease manager")?;
-    let (mut leader, _task) = manager.watch().await;
+    let (mut leader, lease_task) = manager.watch().await;
     loop {
         while !*leader.borrow_and_update() {
             leader.changed().await.context("lease watch ended")?;
         }
         tracing::info!("acquired the lease: starting the controllers");
-        let controllers = tokio::spawn(controller::run(
+        let mut controllers = tokio::spawn(controller::run(
             client.clone(),
             config.clone(),
             metrics.clone(),
         ));
-        loop {
-            leader.changed().await.context("lease watch ended")?;
-            if !*leader.borrow() {
-                break;
+        let stopped = loop {
+            tokio::select! {
+                changed = leader.changed() => {
+                    changed.context("lease watch ended")?;
+                    if !*leader.borrow() {
+                        break None;
+                    }
+                }
+                result = &mut controllers => break Some(result),
             }
+        };
+        let Some(result) = stopped else {
+            tracing::warn!("lost the lease: stopping the controllers");
+            controllers.abort();
+            let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
+            continue;
+        };
+        // The controllers ended while this process leads: nothing would reconcile. Say so on
+        // /readyz, hand the lease over (closing the channel makes the manager release it) and
+        // fail, so the process restarts and another replica leads meanwhile.
+        failed.store(true, Ordering::Release);
+        let why = match result {
+            Ok(Ok(())) => "the controllers stopped".to_string(),
+            Ok(Err(e)) => format!("the controllers failed: {e}"),
+            Err(e) => format!("the controllers panicked: {e}"),
+        };
+        tracing::error!(reason = %why, "giving up the lease");
+        drop(leader);
+        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+            Ok(Ok(Ok(_))) => tracing::info!("lease released"),
+            other => tracing::warn!(result = ?other.map(|r| r.map(|r| r.err())), "could not confirm the lease release"),
         }
-        tracing::warn!("lost the lease: stopping the controllers");
-        controllers.abort();
-        let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
+        anyhow::bail!(why);
     }
 }

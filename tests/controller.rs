@@ -6,6 +6,7 @@ mod support;
 use std::time::Duration;
 
 use agentcard_operator::contract::*;
+use agentcard_operator::controller::agentcard::build::{backend_ingress_name_of, ingress_name};
 use agentcard_operator::crd::AgentCard;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
@@ -186,7 +187,7 @@ async fn the_readme_example_is_ready_served_and_verifies_with_the_python_sdk() {
     // The Ingress in the operator's namespace routes the well-known paths (Exact) to the server.
     let ing: Api<Ingress> = Api::namespaced(s.client.clone(), &s.op_ns.name);
     let ingress = ing
-        .get(&format!("agentcard-{}-weather", s.ns.name))
+        .get(&ingress_name(&s.ns.name, "weather"))
         .await
         .unwrap();
     let rule = &ingress.spec.unwrap().rules.unwrap()[0];
@@ -567,11 +568,11 @@ async fn deleting_a_card_removes_its_ingress_and_configmap() {
     m["spec"]["backend"] = json!({"serviceName": "weather-agent", "port": 8000, "path": "/a2a/v1"});
     apply(&s.cards, &m).await.unwrap();
     wait_card(&s.cards, "gone", &s.operator, "Ready", ready).await;
-    let ing_name = format!("agentcard-{}-gone", s.ns.name);
+    let ing_name = ingress_name(&s.ns.name, "gone");
     let op_ingresses: Api<Ingress> = Api::namespaced(s.client.clone(), &s.op_ns.name);
     let local: Api<Ingress> = Api::namespaced(s.client.clone(), &s.ns.name);
     assert!(op_ingresses.get_opt(&ing_name).await.unwrap().is_some());
-    let backend = local.get("agentcard-gone-backend").await.unwrap();
+    let backend = local.get(&backend_ingress_name_of("gone")).await.unwrap();
     let path = &backend.spec.unwrap().rules.unwrap()[0]
         .http
         .clone()
@@ -594,7 +595,7 @@ async fn deleting_a_card_removes_its_ingress_and_configmap() {
     let done = wait_for(Duration::from_secs(60), || async {
         matches!(op_ingresses.get_opt(&ing_name).await, Ok(None))
             && matches!(cms.get_opt("agentcard-gone").await, Ok(None))
-            && matches!(local.get_opt("agentcard-gone-backend").await, Ok(None))
+            && matches!(local.get_opt(&backend_ingress_name_of("gone")).await, Ok(None))
             && matches!(s.cards.get_opt("gone").await, Ok(None))
     })
     .await;

@@ -1,5 +1,6 @@
 //! The card server fed by the published ConfigMaps of a real control plane, each confirmed by
-//! its AgentCard's status. No operator runs here: the tests write what it would.
+//! its AgentCard's status, which also gives the route. No operator runs here: the tests write
+//! what it would.
 
 mod support;
 
@@ -89,9 +90,23 @@ async fn owner(api: &Api<AgentCard>, name: &str, host: &str) -> AgentCard {
     .unwrap()
 }
 
-/// What the operator writes once it published `body`: its hash in the card's status.
-async fn confirm(api: &Api<AgentCard>, name: &str, body: &str) {
-    let patch = json!({"status": {"contentHash": content_hash(body.as_bytes())}});
+/// What the operator writes once it published `body` from `cm`: the hash, the ConfigMap and
+/// the route in the card's status (the route here as the test's annotations describe it).
+async fn confirm(api: &Api<AgentCard>, name: &str, cm: &ConfigMap, body: &str) {
+    let ann = cm.metadata.annotations.clone().unwrap_or_default();
+    let get = |k: &str| ann.get(k).cloned().unwrap_or_default();
+    let patch = json!({"status": {
+        "contentHash": content_hash(body.as_bytes()),
+        "configMap": cm.metadata.name,
+        "served": {
+            "host": get(ANN_HOST),
+            "pathPrefix": normalize_prefix(&get(ANN_PATH_PREFIX)),
+            "legacyPath": get(ANN_LEGACY_PATH) == "true",
+            "maxAgeSeconds": get(ANN_MAX_AGE).parse::<i64>().unwrap_or(300),
+            "publishedAt": get(ANN_PUBLISHED_AT),
+            "since": "2026-01-01T00:00:00Z",
+        },
+    }});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
@@ -105,8 +120,8 @@ async fn publish(
     cm: ConfigMap,
     body: &str,
 ) {
-    apply(cms, &owned(cm, owner)).await;
-    confirm(owners, owner.metadata.name.as_deref().unwrap(), body).await;
+    apply(cms, &owned(cm.clone(), owner)).await;
+    confirm(owners, owner.metadata.name.as_deref().unwrap(), &cm, body).await;
 }
 
 fn unique_host(tag: &str) -> String {
@@ -241,7 +256,23 @@ async fn confirmed_configmaps_are_served_and_update_latency_is_reported() {
     }
     eprintln!("update latency, 5 updates as (writes acknowledged, new bytes served) since the writes began: {latencies:?}");
 
-    cms.delete("a", &DeleteParams::default()).await.unwrap();
+    // A ConfigMap forged in the same namespace with the annotations of another route and a
+    // controller reference to a confirmed card changes nothing: the route is the status's.
+    apply(
+        &cms,
+        &owned(
+            card_cm("forged-route", &host, "/team-b/", r#"{"name":"v6"}"#, &[]),
+            &a,
+        ),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        server.get(&host, "/team-b/.well-known/agent-card.json", &[]).body,
+        br#"{"name":"b"}"#
+    );
+
+    owners.delete("a", &DeleteParams::default()).await.unwrap();
     eventually(Duration::from_secs(10), || {
         (server.get(&host, PATH_CARD, &[]).status == 404).then_some(())
     })

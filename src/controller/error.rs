@@ -21,15 +21,29 @@ pub enum Error {
         /// The namespace's own allow list.
         namespace_list: Vec<String>,
     },
-    /// An older card already publishes on this host and path.
-    #[error("spec.publish: {host}{prefix} is already published by the older AgentCard {owner}")]
+    /// Another card holds a claim that overlaps this card's route subtree.
+    #[error("spec.publish: {host}{prefix} overlaps {held}, held by AgentCard {owner}{why}")]
     HostConflict {
         /// The host.
         host: String,
         /// The path prefix.
         prefix: String,
+        /// The conflicting claim (`host` + prefix + `/…`).
+        held: String,
         /// `namespace/name` of the card holding it.
         owner: String,
+        /// Why the claims conflict, for the message.
+        why: &'static str,
+    },
+    /// An object the operator would write exists and is not the operator's for this card.
+    #[error("{kind} {namespace}/{name} exists and was not created by agentcard-operator for this card; rename or remove it")]
+    NameInUse {
+        /// Its kind.
+        kind: String,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
     },
     /// The signing keys cannot be used.
     #[error("signing key unavailable: {0}")]
@@ -55,6 +69,7 @@ impl Error {
             Error::InvalidSpec(_) => "invalid_spec",
             Error::HostNotAllowed { .. } => "host_not_allowed",
             Error::HostConflict { .. } => "host_conflict",
+            Error::NameInUse { .. } => "name_in_use",
             Error::KeyUnavailable(_) => "key_unavailable",
             Error::Signing(_) => "signing",
             Error::Internal(_) => "internal",
@@ -73,6 +88,7 @@ impl Error {
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::HostNotAllowed { .. } => "HostNotAllowed",
             Error::HostConflict { .. } => "HostConflict",
+            Error::NameInUse { .. } => "NameInUse",
             Error::KeyUnavailable(_) => "KeyUnavailable",
             Error::Signing(_) => "SigningFailed",
             Error::Internal(_) => "InternalError",
@@ -83,5 +99,10 @@ impl Error {
     /// Whether retrying without a change cannot help (the object waits for its next edit).
     pub fn waits_for_change(&self) -> bool {
         matches!(self, Error::InvalidSpec(_) | Error::HostNotAllowed { .. })
+    }
+
+    /// Whether the card may not hold its route at all, so whatever it published goes.
+    pub fn loses_claim(&self) -> bool {
+        matches!(self, Error::HostNotAllowed { .. } | Error::HostConflict { .. })
     }
 }

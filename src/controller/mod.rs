@@ -2,13 +2,17 @@
 //!
 //! [`run`] starts the watches the AgentCard reconciler depends on — the signing Secret
 //! (parsed keys, JWKS publication, re-sign everything on change), Namespaces (host allowance),
-//! peer AgentCards (host conflicts), the ConfigMaps and Ingresses it writes (repair) — waits
-//! until they are synced, then runs [`agentcard::reconcile`] with a shared [`Context`].
+//! the ConfigMaps and Ingresses it writes (repair) — waits until they are synced, then runs
+//! [`agentcard::reconcile`] with a shared [`Context`]. The claims table (who holds which
+//! route) is loaded from the cards' status on the first reconcile. Every task [`run`] spawns is
+//! aborted when its future is dropped, so losing the lease stops all of it.
 
 pub mod agentcard;
+pub mod claims;
 pub mod error;
 pub mod keys;
 pub mod metrics;
+pub mod policy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -25,9 +29,10 @@ use kube::{Client, ResourceExt};
 
 pub use error::Error;
 
-use crate::contract::{CONTENT_CARD, LABEL_CONTENT, LABEL_MANAGED_BY, MANAGER};
+use crate::contract::{ANN_CARD, CONTENT_CARD, LABEL_CONTENT, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::AgentCard;
-use agentcard::build::{Settings, LABEL_CARD_NAME, LABEL_CARD_NAMESPACE};
+use agentcard::build::Settings;
+use claims::{Claim, Claims};
 use keys::{KeyCache, Keys};
 
 /// Everything `run` needs to know about the deployment.
@@ -41,12 +46,24 @@ pub struct Config {
     pub create_signing_secret: bool,
     /// Host patterns every namespace may publish on.
     pub allowed_hosts: Vec<String>,
+    /// Host patterns on which namespaces may hold disjoint path prefixes (elsewhere one
+    /// namespace holds a whole host).
+    pub shared_hosts: Vec<String>,
     /// Reporter instance (pod name) for Events.
     pub instance: String,
     /// Reconcile only the AgentCards of this namespace (all namespaces when `None`).
     pub watch_namespace: Option<String>,
     /// Most reconciles at once (0: unbounded).
     pub concurrency: u16,
+}
+
+/// Aborts a spawned task when dropped, so a task never outlives the controllers that own it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Shared by every reconcile: client, recorder, metrics, keys, stores.
@@ -75,6 +92,9 @@ pub struct Context {
     peers: futures::channel::mpsc::UnboundedSender<ObjectRef<AgentCard>>,
     key_cache: Arc<KeyCache>,
     failures: Mutex<HashMap<String, u32>>,
+    shared_hosts: Vec<String>,
+    /// Who holds which route; `None` until loaded from the cards' status.
+    claims: Mutex<Option<Claims>>,
 }
 
 impl Context {
@@ -96,11 +116,16 @@ impl Context {
         })
     }
 
-    /// Re-check the other cards on `host`: `card` may have freed it (deleted, moved, or no longer
-    /// allowed), or stopped holding it.
-    pub fn recheck_peers(&self, host: &str, card: &AgentCard) {
+    /// Re-check the other cards asking for one of `hosts`: `card` may have freed a claim there
+    /// (deleted, moved, or no longer allowed), or taken one.
+    pub fn recheck_hosts(&self, hosts: &[String], card: &AgentCard) {
+        if hosts.is_empty() {
+            return;
+        }
         for peer in self.cards.state() {
-            if peer.spec.publish.host.eq_ignore_ascii_case(host)
+            if hosts
+                .iter()
+                .any(|h| peer.spec.publish.host.eq_ignore_ascii_case(h))
                 && peer.metadata.uid != card.metadata.uid
             {
                 let _ = self
@@ -108,6 +133,75 @@ impl Context {
                     .unbounded_send(ObjectRef::from_obj(peer.as_ref()));
             }
         }
+    }
+
+    fn with_claims<T>(&self, f: impl FnOnce(&mut Claims) -> T) -> T {
+        let mut guard = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let claims = guard.get_or_insert_with(|| Claims::new(self.shared_hosts.clone()));
+        f(claims)
+    }
+
+    /// Load the claims table from what the cards' status says is served (once per leadership:
+    /// the status is the previous holder's decision, written where tenants cannot write).
+    pub async fn load_claims(&self) {
+        if self.claims.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            return;
+        }
+        let _ = self.cards.wait_until_ready().await;
+        let mut served: Vec<Claim> = self
+            .cards
+            .state()
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| {
+                let status = c.status.as_ref()?;
+                let route = status.served.as_ref()?;
+                status.content_hash.as_ref()?;
+                Some(Claim {
+                    host: route.host.clone(),
+                    prefix: route.path_prefix.clone(),
+                    namespace: c.namespace().unwrap_or_default(),
+                    name: c.name_any(),
+                    uid: c.uid().unwrap_or_default(),
+                    since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                })
+            })
+            .collect();
+        served.sort_by(|a, b| a.since.cmp(&b.since).then(a.card().cmp(&b.card())));
+        let mut guard = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            let mut claims = Claims::new(self.shared_hosts.clone());
+            for claim in served {
+                // A persisted overlap (e.g. a host no longer shared) is resolved in favour of
+                // the older claim; the other card loses its route on its reconcile.
+                let _ = claims.acquire(claim);
+            }
+            *guard = Some(claims);
+        }
+    }
+
+    /// Take `want` for its card, or say which card holds a conflicting claim.
+    pub fn acquire_claim(&self, want: Claim) -> Result<Claim, Error> {
+        self.with_claims(|claims| {
+            let shared = claims.is_shared(&want.host);
+            claims.acquire(want.clone()).map_err(|holder| Error::HostConflict {
+                host: want.host.clone(),
+                prefix: want.prefix.clone(),
+                held: format!("{}{}/…", holder.host, holder.prefix),
+                owner: holder.card(),
+                why: if holder.namespace != want.namespace && !shared {
+                    " (one namespace holds a host that is not shared)"
+                } else {
+                    ""
+                },
+            })
+        })
+    }
+
+    /// Keep only the claim of `card` on `keep` (host, prefix), or none; the hosts freed.
+    pub fn retain_claims(&self, card: &AgentCard, keep: Option<(&str, &str)>) -> Vec<String> {
+        let uid = card.uid().unwrap_or_default();
+        self.with_claims(|claims| claims.retain(&uid, keep))
     }
 
     /// The Ingress `namespace/name` as last seen, if it exists.
@@ -195,14 +289,14 @@ pub async fn run(
     .reflect(ns_writer)
     .touched_objects();
     let mut ns_tx2 = ns_tx.clone();
-    tokio::spawn(async move {
+    let _ns_task = AbortOnDrop(tokio::spawn(async move {
         futures::pin_mut!(ns_feed);
         while let Some(ev) = ns_feed.next().await {
             if let Ok(ns) = ev {
                 let _ = ns_tx2.send(ns).await;
             }
         }
-    });
+    }));
 
     // The signing Secret: publish the JWKS and re-sign every card when it changes.
     let (secret_store, secret_writer) = reflector::store();
@@ -220,7 +314,7 @@ pub async fn run(
     // One parse per Secret version, shared with the reconciles.
     let key_cache = Arc::new(KeyCache::default());
     let publisher_cache = key_cache.clone();
-    tokio::spawn(async move {
+    let _secret_task = AbortOnDrop(tokio::spawn(async move {
         futures::pin_mut!(secret_feed);
         while let Some(ev) = secret_feed.next().await {
             let Ok(secret) = ev else { continue };
@@ -236,7 +330,7 @@ pub async fn run(
             }
             let _ = all_tx2.send(()).await;
         }
-    });
+    }));
 
     // The Ingresses we write, cached so unchanged ones are not written again.
     let (ingress_store, ingress_writer) = reflector::store();
@@ -269,6 +363,8 @@ pub async fn run(
         signing_secret: config.signing_secret.clone(),
         key_cache,
         failures: Mutex::new(HashMap::new()),
+        shared_hosts: config.shared_hosts.clone(),
+        claims: Mutex::new(None),
     });
     // Start reconciling only with the stores the reconciler reads.
     let _ = ns_store.wait_until_ready().await;
@@ -276,6 +372,7 @@ pub async fn run(
 
     let repair_cards = cards.clone();
     let ns_cards = cards.clone();
+    let operator_ns = opns.clone();
     controller
         .owns(
             match &config.watch_namespace {
@@ -288,14 +385,13 @@ pub async fn run(
         )
         .reconcile_on(peers_rx)
         .watches_stream(ingress_feed, move |ing: Ingress| {
-            // Someone deleted or edited an Ingress we write: put it back.
-            let labels = ing.labels();
-            let (Some(ns), Some(name)) = (
-                labels.get(LABEL_CARD_NAMESPACE),
-                labels.get(LABEL_CARD_NAME),
-            ) else {
+            // Someone deleted or edited an Ingress we write: put it back. An Ingress outside
+            // the operator's namespace only ever names a card of its own namespace.
+            let (ns, name) = ing.annotations().get(ANN_CARD)?.split_once('/')?;
+            let ing_ns = ing.namespace().unwrap_or_default();
+            if ing_ns != operator_ns && ing_ns != ns {
                 return None;
-            };
+            }
             let r = ObjectRef::<AgentCard>::new(name).within(ns);
             repair_cards.get(&r).map(|_| r)
         })

@@ -33,6 +33,7 @@ use crate::a2a::card::AgentCard as A2aCard;
 #[x_kube(validation = Rule::new("has(self.card.skills) && size(self.card.skills) > 0").message("spec.card.skills: at least one skill is required"))]
 #[x_kube(validation = Rule::new("has(self.card.name) && self.card.name != ''").message("spec.card.name: required"))]
 #[x_kube(validation = Rule::new("(has(self.card.supportedInterfaces) && size(self.card.supportedInterfaces) > 0) || has(self.backend)").message("spec.card.supportedInterfaces: at least one interface, or spec.backend, is required"))]
+#[x_kube(validation = Rule::new("!has(self.backend) || !has(self.backend.path) || self.backend.path == '' || !has(self.publish.pathPrefix) || self.publish.pathPrefix == '' || self.backend.path == self.publish.pathPrefix || self.backend.path.startsWith(self.publish.pathPrefix + '/')").message("spec.backend.path: must lie inside the card's route subtree spec.publish.pathPrefix (e.g. <pathPrefix>/a2a)"))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentCardSpec {
     /// The A2A v1.0 Agent Card (camelCase, as in the protocol). `signatures` is written by the
@@ -58,6 +59,7 @@ pub struct Publish {
     /// (e.g. `/weather`). Empty serves at the root.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[x_kube(validation = Rule::new("self == '' || self.matches('^(/[A-Za-z0-9._~-]+)+$')").message("must be empty or like /segment[/segment...] without a trailing slash"))]
+    #[x_kube(validation = Rule::new("!self.matches('(^|/)[.][.]?(/|$)')").message("must not contain . or .. segments"))]
     pub path_prefix: String,
     /// Ingress settings for the public route.
     #[serde(default)]
@@ -100,8 +102,11 @@ pub struct Backend {
     /// Service port number.
     #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("must be a port number"))]
     pub port: i32,
-    /// Path of the agent's A2A endpoint on the public host (default `/a2a`).
+    /// Path of the agent's A2A endpoint on the public host (default `<pathPrefix>/a2a`). It is
+    /// routed as a prefix, so it must lie inside the card's route subtree (`pathPrefix`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == '' || self.matches('^(/[A-Za-z0-9._~-]+)+$')").message("must be like /segment[/segment...] without a trailing slash"))]
+    #[x_kube(validation = Rule::new("!self.matches('(^|/)[.][.]?(/|$)')").message("must not contain . or .. segments"))]
     pub path: Option<String>,
     /// Protocol binding spoken there (default `JSONRPC`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -139,4 +144,29 @@ pub struct AgentCardStatus {
     /// Lint warnings about the card (published anyway).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Where the card is served, as the operator decided it. The card server routes by this
+    /// alone (never by anything a tenant can write); absent when the card is served nowhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<ServedRoute>,
+}
+
+/// The route a card is served on, written by the operator after its ownership checks.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedRoute {
+    /// Host the card is served on (lower case).
+    pub host: String,
+    /// Path prefix of the card's route subtree (`""` or `/a/b`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path_prefix: String,
+    /// Whether the legacy `/.well-known/agent.json` is served too.
+    #[serde(default)]
+    pub legacy_path: bool,
+    /// `Cache-Control: max-age` of the served card, in seconds.
+    pub max_age_seconds: i64,
+    /// When the served bytes last changed (RFC 3339; the HTTP `Last-Modified`).
+    pub published_at: String,
+    /// When this card took its claim on host and prefix (RFC 3339): the first card to become
+    /// Ready on a claim holds it.
+    pub since: String,
 }

@@ -3,7 +3,7 @@
 
 pub mod agentcard;
 
-pub use agentcard::{AgentCard, AgentCardSpec, AgentCardStatus};
+pub use agentcard::{AgentCard, AgentCardSpec, AgentCardStatus, ServedRoute};
 
 use kube::CustomResourceExt;
 

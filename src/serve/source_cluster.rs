@@ -1,13 +1,17 @@
-//! Feed the index from the cluster: the ConfigMaps the controller publishes (label selector
-//! [`PUBLISHED_SELECTOR`], all namespaces), confirmed by their AgentCards' status.
+//! Feed the index from the cluster: AgentCards' status (what the lease holder decided) and the
+//! card ConfigMaps it names (the bytes).
 //!
-//! A card ConfigMap carries the served bytes under `agent-card.json` and its routing in
-//! annotations. ConfigMaps can be written by anyone allowed to write ConfigMaps in a namespace,
-//! so a card is served only when its controlling owner is an AgentCard whose `status.contentHash`
-//! (written by the operator alone, after its checks of the host) equals the hash of the bytes.
-//! Until an update is confirmed, the last confirmed version stays served. The JWKS ConfigMap is
-//! taken from the operator's own namespace only. Both watches re-list after disconnects with
-//! exponential backoff; while the API server is unreachable the last known cards stay.
+//! Everything about routing — host, path prefix, legacy path, max-age, `Last-Modified`, claim
+//! time — comes from `status.served` of the AgentCard, which only the operator writes (tenants
+//! get AgentCards, never `agentcards/status`). The bytes come from the ConfigMap the status
+//! names (`status.configMap`, in the card's namespace, controlled by that card), and only when
+//! their hash is the status's `contentHash`. ConfigMap annotations and labels, the card's spec,
+//! labels and annotations are never read for routing, so nothing a tenant writes can re-point a
+//! host. Until new bytes are confirmed the last confirmed version stays served; a card whose
+//! status no longer names a route, or that is being deleted, is dropped at once (whatever the
+//! garbage collector does later). The JWKS ConfigMap is taken from the operator's own namespace
+//! only. Both watches re-list after disconnects with exponential backoff; while the API server
+//! is unreachable the last known cards stay.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -20,19 +24,11 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 
 use crate::contract::*;
-use crate::crd::AgentCard;
+use crate::crd::{AgentCard, ServedRoute};
 use crate::index::{CardEntry, Index, Published};
 
-/// What a published ConfigMap means to the server.
-enum Doc {
-    /// A card, with the uid of its controlling AgentCard and the hash of its bytes.
-    Card(CardEntry, Option<String>, String),
-    Jwks(Published),
-    Ignored,
-}
-
-fn timestamp(text: Option<&String>) -> Option<SystemTime> {
-    let ts: jiff::Timestamp = text?.parse().ok()?;
+fn timestamp(text: &str) -> Option<SystemTime> {
+    let ts: jiff::Timestamp = text.parse().ok()?;
     let secs = u64::try_from(ts.as_second()).ok()?;
     Some(UNIX_EPOCH + Duration::from_secs(secs))
 }
@@ -41,76 +37,50 @@ fn source(cm: &ConfigMap) -> String {
     format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any())
 }
 
-fn classify(cm: &ConfigMap, operator_ns: &str) -> Doc {
-    let labels = cm.labels();
-    let ann = cm.annotations();
-    let created = cm
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .and_then(|t| u64::try_from(t.0.as_second()).ok())
-        .map_or(UNIX_EPOCH, |s| UNIX_EPOCH + Duration::from_secs(s));
-    let modified = timestamp(ann.get(ANN_PUBLISHED_AT)).unwrap_or(created);
-    let max_age = ann
-        .get(ANN_MAX_AGE)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_MAX_AGE);
-    let data = cm.data.as_ref();
-    match labels.get(LABEL_CONTENT).map(String::as_str) {
-        Some(CONTENT_CARD) => {
-            let (Some(host), Some(body)) = (ann.get(ANN_HOST), data.and_then(|d| d.get(KEY_CARD)))
-            else {
-                return Doc::Ignored;
-            };
-            let owner = cm
-                .owner_references()
-                .iter()
-                .find(|o| {
-                    o.kind == "AgentCard"
-                        && o.api_version.starts_with("agentcard.dev/")
-                        && o.controller == Some(true)
-                })
-                .map(|o| o.uid.clone());
-            let hash = content_hash(body.as_bytes());
-            Doc::Card(
-                CardEntry {
-                    source: source(cm),
-                    host: host.trim().trim_end_matches('.').to_ascii_lowercase(),
-                    prefix: normalize_prefix(ann.get(ANN_PATH_PREFIX).map_or("", String::as_str)),
-                    legacy: ann.get(ANN_LEGACY_PATH).is_some_and(|v| v == "true"),
-                    created,
-                    content: Arc::new(Published::new(body.clone().into_bytes(), modified, max_age)),
-                },
-                owner,
-                hash,
-            )
-        }
-        Some(CONTENT_JWKS) if cm.namespace().as_deref() == Some(operator_ns) => match data
-            .and_then(|d| d.get(KEY_JWKS))
-        {
-            Some(body) => Doc::Jwks(Published::new(body.clone().into_bytes(), modified, max_age)),
-            None => Doc::Ignored,
-        },
-        _ => Doc::Ignored,
-    }
-}
-
-/// A card ConfigMap waiting for (or holding) its owner's confirmation.
-struct Candidate {
-    entry: CardEntry,
+/// A card ConfigMap as the feed keeps it: its controlling AgentCard and its bytes.
+#[derive(Clone, PartialEq)]
+struct CardBytes {
     owner: Option<String>,
     hash: String,
+    body: Arc<String>,
+}
+
+/// What the feed needs of an AgentCard: where its ConfigMap is and what status confirms.
+#[derive(Clone, PartialEq)]
+struct CardView {
+    key: String,
+    namespace: String,
+    route: Option<ServedRoute>,
+    hash: Option<String>,
+    config_map: Option<String>,
+    deleting: bool,
+}
+
+impl CardView {
+    fn of(card: &AgentCard) -> Self {
+        let status = card.status.as_ref();
+        let namespace = card.namespace().unwrap_or_default();
+        CardView {
+            key: format!("{namespace}/{}", card.name_any()),
+            namespace,
+            route: status.and_then(|s| s.served.clone()),
+            hash: status.and_then(|s| s.content_hash.clone()),
+            config_map: status.and_then(|s| s.config_map.clone()),
+            deleting: card.metadata.deletion_timestamp.is_some(),
+        }
+    }
 }
 
 /// The feed's view of both watches; decides what the index serves.
 struct Feed {
     index: Arc<Index>,
     operator_ns: String,
-    candidates: HashMap<String, Candidate>,
-    /// AgentCard uid → `status.contentHash`.
-    confirmed: HashMap<String, Option<String>>,
-    /// AgentCard uid → sources of the candidates it owns (kept with `candidates`).
-    owned: HashMap<String, HashSet<String>>,
+    /// Card ConfigMaps by `namespace/name`.
+    cms: HashMap<String, CardBytes>,
+    /// AgentCards by uid.
+    cards: HashMap<String, CardView>,
+    /// Content hash of what the index serves per card key.
+    serving: HashMap<String, String>,
     relist_cms: Option<HashSet<String>>,
     relist_cards: Option<HashSet<String>>,
     cms_synced: bool,
@@ -118,80 +88,134 @@ struct Feed {
 }
 
 impl Feed {
-    /// Serve `source`'s candidate if its owner confirms its bytes; otherwise leave the index
-    /// as it is (the last confirmed version, or nothing).
-    fn settle(&self, source: &str) {
-        if let Some(c) = self.candidates.get(source) {
-            let ok = c
-                .owner
-                .as_ref()
-                .and_then(|uid| self.confirmed.get(uid))
-                .is_some_and(|h| h.as_deref() == Some(c.hash.as_str()));
-            if ok {
-                self.index.upsert(c.entry.clone());
-            }
-        }
+    /// Bring the index in line with card `uid`: its confirmed bytes on its decided route, the
+    /// last confirmed bytes while new ones are on their way, or nothing.
+    fn settle(&mut self, uid: &str) {
+        let Some(card) = self.cards.get(uid) else {
+            return;
+        };
+        let (Some(route), Some(hash), Some(cm_name), false) =
+            (&card.route, &card.hash, &card.config_map, card.deleting)
+        else {
+            self.index.remove(&card.key);
+            self.serving.remove(&card.key);
+            return;
+        };
+        let bytes = self
+            .cms
+            .get(&format!("{}/{cm_name}", card.namespace))
+            .filter(|b| b.owner.as_deref() == Some(uid) && b.hash == *hash)
+            .map(|b| b.body.clone());
+        let body = match bytes {
+            Some(body) => body,
+            // The route may have changed with the bytes already served: re-route those.
+            None => match self.index.entry(&card.key) {
+                Some(e) if self.serving.get(&card.key) == Some(hash) => {
+                    Arc::new(String::from_utf8_lossy(&e.content.body).into_owned())
+                }
+                _ => return,
+            },
+        };
+        let max_age = u32::try_from(route.max_age_seconds.clamp(0, 86_400)).unwrap_or(0);
+        let since = timestamp(&route.since).unwrap_or(UNIX_EPOCH);
+        let modified = timestamp(&route.published_at).unwrap_or(since);
+        self.index.upsert(CardEntry {
+            source: card.key.clone(),
+            host: route.host.trim().trim_end_matches('.').to_ascii_lowercase(),
+            prefix: normalize_prefix(&route.path_prefix),
+            legacy: route.legacy_path,
+            created: since,
+            content: Arc::new(Published::new(
+                body.as_bytes().to_vec(),
+                modified,
+                max_age,
+            )),
+        });
+        self.serving.insert(card.key.clone(), hash.clone());
     }
 
     fn apply_cm(&mut self, cm: &ConfigMap) {
-        match classify(cm, &self.operator_ns) {
-            Doc::Card(entry, owner, hash) => {
-                let src = entry.source.clone();
-                self.forget(&src);
-                if let Some(uid) = &owner {
-                    self.owned
-                        .entry(uid.clone())
-                        .or_default()
-                        .insert(src.clone());
+        let labels = cm.labels();
+        match labels.get(LABEL_CONTENT).map(String::as_str) {
+            Some(CONTENT_CARD) => {
+                let Some(body) = cm.data.as_ref().and_then(|d| d.get(KEY_CARD)) else {
+                    return self.remove_cm(cm);
+                };
+                let owner = cm
+                    .owner_references()
+                    .iter()
+                    .find(|o| {
+                        o.kind == "AgentCard"
+                            && o.api_version.starts_with("agentcard.dev/")
+                            && o.controller == Some(true)
+                    })
+                    .map(|o| o.uid.clone());
+                let bytes = CardBytes {
+                    owner: owner.clone(),
+                    hash: content_hash(body.as_bytes()),
+                    body: Arc::new(body.clone()),
+                };
+                let previous = self.cms.insert(source(cm), bytes.clone());
+                if previous.as_ref() == Some(&bytes) {
+                    return;
                 }
-                self.candidates
-                    .insert(src.clone(), Candidate { entry, owner, hash });
-                self.settle(&src);
+                if let Some(old) = previous.and_then(|p| p.owner).filter(|o| Some(o) != owner.as_ref()) {
+                    self.settle(&old);
+                }
+                if let Some(uid) = owner {
+                    self.settle(&uid);
+                }
             }
-            Doc::Jwks(j) => self.index.set_jwks(Some(j)),
-            Doc::Ignored => self.remove_cm(cm),
+            Some(CONTENT_JWKS) if cm.namespace().as_deref() == Some(self.operator_ns.as_str()) => {
+                if let Some(body) = cm.data.as_ref().and_then(|d| d.get(KEY_JWKS)) {
+                    let ann = cm.annotations();
+                    let modified = ann
+                        .get(ANN_PUBLISHED_AT)
+                        .and_then(|t| timestamp(t))
+                        .or_else(|| {
+                            cm.metadata
+                                .creation_timestamp
+                                .as_ref()
+                                .and_then(|t| timestamp(&t.0.to_string()))
+                        })
+                        .unwrap_or(UNIX_EPOCH);
+                    let max_age = ann
+                        .get(ANN_MAX_AGE)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(DEFAULT_MAX_AGE);
+                    self.index
+                        .set_jwks(Some(Published::new(body.clone().into_bytes(), modified, max_age)));
+                }
+            }
+            _ => self.remove_cm(cm),
         }
     }
 
+    /// A ConfigMap is gone (or no longer a card): what was confirmed stays served until the
+    /// card's status says otherwise; only the JWKS goes with its ConfigMap.
     fn remove_cm(&mut self, cm: &ConfigMap) {
-        let src = source(cm);
         if cm.namespace().as_deref() == Some(self.operator_ns.as_str())
             && cm.labels().get(LABEL_CONTENT).map(String::as_str) == Some(CONTENT_JWKS)
         {
             self.index.set_jwks(None);
         }
-        self.forget(&src);
-        self.index.remove(&src);
-    }
-
-    /// Drop the candidate from `source` and its owner link.
-    fn forget(&mut self, source: &str) {
-        if let Some(uid) = self.candidates.remove(source).and_then(|c| c.owner) {
-            if let Some(set) = self.owned.get_mut(&uid) {
-                set.remove(source);
-                if set.is_empty() {
-                    self.owned.remove(&uid);
-                }
-            }
-        }
+        self.cms.remove(&source(cm));
     }
 
     fn apply_card(&mut self, card: &AgentCard) {
         let Some(uid) = card.uid() else { return };
-        let hash = card.status.as_ref().and_then(|s| s.content_hash.clone());
-        if self.confirmed.insert(uid.clone(), hash.clone()) == Some(hash) {
-            // Most card events (spec edits, conditions) do not confirm new bytes.
+        let view = CardView::of(card);
+        if self.cards.insert(uid.clone(), view.clone()).as_ref() == Some(&view) {
+            // Most card events (spec edits, conditions) change nothing served.
             return;
         }
-        let sources: Vec<String> = self
-            .owned
-            .get(&uid)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
-        for source in sources {
-            self.settle(&source);
+        self.settle(&uid);
+    }
+
+    fn remove_card(&mut self, uid: &str) {
+        if let Some(view) = self.cards.remove(uid) {
+            self.index.remove(&view.key);
+            self.serving.remove(&view.key);
         }
     }
 
@@ -213,21 +237,7 @@ impl Feed {
             }
             Event::InitDone => {
                 if let Some(seen) = self.relist_cms.take() {
-                    let gone: Vec<String> = self
-                        .candidates
-                        .keys()
-                        .filter(|s| !seen.contains(*s))
-                        .cloned()
-                        .collect();
-                    for s in gone {
-                        self.forget(&s);
-                        self.index.remove(&s);
-                    }
-                    for e in self.index.entries() {
-                        if !seen.contains(&e.source) {
-                            self.index.remove(&e.source);
-                        }
-                    }
+                    self.cms.retain(|s, _| seen.contains(s));
                 }
                 self.cms_synced = true;
                 self.mark_ready();
@@ -248,7 +258,15 @@ impl Feed {
             }
             Event::InitDone => {
                 if let Some(seen) = self.relist_cards.take() {
-                    self.confirmed.retain(|uid, _| seen.contains(uid));
+                    let gone: Vec<String> = self
+                        .cards
+                        .keys()
+                        .filter(|uid| !seen.contains(*uid))
+                        .cloned()
+                        .collect();
+                    for uid in gone {
+                        self.remove_card(&uid);
+                    }
                 }
                 self.cards_synced = true;
                 self.mark_ready();
@@ -256,7 +274,7 @@ impl Feed {
             Event::Apply(card) => self.apply_card(&card),
             Event::Delete(card) => {
                 if let Some(uid) = card.uid() {
-                    self.confirmed.remove(&uid);
+                    self.remove_card(&uid);
                 }
             }
         }
@@ -283,9 +301,9 @@ pub async fn watch_cluster(client: Client, operator_ns: String, index: Arc<Index
     let mut feed = Feed {
         index,
         operator_ns,
-        candidates: HashMap::new(),
-        confirmed: HashMap::new(),
-        owned: HashMap::new(),
+        cms: HashMap::new(),
+        cards: HashMap::new(),
+        serving: HashMap::new(),
         relist_cms: None,
         relist_cards: None,
         cms_synced: false,
@@ -299,5 +317,115 @@ pub async fn watch_cluster(client: Client, operator_ns: String, index: Arc<Index
                 tracing::warn!(error = %e, "watch failed; serving the last known cards and retrying")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn feed() -> Feed {
+        Feed {
+            index: Arc::new(Index::new()),
+            operator_ns: "ops".into(),
+            cms: HashMap::new(),
+            cards: HashMap::new(),
+            serving: HashMap::new(),
+            relist_cms: None,
+            relist_cards: None,
+            cms_synced: true,
+            cards_synced: true,
+        }
+    }
+
+    fn cm(ns: &str, name: &str, owner: &str, body: &str, host_ann: &str) -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns,
+                "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_CARD},
+                "annotations": {ANN_HOST: host_ann},
+                "ownerReferences": [{"apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+                    "name": "x", "uid": owner, "controller": true}]},
+            "data": {KEY_CARD: body}
+        }))
+        .unwrap()
+    }
+
+    fn card(ns: &str, name: &str, uid: &str, host: &str, body: Option<&str>) -> AgentCard {
+        let status = match body {
+            Some(b) => json!({"contentHash": content_hash(b.as_bytes()),
+                "configMap": format!("agentcard-{name}"),
+                "served": {"host": host, "maxAgeSeconds": 60, "publishedAt": "2026-01-01T00:00:00Z",
+                           "since": "2026-01-01T00:00:00Z"}}),
+            None => json!({}),
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+            "metadata": {"name": name, "namespace": ns, "uid": uid},
+            "spec": {"publish": {"host": host}, "card": {"name": "n"}},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn served(f: &Feed, host: &str) -> Option<String> {
+        match f.index.lookup(host, PATH_CARD)? {
+            crate::index::Hit::Card(p) => Some(String::from_utf8_lossy(&p.body).into_owned()),
+            crate::index::Hit::Jwks(_) => None,
+        }
+    }
+
+    #[test]
+    fn routing_comes_from_the_status_never_from_configmap_annotations() {
+        let mut f = feed();
+        f.apply_card(&card("a", "victim", "u-v", "v.example", Some("victim")));
+        f.apply_cm(&cm("a", "agentcard-victim", "u-v", "victim", "v.example"));
+        // The attacker's own card is confirmed for its own host; its ConfigMap claims the
+        // victim's host in its annotations.
+        f.apply_cm(&cm("b", "agentcard-evil", "u-e", "evil", "v.example"));
+        f.apply_card(&card("b", "evil", "u-e", "e.example", Some("evil")));
+        assert_eq!(served(&f, "v.example").as_deref(), Some("victim"));
+        assert_eq!(served(&f, "e.example").as_deref(), Some("evil"));
+        // A second ConfigMap owned by the attacker's card, with confirmed bytes, but not the
+        // one its status names: ignored.
+        f.apply_cm(&cm("b", "other", "u-e", "evil", "v.example"));
+        assert_eq!(served(&f, "v.example").as_deref(), Some("victim"));
+    }
+
+    #[test]
+    fn unconfirmed_bytes_wait_and_a_cleared_or_deleting_card_goes_at_once() {
+        let mut f = feed();
+        f.apply_card(&card("a", "c", "u", "h.example", Some("one")));
+        f.apply_cm(&cm("a", "agentcard-c", "u", "one", ""));
+        f.apply_cm(&cm("a", "agentcard-c", "u", "two", ""));
+        assert_eq!(served(&f, "h.example").as_deref(), Some("one"));
+        f.apply_card(&card("a", "c", "u", "h.example", Some("two")));
+        assert_eq!(served(&f, "h.example").as_deref(), Some("two"));
+        // The ConfigMap going alone changes nothing; the status losing its route does.
+        f.remove_cm(&cm("a", "agentcard-c", "u", "two", ""));
+        assert_eq!(served(&f, "h.example").as_deref(), Some("two"));
+        f.apply_card(&card("a", "c", "u", "h.example", None));
+        assert_eq!(served(&f, "h.example"), None);
+        // Deletion starts: gone before any garbage collection.
+        f.apply_cm(&cm("a", "agentcard-c", "u", "two", ""));
+        f.apply_card(&card("a", "c", "u", "h.example", Some("two")));
+        assert!(served(&f, "h.example").is_some());
+        let mut deleting = card("a", "c", "u", "h.example", Some("two"));
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        f.apply_card(&deleting);
+        assert_eq!(served(&f, "h.example"), None);
+    }
+
+    #[test]
+    fn a_moved_route_carries_the_served_bytes_along() {
+        let mut f = feed();
+        f.apply_card(&card("a", "c", "u", "one.example", Some("b")));
+        f.apply_cm(&cm("a", "agentcard-c", "u", "b", ""));
+        f.cms.clear();
+        f.apply_card(&card("a", "c", "u", "two.example", Some("b")));
+        assert_eq!(served(&f, "one.example"), None);
+        assert_eq!(served(&f, "two.example").as_deref(), Some("b"));
     }
 }

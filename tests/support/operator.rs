@@ -1,8 +1,8 @@
 //! `agentcard-operator run` as a test runs it: a real process against the test plane, scoped
 //! to the test's own namespaces so parallel tests never touch each other's cards.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use super::plane::kubeconfig;
@@ -26,15 +26,31 @@ pub struct ServerPorts {
 impl Operator {
     /// Start `run` for operator namespace `opns`, reconciling cards of `watch` only.
     pub fn start(opns: &str, watch: &str, extra: &[&str]) -> Operator {
+        Self::start_on(kubeconfig(), opns, Some(watch), extra)
+    }
+
+    /// Start `run` on the plane of `kubeconfig` (every namespace when `watch` is `None`) and
+    /// wait until it is ready.
+    pub fn start_on(kubeconfig: &Path, opns: &str, watch: Option<&str>, extra: &[&str]) -> Operator {
+        let op = Self::spawn_on(kubeconfig, opns, watch, extra);
+        op.wait_ready();
+        op
+    }
+
+    /// Start `run` and return once it listens (ready or not).
+    pub fn spawn_on(kubeconfig: &Path, opns: &str, watch: Option<&str>, extra: &[&str]) -> Operator {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("operator.log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
-            .arg("run")
-            .args(["--namespace", opns, "--watch-namespace", watch])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"));
+        cmd.arg("run").args(["--namespace", opns]);
+        if let Some(watch) = watch {
+            cmd.args(["--watch-namespace", watch]);
+        }
+        let mut child = cmd
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .args(extra)
             .env("NO_COLOR", "1")
-            .env("KUBECONFIG", kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,agentcard_operator=debug")
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
@@ -43,12 +59,17 @@ impl Operator {
             .spawn()
             .expect("spawn operator");
         let (addr, admin) = super::http::wait_for_addresses(&log, &mut child);
-        let op = Operator {
+        Operator {
             server: ServerPorts { addr, admin },
             child,
             log,
             _dir: dir,
-        };
+        }
+    }
+
+    /// Wait until `/readyz` answers 200 (or fail with the log).
+    pub fn wait_ready(&self) {
+        let admin = self.server.admin;
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let ready = || {
             std::net::TcpStream::connect(admin).is_ok()
@@ -58,11 +79,24 @@ impl Operator {
             assert!(
                 std::time::Instant::now() < deadline,
                 "operator not ready:\n{}",
-                op.logs()
+                self.logs()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        op
+    }
+
+    /// Wait up to `timeout` for the process to exit on its own.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Its log so far.

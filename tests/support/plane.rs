@@ -25,7 +25,22 @@ pub fn kubeconfig() -> &'static Path {
         if let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
             return PathBuf::from(path);
         }
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("plane-{}", std::process::id()));
+        start_for_this_run("plane")
+    })
+}
+
+/// A plane of this test binary's own, whatever `KUBECONFIG` says: for suites that run an
+/// operator watching every namespace, which would reconcile other suites' cards on a shared
+/// plane. Started once per binary, stopped when the binary exits.
+pub fn dedicated_kubeconfig() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| start_for_this_run("dedicated-plane"))
+}
+
+/// Start a plane in `target/tmp/<tag>-<pid>` with a watchdog that stops it when this test
+/// binary exits, however it exits; its kubeconfig.
+fn start_for_this_run(tag: &str) -> PathBuf {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{tag}-{}", std::process::id()));
         let start = root().join("tests/controlplane/start");
         let out = Command::new("bash").arg(&start).arg(&dir).output().expect("running tests/controlplane/start");
         assert!(
@@ -51,7 +66,6 @@ pub fn kubeconfig() -> &'static Path {
             .spawn()
             .expect("starting the plane watchdog");
         dir.join("kubeconfig")
-    })
 }
 
 /// A client for the test plane, with the project's CRDs installed (when there are any).

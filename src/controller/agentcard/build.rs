@@ -1,10 +1,12 @@
 //! Build: everything the operator writes for one AgentCard, computed without a client.
 //!
-//! Input: the AgentCard, the parsed signing keys, the operator's settings, the ConfigMap that
-//! is served now (for its signatures and publication time) and the current time. Output: the
-//! ConfigMap, the Ingress in the operator's namespace, the backend Ingress (with
-//! `spec.backend`), and what `status` reports. Signatures of an unchanged card are reused, so
-//! the served bytes (and the ETag) change only when the card's content or the keys change.
+//! Input: the AgentCard (its status says what is served now), the parsed signing keys, the
+//! operator's settings and Ingress policy, the ConfigMap that is served now (for its
+//! signatures), when the card took its claim, and the current time. Output: the ConfigMap,
+//! the Ingress in the operator's namespace, the backend Ingress (with `spec.backend`), and
+//! what `status` reports, including the route the card server will serve. Signatures of an
+//! unchanged card are reused, so the served bytes (and the ETag) change only when the card's
+//! content or the keys change.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -16,13 +18,9 @@ use crate::a2a::jws::sign_card_reusing;
 use crate::a2a::publish::{published_bytes, PublishOptions};
 use crate::contract::*;
 use crate::controller::keys::Keys;
+use crate::controller::policy::IngressPolicy;
 use crate::controller::Error;
-use crate::crd::AgentCard;
-
-/// Label on written objects naming the AgentCard's namespace.
-pub const LABEL_CARD_NAMESPACE: &str = "agentcard.dev/card-namespace";
-/// Label on written objects naming the AgentCard.
-pub const LABEL_CARD_NAME: &str = "agentcard.dev/card-name";
+use crate::crd::{AgentCard, ServedRoute};
 
 /// What the operator's own deployment looks like.
 #[derive(Clone, Debug)]
@@ -33,6 +31,8 @@ pub struct Settings {
     pub service_name: String,
     /// Its port name.
     pub service_port_name: String,
+    /// What tenants' Ingress settings may do.
+    pub ingress: IngressPolicy,
 }
 
 /// Everything one reconcile writes, and what it reports.
@@ -50,8 +50,8 @@ pub struct Built {
     pub key_id: String,
     /// Public URL of the card.
     pub url: String,
-    /// The host the previous ConfigMap was served on, if any.
-    pub previous_host: Option<String>,
+    /// The route the card server serves it on.
+    pub served: ServedRoute,
 }
 
 /// `spec.publish.pathPrefix` normalised: `""` or `/a/b`.
@@ -89,7 +89,9 @@ pub fn effective_card(card: &AgentCard) -> A2aCard {
     a2a
 }
 
-fn backend_path(card: &AgentCard) -> String {
+/// The path of the agent's own traffic on the public host (`spec.backend.path`, default
+/// `<prefix>/a2a`), with a leading slash.
+pub fn backend_path(card: &AgentCard) -> String {
     let default = format!("{}/a2a", prefix(card));
     let p = card
         .spec
@@ -110,27 +112,44 @@ pub fn configmap_name(card: &AgentCard) -> String {
     card_configmap_name(&card.name_any())
 }
 
-/// Name of the card's Ingress in the operator's namespace (unique per card).
+/// Most characters of an Ingress name the operator writes (some ingress controllers derive
+/// DNS labels from it).
+pub const MAX_INGRESS_NAME: usize = 63;
+
+/// Name of the card's Ingress in the operator's namespace: readable head plus a hash of
+/// `namespace/name`, so `team-a`/`weather` and `team`/`a-weather` never share one.
 pub fn ingress_name(namespace: &str, name: &str) -> String {
-    let full = format!("agentcard-{namespace}-{name}");
-    if full.len() <= 253 {
-        full
-    } else {
-        format!("agentcard-{}", content_hash(full.as_bytes()))
-    }
+    hashed_name(
+        &format!("agentcard-{namespace}-{name}"),
+        &format!("{namespace}/{name}"),
+        MAX_INGRESS_NAME,
+    )
 }
 
 /// Name of the backend Ingress in the card's namespace.
 pub fn backend_ingress_name(card: &AgentCard) -> String {
-    format!("agentcard-{}-backend", card.name_any())
+    backend_ingress_name_of(&card.name_any())
 }
 
-/// Build everything for `card`. The card must have passed validation.
+/// Name of the backend Ingress of the card named `name` (unique within its namespace).
+pub fn backend_ingress_name_of(name: &str) -> String {
+    hashed_name(&format!("agentcard-{name}-backend"), name, MAX_INGRESS_NAME)
+}
+
+/// `namespace/name` of a card, as written in [`ANN_CARD`].
+pub fn card_key(card: &AgentCard) -> String {
+    format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any())
+}
+
+/// Build everything for `card`, which must have passed validation and holds its claim since
+/// `since`. `previous` is its ConfigMap as it is now (its signatures are reused when they
+/// still hold).
 pub fn build(
     card: &AgentCard,
     keys: &Keys,
     settings: &Settings,
     previous: Option<&ConfigMap>,
+    since: jiff::Timestamp,
     now: jiff::Timestamp,
 ) -> Result<Built, Error> {
     let ns = card.namespace().unwrap_or_default();
@@ -165,14 +184,11 @@ pub fn build(
     })?;
     let body = String::from_utf8(bytes).unwrap_or_default();
     let hash = content_hash(body.as_bytes());
-    let previous_ann = previous
-        .map(|cm| cm.annotations().clone())
-        .unwrap_or_default();
-    let published_at = match previous_ann.get(ANN_CONTENT_HASH) {
-        Some(h) if *h == hash => previous_ann
-            .get(ANN_PUBLISHED_AT)
-            .cloned()
-            .unwrap_or_else(|| now.to_string()),
+    // The publication time moves only with the bytes; it comes from the status (written by
+    // the operator alone), never from the tenant-writable ConfigMap.
+    let status = card.status.as_ref();
+    let published_at = match (status.and_then(|s| s.content_hash.as_ref()), status.and_then(|s| s.served.as_ref())) {
+        (Some(h), Some(served)) if *h == hash => served.published_at.clone(),
         _ => now.to_string(),
     };
     let max_age = publish
@@ -184,11 +200,11 @@ pub fn build(
         .unwrap_or_default();
     let labels = json!({
         LABEL_MANAGED_BY: MANAGER,
-        LABEL_CARD_NAMESPACE: ns,
-        LABEL_CARD_NAME: name,
+        LABEL_CARD_UID: card.uid().unwrap_or_default(),
     });
     let mut cm_labels = labels.clone();
     cm_labels[LABEL_CONTENT] = json!(CONTENT_CARD);
+    let card_ref = card_key(card);
 
     let configmap: ConfigMap = serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -198,6 +214,7 @@ pub fn build(
             "namespace": ns,
             "labels": cm_labels,
             "annotations": {
+                ANN_CARD: card_ref,
                 ANN_HOST: publish.host,
                 ANN_PATH_PREFIX: prefix,
                 ANN_LEGACY_PATH: publish.legacy_path.to_string(),
@@ -225,21 +242,31 @@ pub fn build(
         .map(|p| json!({"path": p, "pathType": "Exact", "backend": backend}))
         .collect();
     let ingress = ingress_object(
-        &ingress_name(&ns, &name),
-        &settings.operator_namespace,
-        &labels,
-        &[],
+        IngressTarget {
+            name: &ingress_name(&ns, &name),
+            namespace: &settings.operator_namespace,
+            labels: &labels,
+            card: &card_ref,
+            owner: &[],
+            tls_secret: settings.ingress.tls_secret(&publish.host.to_ascii_lowercase()),
+        },
         card,
+        &settings.ingress,
         rule_paths,
     )?;
 
     let backend_ingress = match &card.spec.backend {
         Some(b) => Some(ingress_object(
-            &backend_ingress_name(card),
-            &ns,
-            &labels,
-            &owner,
+            IngressTarget {
+                name: &backend_ingress_name(card),
+                namespace: &ns,
+                labels: &labels,
+                card: &card_ref,
+                owner: &owner,
+                tls_secret: publish.ingress.tls_secret_name.clone(),
+            },
             card,
+            &settings.ingress,
             vec![json!({
                 "path": backend_path(card),
                 "pathType": "Prefix",
@@ -249,6 +276,14 @@ pub fn build(
         None => None,
     };
 
+    let served = ServedRoute {
+        host: publish.host.to_ascii_lowercase(),
+        path_prefix: prefix.clone(),
+        legacy_path: publish.legacy_path,
+        max_age_seconds: max_age,
+        published_at,
+        since: since.to_string(),
+    };
     Ok(Built {
         configmap,
         ingress,
@@ -256,36 +291,52 @@ pub fn build(
         content_hash: hash,
         key_id: keys.active.kid().to_string(),
         url,
-        previous_host: previous_ann.get(ANN_HOST).cloned(),
+        served,
     })
 }
 
+/// Where an Ingress goes and what marks it as the card's.
+struct IngressTarget<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    labels: &'a serde_json::Value,
+    card: &'a str,
+    owner: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    tls_secret: Option<String>,
+}
+
 fn ingress_object(
-    name: &str,
-    namespace: &str,
-    labels: &serde_json::Value,
-    owner: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    target: IngressTarget<'_>,
     card: &AgentCard,
+    policy: &IngressPolicy,
     paths: Vec<serde_json::Value>,
 ) -> Result<Ingress, Error> {
     let settings = &card.spec.publish.ingress;
-    let host = &card.spec.publish.host;
+    let host = card.spec.publish.host.to_ascii_lowercase();
     let mut spec = json!({"rules": [{"host": host, "http": {"paths": paths}}]});
-    if let Some(class) = &settings.class_name {
+    if let Some(class) = policy.class_for(settings) {
         spec["ingressClassName"] = json!(class);
     }
-    if let Some(tls) = &settings.tls_secret_name {
+    if let Some(tls) = target.tls_secret {
         spec["tls"] = json!([{"hosts": [host], "secretName": tls}]);
     }
+    // Only allow-listed tenant annotations (validation refused the others), plus ours.
+    let mut annotations: serde_json::Map<String, serde_json::Value> = settings
+        .annotations
+        .iter()
+        .filter(|(k, _)| policy.annotation_allowed(k))
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    annotations.insert(ANN_CARD.into(), json!(target.card));
     serde_json::from_value(json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
         "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": settings.annotations,
-            "ownerReferences": owner,
+            "name": target.name,
+            "namespace": target.namespace,
+            "labels": target.labels,
+            "annotations": annotations,
+            "ownerReferences": target.owner,
         },
         "spec": spec,
     }))
@@ -313,6 +364,10 @@ mod tests {
             operator_namespace: "ops".into(),
             service_name: "agentcard-operator".into(),
             service_port_name: "http".into(),
+            ingress: IngressPolicy {
+                allowed_classes: vec!["nginx".into()],
+                ..Default::default()
+            },
         }
     }
 
@@ -352,7 +407,7 @@ mod tests {
 
     #[test]
     fn configmap_carries_bytes_owner_labels_and_annotations() {
-        let b = build(&card(json!({})), &keys(), &settings(), None, now()).unwrap();
+        let b = build(&card(json!({})), &keys(), &settings(), None, now(), now()).unwrap();
         let cm = &b.configmap;
         assert_eq!(cm.metadata.name.as_deref(), Some("agentcard-weather"));
         assert_eq!(cm.metadata.namespace.as_deref(), Some("agents"));
@@ -390,15 +445,24 @@ mod tests {
     fn ingress_routes_exact_well_known_paths_with_prefix_and_legacy() {
         let c = card(
             json!({"spec": {"publish": {"pathPrefix": "/team/", "legacyPath": true,
-            "ingress": {"className": "nginx", "tlsSecretName": "tls", "annotations": {"a": "b"}}}}}),
+            "ingress": {"className": "nginx", "tlsSecretName": "tls", "annotations": {"cert-manager.io/issuer": "b"}}}}}),
         );
-        let b = build(&c, &keys(), &settings(), None, now()).unwrap();
+        let b = build(&c, &keys(), &settings(), None, now(), now()).unwrap();
         let ing = serde_json::to_value(&b.ingress).unwrap();
-        assert_eq!(ing["metadata"]["name"], "agentcard-agents-weather");
+        assert_eq!(ing["metadata"]["name"], ingress_name("agents", "weather"));
+        assert!(ing["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("agentcard-agents-weather-"));
         assert_eq!(ing["metadata"]["namespace"], "ops");
-        assert_eq!(ing["metadata"]["annotations"]["a"], "b");
+        assert_eq!(ing["metadata"]["annotations"]["cert-manager.io/issuer"], "b");
+        assert_eq!(ing["metadata"]["annotations"][ANN_CARD], "agents/weather");
         assert_eq!(ing["spec"]["ingressClassName"], "nginx");
-        assert_eq!(ing["spec"]["tls"][0]["secretName"], "tls");
+        // The card route's TLS Secret is named by the operator, per host.
+        assert_eq!(
+            ing["spec"]["tls"][0]["secretName"],
+            "agentcard-tls-weather.example.com"
+        );
         let paths: Vec<(String, String)> = ing["spec"]["rules"][0]["http"]["paths"]
             .as_array()
             .unwrap()
@@ -450,7 +514,7 @@ mod tests {
     #[test]
     fn backend_adds_the_public_interface_first_and_its_own_ingress() {
         let c = card(json!({"spec": {"backend": {"serviceName": "agent", "port": 9000}}}));
-        let b = build(&c, &keys(), &settings(), None, now()).unwrap();
+        let b = build(&c, &keys(), &settings(), None, now(), now()).unwrap();
         let body = &b.configmap.data.as_ref().unwrap()[KEY_CARD];
         let published: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(
@@ -475,6 +539,23 @@ mod tests {
     }
 
     #[test]
+    fn ingress_names_are_collision_free_and_fit_63_characters() {
+        assert_ne!(ingress_name("team-a", "weather"), ingress_name("team", "a-weather"));
+        let long = "x".repeat(253);
+        let n = ingress_name(&"n".repeat(63), &long);
+        assert!(n.len() <= MAX_INGRESS_NAME, "{n}");
+        assert_ne!(n, ingress_name(&"n".repeat(63), &format!("{}y", "x".repeat(252))));
+        let c = card(json!({"metadata": {"name": long}}));
+        assert!(backend_ingress_name(&c).len() <= MAX_INGRESS_NAME);
+        assert!(configmap_name(&c).len() <= 253);
+        let b = build(&c, &keys(), &settings(), None, now(), now()).unwrap();
+        assert_eq!(
+            b.configmap.metadata.annotations.as_ref().unwrap()[ANN_CARD],
+            format!("agents/{long}")
+        );
+    }
+
+    #[test]
     fn an_unchanged_card_rebuilds_to_identical_bytes_and_keeps_its_publication_time() {
         let keys = keys();
         let es = SigningKey::generate(Algorithm::ES256, Some("es")).unwrap();
@@ -485,13 +566,20 @@ mod tests {
             version: "2".into(),
         };
         for k in [&keys, &keys_es] {
-            let first = build(&card(json!({})), k, &settings(), None, now()).unwrap();
+            let first = build(&card(json!({})), k, &settings(), None, now(), now()).unwrap();
             let later: jiff::Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
+            let mut published = card(json!({}));
+            published.status = Some(crate::crd::AgentCardStatus {
+                content_hash: Some(first.content_hash.clone()),
+                served: Some(first.served.clone()),
+                ..Default::default()
+            });
             let again = build(
-                &card(json!({})),
+                &published,
                 k,
                 &settings(),
                 Some(&first.configmap),
+                now(),
                 later,
             )
             .unwrap();
@@ -503,12 +591,16 @@ mod tests {
                 again.configmap.metadata.annotations.as_ref().unwrap()[ANN_PUBLISHED_AT],
                 "2026-01-01T00:00:00Z"
             );
+            assert_eq!(again.served.published_at, "2026-01-01T00:00:00Z");
             // A content change re-signs and moves the publication time.
+            let mut edited = card(json!({"spec": {"card": {"description": "New"}}}));
+            edited.status = published.status.clone();
             let changed = build(
-                &card(json!({"spec": {"card": {"description": "New"}}})),
+                &edited,
                 k,
                 &settings(),
                 Some(&first.configmap),
+                now(),
                 later,
             )
             .unwrap();
@@ -519,8 +611,8 @@ mod tests {
             );
         }
         // A key change re-signs.
-        let other = build(&card(json!({})), &keys_es, &settings(), None, now()).unwrap();
-        let base = build(&card(json!({})), &keys, &settings(), None, now()).unwrap();
+        let other = build(&card(json!({})), &keys_es, &settings(), None, now(), now()).unwrap();
+        let base = build(&card(json!({})), &keys, &settings(), None, now(), now()).unwrap();
         assert_ne!(other.content_hash, base.content_hash);
     }
 }

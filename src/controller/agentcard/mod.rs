@@ -1,6 +1,13 @@
-//! The AgentCard reconciler, a pipeline: [`validate`] → [`build`] (pure) → [`apply`] →
-//! [`status`]. A step that fails stops the pipeline before anything is written, so the last good
-//! card stays served; the status and a Warning Event (on transitions only) say why.
+//! The AgentCard reconciler, a pipeline: [`validate`] → claim → [`build`] (pure) → [`apply`]
+//! → [`status`]. A step that fails stops the pipeline before anything is written, so the last
+//! good card stays served; the status and a Warning Event (on transitions only) say why.
+//!
+//! Ownership: before building, the card takes its claim on host + prefix in the claims table
+//! ([`crate::controller::claims`]); a card that may not hold its route (another card holds an
+//! overlapping claim, or its namespace may not use the host) is taken off the air: status
+//! cleared first (the card server routes by status alone), then its ConfigMap and Ingresses
+//! deleted. The claims it no longer needs are released, and the cards waiting on those hosts
+//! are looked at again.
 
 pub mod apply;
 pub mod build;
@@ -18,6 +25,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::{Resource, ResourceExt};
 
+use super::claims::Claim;
 use super::{Context, Error};
 use crate::contract::MANAGER;
 use crate::crd::AgentCard;
@@ -27,22 +35,28 @@ pub const FINALIZER: &str = "agentcard.dev/ingress-cleanup";
 
 /// How often a healthy card is re-checked without any change.
 const RESYNC: Duration = Duration::from_secs(3600);
-/// How soon a card that lost a host conflict looks again (the winner's deletion also triggers it).
+/// How soon a card that lost a host conflict looks again (the holder's release also triggers it).
 const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
 
 /// Reconcile one AgentCard.
 pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
+    ctx.load_claims().await;
     let ns = card.namespace().unwrap_or_default();
     let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, card, |event| async {
         match event {
             FinalizerEvent::Apply(card) => reconcile_apply(card, ctx.clone()).await,
             FinalizerEvent::Cleanup(card) => {
-                apply::cleanup(&ctx.client, &card, &ctx.settings).await?;
+                let ingress = ctx.ingress(
+                    &ctx.settings.operator_namespace,
+                    &build::ingress_name(&ns, &card.name_any()),
+                );
+                apply::cleanup(&ctx.client, &card, &ctx.settings, ingress.as_deref()).await?;
                 ctx.metrics.set_ready(object_key(&card), None);
-                ctx.recheck_peers(&card.spec.publish.host, &card);
+                let freed = ctx.retain_claims(&card, None);
+                ctx.recheck_hosts(&freed, &card);
                 Ok(Action::await_change())
             }
         }
@@ -55,39 +69,61 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
     result
 }
 
-/// Validate → build → apply, then report.
-async fn publish(card: &AgentCard, ctx: &Context) -> Result<(build::Built, Vec<String>), Error> {
+/// The claim `card` asks for.
+fn wanted_claim(card: &AgentCard, now: jiff::Timestamp) -> Claim {
+    Claim {
+        host: card.spec.publish.host.to_ascii_lowercase(),
+        prefix: build::prefix(card),
+        namespace: card.namespace().unwrap_or_default(),
+        name: card.name_any(),
+        uid: card.uid().unwrap_or_default(),
+        since: now,
+    }
+}
+
+/// Validate → claim → build → apply.
+async fn publish(
+    card: &AgentCard,
+    ctx: &Context,
+    existing: &apply::Existing<'_>,
+) -> Result<(build::Built, Vec<String>), Error> {
+    let ns = card.namespace().unwrap_or_default();
+    let annotations = ctx.namespace_annotations(&ns);
+    // A route the namespace may no longer use goes, whatever state the spec is in.
+    if let Some(served) = card.status.as_ref().and_then(|s| s.served.as_ref()) {
+        validate::host_allowance(&served.host, &ns, &ctx.allowed_hosts, &annotations)?;
+    }
     let warnings = validate::card(card)?;
-    let peers = ctx.cards.state();
-    validate::host(card, &peers, &ctx.allowed_hosts, &|ns| {
-        ctx.namespace_annotations(ns)
-    })?;
+    validate::routing(card, &ctx.settings.ingress)?;
+    validate::host_allowance(&card.spec.publish.host, &ns, &ctx.allowed_hosts, &annotations)?;
+    let now = jiff::Timestamp::now();
+    let claim = ctx.acquire_claim(wanted_claim(card, now))?;
     let keys = ctx.keys()?;
-    let cms: Api<ConfigMap> =
-        Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
-    let previous = cms.get_opt(&build::configmap_name(card)).await?;
     let built = build::build(
         card,
         &keys,
         &ctx.settings,
-        previous.as_ref(),
-        jiff::Timestamp::now(),
+        existing.configmap,
+        claim.since,
+        now,
     )?;
+    apply::apply(&ctx.client, &built, card, &ctx.settings, existing).await?;
+    Ok((built, warnings))
+}
+
+async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = card.namespace().unwrap_or_default();
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    let previous = cms.get_opt(&build::configmap_name(&card)).await?;
     let existing = apply::Existing {
         configmap: previous.as_ref(),
         ingress: ctx.ingress(
             &ctx.settings.operator_namespace,
             &build::ingress_name(&ns, &card.name_any()),
         ),
-        backend: ctx.ingress(&ns, &build::backend_ingress_name(card)),
+        backend: ctx.ingress(&ns, &build::backend_ingress_name(&card)),
     };
-    apply::apply(&ctx.client, &built, card, &ctx.settings, &existing).await?;
-    Ok((built, warnings))
-}
-
-async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let outcome = publish(&card, &ctx).await;
+    let outcome = publish(&card, &ctx, &existing).await;
     let next = status::next(&card, &outcome, Time(jiff::Timestamp::now()));
     let before = status::ready_state(card.status.as_ref());
     let after = status::ready_state(Some(&next));
@@ -95,30 +131,36 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
         object_key(&card),
         Some(if outcome.is_ok() { "True" } else { "False" }),
     );
-    if card.status.as_ref() != Some(&next) || before != after {
-        let api: Api<AgentCard> =
-            Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
-        let patch = serde_json::json!({"status": next});
-        let params = PatchParams {
-            field_manager: Some(MANAGER.into()),
-            ..Default::default()
-        };
-        api.patch_status(&card.name_any(), &params, &Patch::Merge(&patch))
-            .await?;
+    if card.status.as_ref() != Some(&next) {
+        let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = serde_json::json!({
+            "apiVersion": AgentCard::api_version(&()),
+            "kind": AgentCard::kind(&()),
+            "status": next,
+        });
+        api.patch_status(
+            &card.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    }
+    // The status now says what is served; the claims follow it.
+    let keep = next
+        .served
+        .as_ref()
+        .map(|s| (s.host.clone(), s.path_prefix.clone()));
+    let freed = ctx.retain_claims(&card, keep.as_ref().map(|(h, p)| (h.as_str(), p.as_str())));
+    if let Err(e) = &outcome {
+        if e.loses_claim() {
+            apply::unpublish(&ctx.client, &card, &ctx.settings, &existing).await?;
+        }
     }
     if before != after {
         publish_event(&ctx, &card, &outcome).await;
-        ctx.recheck_peers(&card.spec.publish.host, &card);
+        ctx.recheck_hosts(&[card.spec.publish.host.to_ascii_lowercase()], &card);
     }
-    if let Some(old) = outcome
-        .as_ref()
-        .ok()
-        .and_then(|(b, _)| b.previous_host.clone())
-    {
-        if !old.eq_ignore_ascii_case(&card.spec.publish.host) {
-            ctx.recheck_peers(&old, &card);
-        }
-    }
+    ctx.recheck_hosts(&freed, &card);
     match outcome {
         Ok(_) => {
             ctx.reset_backoff(&card);

@@ -1,6 +1,8 @@
 //! Status: the conditions and fields a reconcile reports, computed from its outcome and the
-//! previous status (pure). A failed reconcile keeps the URL, hash and key id of the card still
-//! being served: the last good card stays published and the status says so.
+//! previous status (pure). A failed reconcile keeps the URL, hash, key id and served route of
+//! the card still being served: the last good card stays published and the status says so.
+//! A card that may not hold its route (conflict, host not allowed) is served nowhere: those
+//! fields are cleared, and the card server, which routes by them alone, drops it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -77,6 +79,7 @@ pub fn next(
                 condition(conds, PUBLISHED, true, "Published", msg, generation, &now),
             ];
             status.url = Some(built.url.clone());
+            status.served = Some(built.served.clone());
             status.content_hash = Some(built.content_hash.clone());
             status.key_id = Some(built.key_id.clone());
             status.config_map = built.configmap.metadata.name.clone();
@@ -92,8 +95,18 @@ pub fn next(
             );
         }
         Err(e) => {
-            let kept = match &prev.url {
+            if e.loses_claim() {
+                status.url = None;
+                status.content_hash = None;
+                status.key_id = None;
+                status.config_map = None;
+                status.served = None;
+            }
+            let kept = match &status.url {
                 Some(url) => format!("; the last good card stays served at {url}"),
+                None if e.loses_claim() && prev.url.is_some() => {
+                    "; the card is no longer served".to_string()
+                }
                 None => String::new(),
             };
             let message = format!("{e}{kept}");

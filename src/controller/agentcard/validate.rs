@@ -1,18 +1,18 @@
 //! Validate: may this AgentCard be published, as it is, where it asks?
 //!
 //! Three questions, all answered from data at hand (no client): is the effective card (spec.card
-//! plus the backend interface) a valid A2A card (errors name `spec.card.…` paths); may the
+//! plus the backend interface) a valid A2A card (errors name `spec.card.…` paths); does its
+//! routing stay inside its own route subtree and within the operator's Ingress policy; may the
 //! card's namespace publish on its host (operator allow list, or the Namespace annotation
-//! cluster admins set); does an older card already hold the same host and path prefix.
+//! cluster admins set). Who holds a host is the claims table's question ([`crate::controller::claims`]).
 
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
-use kube::ResourceExt;
 
-use super::build::{effective_card, prefix};
+use super::build::{backend_path, effective_card, prefix};
 use crate::a2a::validate::{lint, validate as validate_card, LintOptions};
-use crate::a2a::Problems;
+use crate::a2a::{Problem, Problems};
+use crate::controller::policy::IngressPolicy;
 use crate::controller::Error;
 use crate::crd::AgentCard;
 
@@ -72,61 +72,71 @@ pub fn card(card: &AgentCard) -> Result<Vec<String>, Error> {
         .collect())
 }
 
-fn claim_key(c: &AgentCard) -> (Timestamp, String, String) {
-    let created = c
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or(Timestamp::MAX, |t| t.0);
-    (created, c.namespace().unwrap_or_default(), c.name_any())
+/// Whether namespace `namespace` (with `annotations`) may publish on `host`; the error names
+/// both allow lists.
+pub fn host_allowance(
+    host: &str,
+    namespace: &str,
+    operator_allow: &[String],
+    annotations: &BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let host = host.to_ascii_lowercase();
+    if host_allowed(&host, operator_allow, annotations) {
+        return Ok(());
+    }
+    Err(Error::HostNotAllowed {
+        host,
+        namespace: namespace.to_string(),
+        operator: operator_allow.to_vec(),
+        namespace_list: annotations
+            .get(ANN_ALLOWED_HOSTS)
+            .map(|l| patterns(l))
+            .unwrap_or_default(),
+    })
 }
 
-/// Host checks: allowance, then the oldest allowed claim on host + prefix wins.
-/// `peers` are the other cards of the cluster; `ns_annotations` looks up a namespace's annotations.
-pub fn host(
-    card: &AgentCard,
-    peers: &[std::sync::Arc<AgentCard>],
-    operator_allow: &[String],
-    ns_annotations: &dyn Fn(&str) -> BTreeMap<String, String>,
-) -> Result<(), Error> {
-    let ns = card.namespace().unwrap_or_default();
-    let host = card.spec.publish.host.to_ascii_lowercase();
-    let annotations = ns_annotations(&ns);
-    if !host_allowed(&host, operator_allow, &annotations) {
-        return Err(Error::HostNotAllowed {
-            host,
-            namespace: ns,
-            operator: operator_allow.to_vec(),
-            namespace_list: annotations
-                .get(ANN_ALLOWED_HOSTS)
-                .map(|l| patterns(l))
-                .unwrap_or_default(),
-        });
+/// Whether `path` lies in the route subtree of `prefix` (`""` holds every path).
+pub fn inside_subtree(prefix: &str, path: &str) -> bool {
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|s| s == "." || s == "..")
+}
+
+/// The routing the card asks for, against the ownership model and the Ingress policy: the
+/// backend path lies inside the card's subtree, no dot segments, tenant Ingress settings
+/// within the operator's policy. Every problem names its field.
+pub fn routing(card: &AgentCard, policy: &IngressPolicy) -> Result<(), Error> {
+    let mut problems = policy.check(&card.spec.publish.ingress).0;
+    let prefix = prefix(card);
+    if has_dot_segment(&card.spec.publish.path_prefix) {
+        problems.push(Problem::error(
+            "spec.publish.pathPrefix",
+            "must not contain . or .. segments",
+        ));
     }
-    let mine = claim_key(card);
-    let my_prefix = prefix(card);
-    let older = peers
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.metadata.uid != card.metadata.uid)
-        .filter(|p| p.spec.publish.host.eq_ignore_ascii_case(&host) && prefix(p) == my_prefix)
-        .filter(|p| {
-            host_allowed(
-                &host,
-                operator_allow,
-                &ns_annotations(&p.namespace().unwrap_or_default()),
-            )
-        })
-        .map(|p| claim_key(p))
-        .filter(|k| *k < mine)
-        .min();
-    match older {
-        Some((_, ons, oname)) => Err(Error::HostConflict {
-            host,
-            prefix: my_prefix,
-            owner: format!("{ons}/{oname}"),
-        }),
-        None => Ok(()),
+    if card.spec.backend.is_some() {
+        let path = backend_path(card);
+        if has_dot_segment(&path) {
+            problems.push(Problem::error(
+                "spec.backend.path",
+                "must not contain . or .. segments",
+            ));
+        } else if !inside_subtree(&prefix, &path) {
+            problems.push(Problem::error(
+                "spec.backend.path",
+                format!(
+                    "{path} is outside the card's route subtree {}{prefix}/ (spec.publish.pathPrefix)",
+                    card.spec.publish.host
+                ),
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::InvalidSpec(Problems(problems)))
     }
 }
 
@@ -142,6 +152,35 @@ mod tests {
         assert!(!host_matches("*.example.com", "evilexample.com"));
         assert!(host_matches("A.example.com.", "a.example.com"));
         assert!(!host_matches("a.example.com", "b.example.com"));
+    }
+
+    #[test]
+    fn backend_paths_stay_inside_the_route_subtree() {
+        assert!(inside_subtree("", "/a2a/v1"));
+        assert!(inside_subtree("/x", "/x/a2a"));
+        assert!(inside_subtree("/x", "/x"));
+        assert!(!inside_subtree("/x", "/a2a/v1"));
+        assert!(!inside_subtree("/x", "/xa2a"));
+        let card = |prefix: &str, path: &str| -> AgentCard {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+                "metadata": {"name": "c", "namespace": "n"},
+                "spec": {"publish": {"host": "h.example.com", "pathPrefix": prefix},
+                         "backend": {"serviceName": "s", "port": 80, "path": path},
+                         "card": {"name": "n"}}
+            }))
+            .unwrap()
+        };
+        let policy = IngressPolicy::default();
+        assert!(routing(&card("/x", "/x/a2a"), &policy).is_ok());
+        let err = routing(&card("/x", "/a2a/v1"), &policy).unwrap_err().to_string();
+        assert!(err.starts_with("spec.backend.path: /a2a/v1 is outside"), "{err}");
+        let err = routing(&card("/x", "/x/../a2a"), &policy).unwrap_err().to_string();
+        assert!(err.contains("spec.backend.path: must not contain"), "{err}");
+        // The default backend path is inside.
+        let mut c = card("/x", "");
+        c.spec.backend.as_mut().unwrap().path = None;
+        assert!(routing(&c, &policy).is_ok());
     }
 
     #[test]

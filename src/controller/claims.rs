@@ -1,0 +1,230 @@
+//! Claims: which AgentCard holds which route subtree of which host (the ownership model).
+//!
+//! A card with path prefix `P` on host `H` claims the subtree `H` + `P/…`. Claims of different
+//! namespaces may not overlap (one subtree containing the other is an overlap), and on a host
+//! that is not declared shared one namespace holds the whole host. Inside one namespace nested
+//! claims are fine and only an exact duplicate conflicts. The holder is the first card to take
+//! the claim, and it keeps it until it releases it (deleted, no longer allowed, moved).
+//!
+//! Data flow: the lease holder loads the table once from the cards' `status.served` (what the
+//! previous holder decided, persisted where tenants cannot write), then every reconcile asks
+//! [`Claims::acquire`] before it publishes and [`Claims::retain`] / [`Claims::release`] after.
+//! The table lives behind a `Mutex` in the controller context; it is pure data, never awaited on.
+
+use std::collections::HashMap;
+
+use jiff::Timestamp;
+
+use super::agentcard::validate::host_matches;
+
+/// One card's claim on a route subtree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// Host (lower case).
+    pub host: String,
+    /// Path prefix (`""` or `/a/b`).
+    pub prefix: String,
+    /// Namespace of the card.
+    pub namespace: String,
+    /// Name of the card.
+    pub name: String,
+    /// Uid of the card (the identity: a re-created card is a new claimant).
+    pub uid: String,
+    /// When the card took the claim.
+    pub since: Timestamp,
+}
+
+impl Claim {
+    /// `namespace/name` of the claiming card.
+    pub fn card(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Whether the subtrees under prefixes `a` and `b` (each `""` or `/a/b`) share a path: one is
+/// the other or an ancestor of it, segment by segment (`/a` contains `/a/b`, not `/ab`).
+pub fn prefixes_overlap(a: &str, b: &str) -> bool {
+    let contains = |outer: &str, inner: &str| {
+        inner == outer
+            || (inner.starts_with(outer) && inner.as_bytes().get(outer.len()) == Some(&b'/'))
+    };
+    contains(a, b) || contains(b, a)
+}
+
+/// The claims table of the cluster.
+#[derive(Debug, Default)]
+pub struct Claims {
+    shared_hosts: Vec<String>,
+    by_host: HashMap<String, Vec<Claim>>,
+}
+
+impl Claims {
+    /// An empty table; on hosts matching `shared_hosts` namespaces may hold disjoint prefixes.
+    pub fn new(shared_hosts: Vec<String>) -> Self {
+        Claims {
+            shared_hosts,
+            by_host: HashMap::new(),
+        }
+    }
+
+    /// Whether `host` is declared shared by the platform.
+    pub fn is_shared(&self, host: &str) -> bool {
+        self.shared_hosts.iter().any(|p| host_matches(p, host))
+    }
+
+    /// Whether holder `held` keeps `want` (of another card) from being claimed.
+    fn blocks(&self, held: &Claim, want: &Claim) -> bool {
+        if held.uid == want.uid || held.host != want.host {
+            return false;
+        }
+        if held.namespace != want.namespace {
+            !self.is_shared(&want.host) || prefixes_overlap(&held.prefix, &want.prefix)
+        } else {
+            held.prefix == want.prefix
+        }
+    }
+
+    /// The oldest holder that keeps `want` from being claimed, if any.
+    pub fn blocker(&self, want: &Claim) -> Option<&Claim> {
+        self.by_host
+            .get(&want.host)?
+            .iter()
+            .filter(|h| self.blocks(h, want))
+            .min_by(|a, b| a.since.cmp(&b.since).then(a.card().cmp(&b.card())))
+    }
+
+    /// The claim of card `uid` on `host` + `prefix`, if it holds it.
+    pub fn held(&self, uid: &str, host: &str, prefix: &str) -> Option<&Claim> {
+        self.by_host
+            .get(host)?
+            .iter()
+            .find(|c| c.uid == uid && c.prefix == prefix)
+    }
+
+    /// Take `want` for its card unless another card holds a conflicting claim (returned).
+    /// A claim the card already holds keeps its `since`. Other claims of the card stay until
+    /// [`Claims::retain`] drops them (the old route is served until the new one is).
+    pub fn acquire(&mut self, want: Claim) -> Result<Claim, Claim> {
+        if let Some(held) = self.held(&want.uid, &want.host, &want.prefix) {
+            return Ok(held.clone());
+        }
+        if let Some(blocker) = self.blocker(&want) {
+            return Err(blocker.clone());
+        }
+        self.by_host
+            .entry(want.host.clone())
+            .or_default()
+            .push(want.clone());
+        Ok(want)
+    }
+
+    /// Keep only the claim of card `uid` on `keep` (host, prefix), or none; returns the hosts
+    /// of the claims dropped, so the cards waiting there can be looked at again.
+    pub fn retain(&mut self, uid: &str, keep: Option<(&str, &str)>) -> Vec<String> {
+        let mut freed = Vec::new();
+        self.by_host.retain(|host, list| {
+            let before = list.len();
+            list.retain(|c| {
+                c.uid != uid || keep.is_some_and(|(h, p)| h == c.host && p == c.prefix)
+            });
+            if list.len() != before {
+                freed.push(host.clone());
+            }
+            !list.is_empty()
+        });
+        freed
+    }
+
+    /// Drop every claim of card `uid`; returns the hosts freed.
+    pub fn release(&mut self, uid: &str) -> Vec<String> {
+        self.retain(uid, None)
+    }
+
+    /// Every claim (for tests and diagnostics).
+    pub fn all(&self) -> impl Iterator<Item = &Claim> {
+        self.by_host.values().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(host: &str, prefix: &str, ns: &str, name: &str, since: i64) -> Claim {
+        Claim {
+            host: host.into(),
+            prefix: prefix.into(),
+            namespace: ns.into(),
+            name: name.into(),
+            uid: format!("{ns}/{name}"),
+            since: Timestamp::from_second(since).unwrap(),
+        }
+    }
+
+    #[test]
+    fn prefixes_overlap_segment_by_segment() {
+        assert!(prefixes_overlap("", "/a"));
+        assert!(prefixes_overlap("/a", "/a"));
+        assert!(prefixes_overlap("/a", "/a/b"));
+        assert!(prefixes_overlap("/a/b", "/a"));
+        assert!(!prefixes_overlap("/a", "/ab"));
+        assert!(!prefixes_overlap("/a/b", "/a/c"));
+    }
+
+    #[test]
+    fn one_namespace_holds_a_host_that_is_not_shared() {
+        let mut t = Claims::new(vec![]);
+        assert!(t.acquire(claim("h", "/x", "a", "one", 1)).is_ok());
+        let err = t.acquire(claim("h", "/y", "b", "two", 2)).unwrap_err();
+        assert_eq!(err.card(), "a/one");
+        // The same namespace may add a disjoint or nested claim.
+        assert!(t.acquire(claim("h", "/y", "a", "three", 3)).is_ok());
+        assert!(t.acquire(claim("h", "/x/deeper", "a", "four", 4)).is_ok());
+        // An exact duplicate in the namespace goes to the holder.
+        assert_eq!(
+            t.acquire(claim("h", "/x", "a", "five", 5))
+                .unwrap_err()
+                .card(),
+            "a/one"
+        );
+    }
+
+    #[test]
+    fn shared_hosts_take_disjoint_prefixes_of_several_namespaces() {
+        let mut t = Claims::new(vec!["*.shared.example".into()]);
+        assert!(t.acquire(claim("h.shared.example", "/a", "a", "x", 1)).is_ok());
+        assert!(t.acquire(claim("h.shared.example", "/b", "b", "y", 2)).is_ok());
+        assert!(t.acquire(claim("h.shared.example", "/ab", "c", "z", 3)).is_ok());
+        // Nested across namespaces, either way round, is an overlap.
+        for p in ["/a/sub", "", "/b"] {
+            assert!(
+                t.acquire(claim("h.shared.example", p, "d", "w", 4)).is_err(),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_holder_keeps_its_claim_until_released_then_the_next_card_takes_it() {
+        let mut t = Claims::new(vec![]);
+        // The younger card became Ready first: it holds, the older one waits.
+        assert!(t.acquire(claim("h", "", "b", "young", 20)).is_ok());
+        assert!(t.acquire(claim("h", "", "a", "old", 10)).is_err());
+        // Re-acquiring a held claim keeps its time.
+        let again = t.acquire(claim("h", "", "b", "young", 99)).unwrap();
+        assert_eq!(again.since.as_second(), 20);
+        assert_eq!(t.release("b/young"), vec!["h".to_string()]);
+        assert!(t.acquire(claim("h", "", "a", "old", 30)).is_ok());
+    }
+
+    #[test]
+    fn moving_keeps_the_old_claim_until_retain_drops_it() {
+        let mut t = Claims::new(vec![]);
+        t.acquire(claim("one", "", "a", "x", 1)).unwrap();
+        t.acquire(claim("two", "", "a", "x", 2)).unwrap();
+        assert!(t.acquire(claim("one", "", "b", "y", 3)).is_err());
+        assert_eq!(t.retain("a/x", Some(("two", ""))), vec!["one".to_string()]);
+        assert!(t.acquire(claim("one", "", "b", "y", 3)).is_ok());
+        assert_eq!(t.all().count(), 2);
+    }
+}
