@@ -223,7 +223,9 @@ async fn lead(
         drop(leader);
         match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
             Ok(Ok(Ok(_))) => tracing::info!("lease released"),
-            other => tracing::warn!(result = ?other.map(|r| r.map(|r| r.err())), "could not confirm the lease release"),
+            other => {
+                tracing::warn!(result = ?other.map(|r| r.map(|r| r.err())), "could not confirm the lease release")
+            }
         }
         anyhow::bail!(why);
     }

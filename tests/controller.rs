@@ -186,10 +186,7 @@ async fn the_readme_example_is_ready_served_and_verifies_with_the_python_sdk() {
 
     // The Ingress in the operator's namespace routes the well-known paths (Exact) to the server.
     let ing: Api<Ingress> = Api::namespaced(s.client.clone(), &s.op_ns.name);
-    let ingress = ing
-        .get(&ingress_name(&s.ns.name, "weather"))
-        .await
-        .unwrap();
+    let ingress = ing.get(&ingress_name(&s.ns.name, "weather")).await.unwrap();
     let rule = &ingress.spec.unwrap().rules.unwrap()[0];
     assert_eq!(rule.host.as_deref(), Some(host.as_str()));
     let paths: Vec<(String, String)> = rule
@@ -595,7 +592,10 @@ async fn deleting_a_card_removes_its_ingress_and_configmap() {
     let done = wait_for(Duration::from_secs(60), || async {
         matches!(op_ingresses.get_opt(&ing_name).await, Ok(None))
             && matches!(cms.get_opt("agentcard-gone").await, Ok(None))
-            && matches!(local.get_opt(&backend_ingress_name_of("gone")).await, Ok(None))
+            && matches!(
+                local.get_opt(&backend_ingress_name_of("gone")).await,
+                Ok(None)
+            )
             && matches!(s.cards.get_opt("gone").await, Ok(None))
     })
     .await;

@@ -268,7 +268,9 @@ async fn confirmed_configmaps_are_served_and_update_latency_is_reported() {
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        server.get(&host, "/team-b/.well-known/agent-card.json", &[]).body,
+        server
+            .get(&host, "/team-b/.well-known/agent-card.json", &[])
+            .body,
         br#"{"name":"b"}"#
     );
 

@@ -343,7 +343,11 @@ async fn invariant_problems(p: &Platform, gone: &[(String, String)]) -> Vec<Stri
         let path = card_path(&normalize_prefix(&c.spec.publish.path_prefix));
         let r = p.get(&host, &path);
         if r.status == 200 {
-            let etag = r.header("etag").unwrap_or_default().trim_matches('"').to_string();
+            let etag = r
+                .header("etag")
+                .unwrap_or_default()
+                .trim_matches('"')
+                .to_string();
             if claimed.get(&(host.clone(), path.clone())) != Some(&etag) {
                 problems.push(format!(
                     "{}/{}: has no url, yet {host}{path} serves {etag}, which no card's status claims",
@@ -358,7 +362,11 @@ async fn invariant_problems(p: &Platform, gone: &[(String, String)]) -> Vec<Stri
         if r.status != 200 {
             continue;
         }
-        let etag = r.header("etag").unwrap_or_default().trim_matches('"').to_string();
+        let etag = r
+            .header("etag")
+            .unwrap_or_default()
+            .trim_matches('"')
+            .to_string();
         if claimed.get(&(host.clone(), path.clone())) != Some(&etag) {
             problems.push(format!("{host}{path}: still serves {etag}"));
         }
@@ -432,7 +440,10 @@ async fn a_backend_path_outside_the_route_subtree_is_refused() {
         .unwrap();
     let rule = &backend.spec.unwrap().rules.unwrap()[0];
     assert_eq!(rule.host.as_deref(), Some(host.as_str()));
-    assert_eq!(rule.http.as_ref().unwrap().paths[0].path.as_deref(), Some("/v/a2a/v1"));
+    assert_eq!(
+        rule.http.as_ref().unwrap().paths[0].path.as_deref(),
+        Some("/v/a2a/v1")
+    );
     wait_served(&p, &host, &card_path("/v"), hash_of(&vc).as_deref()).await;
     invariant(&p, &[]).await;
 }
@@ -462,22 +473,37 @@ async fn a_forged_configmap_cannot_publish_on_a_host_its_namespace_does_not_hold
     forged.metadata.annotations = Some(ann.clone());
     cms.create(&PostParams::default(), &forged).await.unwrap();
     // The attacker re-points its real ConfigMap too, and tries to confirm bytes itself.
-    let patch = json!({"metadata": {"annotations": {ANN_HOST: victim_host, ANN_MAX_AGE: "999999"}}});
-    cms.patch(&card_configmap_name("evil"), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    let patch =
+        json!({"metadata": {"annotations": {ANN_HOST: victim_host, ANN_MAX_AGE: "999999"}}});
+    cms.patch(
+        &card_configmap_name("evil"),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
     let forge_status = json!({"status": {"url": format!("https://{victim_host}{PATH_CARD}"),
         "served": {"host": victim_host, "maxAgeSeconds": 1, "publishedAt": "2020-01-01T00:00:00Z", "since": "2000-01-01T00:00:00Z"}}});
     let err = attacker
         .cards
-        .patch_status("evil", &PatchParams::default(), &Patch::Merge(&forge_status))
+        .patch_status(
+            "evil",
+            &PatchParams::default(),
+            &Patch::Merge(&forge_status),
+        )
         .await
         .unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 403), "{err}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err}"
+    );
 
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let victim = Tenant::new(&p, &format!("victim-{t}")).await;
-    victim.apply(&card("weather", &victim_host, "")).await.unwrap();
+    victim
+        .apply(&card("weather", &victim_host, ""))
+        .await
+        .unwrap();
     let vc = wait_card(&p, &victim.ns, "weather", "Ready", ready).await;
     wait_served(&p, &victim_host, PATH_CARD, hash_of(&vc).as_deref()).await;
     let r = p.get(&victim_host, PATH_CARD);
@@ -502,8 +528,13 @@ async fn ingress_names_never_collide_and_the_longest_names_publish() {
     let base = format!("coll-{t}");
     let team_a = Tenant::new(&p, &format!("{base}-a")).await;
     let team = Tenant::new(&p, &base).await;
-    team_a.apply(&card("weather", &format!("one-{t}.open.test"), "")).await.unwrap();
-    team.apply(&card("a-weather", &format!("two-{t}.open.test"), "")).await.unwrap();
+    team_a
+        .apply(&card("weather", &format!("one-{t}.open.test"), ""))
+        .await
+        .unwrap();
+    team.apply(&card("a-weather", &format!("two-{t}.open.test"), ""))
+        .await
+        .unwrap();
     let one = wait_card(&p, &team_a.ns, "weather", "Ready", ready).await;
     wait_card(&p, &team.ns, "a-weather", "Ready", ready).await;
     let names = (
@@ -522,7 +553,13 @@ async fn ingress_names_never_collide_and_the_longest_names_publish() {
     .await
     .expect("the deleted card's Ingress goes");
     assert!(ingresses.get_opt(&names.0).await.unwrap().is_some());
-    wait_served(&p, &format!("one-{t}.open.test"), PATH_CARD, hash_of(&one).as_deref()).await;
+    wait_served(
+        &p,
+        &format!("one-{t}.open.test"),
+        PATH_CARD,
+        hash_of(&one).as_deref(),
+    )
+    .await;
 
     // A 63-character namespace and a 253-character card name, with a backend.
     let long_ns = format!("long-{t}-{}", "n".repeat(63 - 6 - t.len()));
@@ -565,8 +602,9 @@ async fn tenant_ingress_settings_follow_the_operator_policy_and_status_stays_cle
     let c = wait_card(&p, &tenant.ns, "agent", "refused", refused("InvalidSpec")).await;
     let msg = condition(&c, "Ready").unwrap().2;
     assert!(
-        msg.contains("spec.publish.ingress.annotations[\"nginx.ingress.kubernetes.io/server-snippet\"]")
-            && msg.contains("auth-url"),
+        msg.contains(
+            "spec.publish.ingress.annotations[\"nginx.ingress.kubernetes.io/server-snippet\"]"
+        ) && msg.contains("auth-url"),
         "{msg}"
     );
     assert!(ingresses.get_opt(&route).await.unwrap().is_none());
@@ -576,8 +614,18 @@ async fn tenant_ingress_settings_follow_the_operator_policy_and_status_stays_cle
         "tlsSecretName": "wildcard-production",
         "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"}});
     tenant.apply(&m).await.unwrap();
-    let c = wait_card(&p, &tenant.ns, "agent", "refused class", refused("InvalidSpec")).await;
-    assert!(condition(&c, "Ready").unwrap().2.contains("spec.publish.ingress.className"));
+    let c = wait_card(
+        &p,
+        &tenant.ns,
+        "agent",
+        "refused class",
+        refused("InvalidSpec"),
+    )
+    .await;
+    assert!(condition(&c, "Ready")
+        .unwrap()
+        .2
+        .contains("spec.publish.ingress.className"));
     m["spec"]["publish"]["ingress"]
         .as_object_mut()
         .unwrap()
@@ -586,7 +634,9 @@ async fn tenant_ingress_settings_follow_the_operator_policy_and_status_stays_cle
     wait_card(&p, &tenant.ns, "agent", "Ready", ready).await;
     let ing = ingresses.get(&route).await.unwrap();
     assert_eq!(
-        ing.annotations().get("cert-manager.io/cluster-issuer").map(String::as_str),
+        ing.annotations()
+            .get("cert-manager.io/cluster-issuer")
+            .map(String::as_str),
         Some("letsencrypt")
     );
     let spec = ing.spec.unwrap();
@@ -611,10 +661,10 @@ async fn tenant_ingress_settings_follow_the_operator_policy_and_status_stays_cle
     .await;
     assert!(c.status.unwrap().warnings[0].contains("cluster-internal"));
     wait_for(Duration::from_secs(10), || async {
-        ingresses
-            .get(&route)
-            .await
-            .is_ok_and(|i| !i.annotations().contains_key("cert-manager.io/cluster-issuer"))
+        ingresses.get(&route).await.is_ok_and(|i| {
+            !i.annotations()
+                .contains_key("cert-manager.io/cluster-issuer")
+        })
     })
     .await
     .expect("the removed annotation leaves the Ingress");
@@ -650,11 +700,17 @@ async fn claims_overlap_across_namespaces_but_nest_inside_one() {
     b.apply(&card("two", &shared, "/b")).await.unwrap();
     let b2 = wait_card(&p, &b.ns, "two", "Ready", ready).await;
     // Nested either way round across namespaces is an overlap, named with its holder.
-    for (prefix, holder) in [("/a/sub", format!("{}/one", a.ns)), ("", format!("{}/one", a.ns))] {
+    for (prefix, holder) in [
+        ("/a/sub", format!("{}/one", a.ns)),
+        ("", format!("{}/one", a.ns)),
+    ] {
         c.apply(&card("three", &shared, prefix)).await.unwrap();
         let c3 = wait_card(&p, &c.ns, "three", "conflict", refused("HostConflict")).await;
         let msg = condition(&c3, "Ready").unwrap().2;
-        assert!(msg.contains(&holder) || msg.contains(&format!("{}/two", b.ns)), "{msg}");
+        assert!(
+            msg.contains(&holder) || msg.contains(&format!("{}/two", b.ns)),
+            "{msg}"
+        );
         assert!(c3.status.unwrap().url.is_none());
     }
     // Inside one namespace nested claims are fine; an exact duplicate goes to the holder.
@@ -662,7 +718,10 @@ async fn claims_overlap_across_namespaces_but_nest_inside_one() {
     let deep = wait_card(&p, &a.ns, "deep", "Ready", ready).await;
     a.apply(&card("dup", &shared, "/a")).await.unwrap();
     let dup = wait_card(&p, &a.ns, "dup", "conflict", refused("HostConflict")).await;
-    assert!(condition(&dup, "Ready").unwrap().2.contains(&format!("{}/one", a.ns)));
+    assert!(condition(&dup, "Ready")
+        .unwrap()
+        .2
+        .contains(&format!("{}/one", a.ns)));
 
     // A host that is not shared: one namespace holds it whole.
     a.apply(&card("own", &own, "/a")).await.unwrap();
@@ -670,11 +729,20 @@ async fn claims_overlap_across_namespaces_but_nest_inside_one() {
     b.apply(&card("other", &own, "/b")).await.unwrap();
     let other = wait_card(&p, &b.ns, "other", "conflict", refused("HostConflict")).await;
     let msg = condition(&other, "Ready").unwrap().2;
-    assert!(msg.contains(&format!("{}/own", a.ns)) && msg.contains("not shared"), "{msg}");
+    assert!(
+        msg.contains(&format!("{}/own", a.ns)) && msg.contains("not shared"),
+        "{msg}"
+    );
 
     wait_served(&p, &shared, &card_path("/a"), hash_of(&a1).as_deref()).await;
     wait_served(&p, &shared, &card_path("/b"), hash_of(&b2).as_deref()).await;
-    wait_served(&p, &shared, &card_path("/a/deep"), hash_of(&deep).as_deref()).await;
+    wait_served(
+        &p,
+        &shared,
+        &card_path("/a/deep"),
+        hash_of(&deep).as_deref(),
+    )
+    .await;
     wait_served(&p, &own, &card_path("/b"), None).await;
     invariant(&p, &[]).await;
 }
@@ -698,7 +766,10 @@ async fn the_first_card_to_be_ready_holds_until_deleted_and_invalid_edits_keep_s
     // Fixed later, the older card does not take the host away.
     early.apply(&card("old", &host, "")).await.unwrap();
     let old = wait_card(&p, &early.ns, "old", "conflict", refused("HostConflict")).await;
-    assert!(condition(&old, "Ready").unwrap().2.contains(&format!("{}/new", late.ns)));
+    assert!(condition(&old, "Ready")
+        .unwrap()
+        .2
+        .contains(&format!("{}/new", late.ns)));
 
     // The holder's invalid edit keeps its last good card served, and its status says so.
     let mut bad = card("new", &host, "");
@@ -760,7 +831,14 @@ async fn revoking_a_host_allowance_unpublishes_within_seconds() {
         .unwrap();
     let took = wait_served_not(&p, &host, PATH_CARD, &hash).await;
     eprintln!("allowance revoked: card no longer served after {took:?}");
-    let c = wait_card(&p, &tenant.ns, "agent", "HostNotAllowed", refused("HostNotAllowed")).await;
+    let c = wait_card(
+        &p,
+        &tenant.ns,
+        "agent",
+        "HostNotAllowed",
+        refused("HostNotAllowed"),
+    )
+    .await;
     let status = c.status.unwrap();
     assert!(status.url.is_none() && status.content_hash.is_none() && status.served.is_none());
     wait_for(Duration::from_secs(10), || async {
@@ -791,7 +869,11 @@ async fn moving_a_card_frees_its_old_host_and_a_move_into_a_held_host_unpublishe
 
     mover.apply(&card("agent", &two, "")).await.unwrap();
     let moved = wait_card(&p, &mover.ns, "agent", "Ready on the new host", |c| {
-        ready(c) && c.status.as_ref().and_then(|s| s.url.as_deref()).is_some_and(|u| u.contains(&two))
+        ready(c)
+            && c.status
+                .as_ref()
+                .and_then(|s| s.url.as_deref())
+                .is_some_and(|u| u.contains(&two))
     })
     .await;
     wait_served(&p, &two, PATH_CARD, hash_of(&moved).as_deref()).await;
@@ -801,7 +883,10 @@ async fn moving_a_card_frees_its_old_host_and_a_move_into_a_held_host_unpublishe
         .get(&ingress_name(&mover.ns, "agent"))
         .await
         .unwrap();
-    assert_eq!(ing.spec.unwrap().rules.unwrap()[0].host.as_deref(), Some(two.as_str()));
+    assert_eq!(
+        ing.spec.unwrap().rules.unwrap()[0].host.as_deref(),
+        Some(two.as_str())
+    );
 
     // Moving onto a host another namespace holds: refused, and nothing stays served.
     mover.apply(&card("agent", &one, "")).await.unwrap();
@@ -824,11 +909,20 @@ async fn objects_the_operator_did_not_create_are_never_adopted() {
     }))
     .unwrap();
     cms.create(&PostParams::default(), &mine).await.unwrap();
-    tenant.apply(&card("mine", &format!("m-{t}.open.test"), "")).await.unwrap();
+    tenant
+        .apply(&card("mine", &format!("m-{t}.open.test"), ""))
+        .await
+        .unwrap();
     let c = wait_card(&p, &tenant.ns, "mine", "NameInUse", refused("NameInUse")).await;
-    assert!(condition(&c, "Ready").unwrap().2.contains(&card_configmap_name("mine")));
+    assert!(condition(&c, "Ready")
+        .unwrap()
+        .2
+        .contains(&card_configmap_name("mine")));
     let after = cms.get(&card_configmap_name("mine")).await.unwrap();
-    assert!(after.metadata.owner_references.is_none(), "adopted: {after:?}");
+    assert!(
+        after.metadata.owner_references.is_none(),
+        "adopted: {after:?}"
+    );
     assert_eq!(after.data, mine.data);
 
     // The same for an Ingress of the tenant's that has the backend route's name.
@@ -857,8 +951,15 @@ async fn objects_the_operator_did_not_create_are_never_adopted() {
     })
     .await
     .expect("cards deleted");
-    assert_eq!(cms.get(&card_configmap_name("mine")).await.unwrap().data, mine.data);
-    assert!(ings.get_opt(&backend_ingress_name_of("svc")).await.unwrap().is_some());
+    assert_eq!(
+        cms.get(&card_configmap_name("mine")).await.unwrap().data,
+        mine.data
+    );
+    assert!(ings
+        .get_opt(&backend_ingress_name_of("svc"))
+        .await
+        .unwrap()
+        .is_some());
     invariant(&p, &[]).await;
 }
 
@@ -875,7 +976,12 @@ async fn controllers_that_fail_give_up_the_lease_and_the_process_exits() {
         kubeconfig(),
         &opns,
         Some(&opns),
-        &["--signing-secret", "Not_A_Valid_Name", "--identity", "failing-one"],
+        &[
+            "--signing-secret",
+            "Not_A_Valid_Name",
+            "--identity",
+            "failing-one",
+        ],
     );
     let status = op
         .wait_exit(Duration::from_secs(30))

@@ -192,13 +192,20 @@ mod tests {
     #[test]
     fn shared_hosts_take_disjoint_prefixes_of_several_namespaces() {
         let mut t = Claims::new(vec!["*.shared.example".into()]);
-        assert!(t.acquire(claim("h.shared.example", "/a", "a", "x", 1)).is_ok());
-        assert!(t.acquire(claim("h.shared.example", "/b", "b", "y", 2)).is_ok());
-        assert!(t.acquire(claim("h.shared.example", "/ab", "c", "z", 3)).is_ok());
+        assert!(t
+            .acquire(claim("h.shared.example", "/a", "a", "x", 1))
+            .is_ok());
+        assert!(t
+            .acquire(claim("h.shared.example", "/b", "b", "y", 2))
+            .is_ok());
+        assert!(t
+            .acquire(claim("h.shared.example", "/ab", "c", "z", 3))
+            .is_ok());
         // Nested across namespaces, either way round, is an overlap.
         for p in ["/a/sub", "", "/b"] {
             assert!(
-                t.acquire(claim("h.shared.example", p, "d", "w", 4)).is_err(),
+                t.acquire(claim("h.shared.example", p, "d", "w", 4))
+                    .is_err(),
                 "{p}"
             );
         }

@@ -103,6 +103,9 @@ impl Error {
 
     /// Whether the card may not hold its route at all, so whatever it published goes.
     pub fn loses_claim(&self) -> bool {
-        matches!(self, Error::HostNotAllowed { .. } | Error::HostConflict { .. })
+        matches!(
+            self,
+            Error::HostNotAllowed { .. } | Error::HostConflict { .. }
+        )
     }
 }

@@ -144,7 +144,12 @@ impl Context {
     /// Load the claims table from what the cards' status says is served (once per leadership:
     /// the status is the previous holder's decision, written where tenants cannot write).
     pub async fn load_claims(&self) {
-        if self.claims.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+        if self
+            .claims
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
             return;
         }
         let _ = self.cards.wait_until_ready().await;
@@ -184,17 +189,19 @@ impl Context {
     pub fn acquire_claim(&self, want: Claim) -> Result<Claim, Error> {
         self.with_claims(|claims| {
             let shared = claims.is_shared(&want.host);
-            claims.acquire(want.clone()).map_err(|holder| Error::HostConflict {
-                host: want.host.clone(),
-                prefix: want.prefix.clone(),
-                held: format!("{}{}/…", holder.host, holder.prefix),
-                owner: holder.card(),
-                why: if holder.namespace != want.namespace && !shared {
-                    " (one namespace holds a host that is not shared)"
-                } else {
-                    ""
-                },
-            })
+            claims
+                .acquire(want.clone())
+                .map_err(|holder| Error::HostConflict {
+                    host: want.host.clone(),
+                    prefix: want.prefix.clone(),
+                    held: format!("{}{}/…", holder.host, holder.prefix),
+                    owner: holder.card(),
+                    why: if holder.namespace != want.namespace && !shared {
+                        " (one namespace holds a host that is not shared)"
+                    } else {
+                        ""
+                    },
+                })
         })
     }
 

@@ -96,10 +96,7 @@ impl IngressPolicy {
         }
         if let Some(class) = &settings.class_name {
             let allowed = self.class_name.as_deref() == Some(class.as_str())
-                || self
-                    .allowed_classes
-                    .iter()
-                    .any(|p| p == "*" || p == class);
+                || self.allowed_classes.iter().any(|p| p == "*" || p == class);
             if !allowed {
                 problems.push(Problem::error(
                     "spec.publish.ingress.className",
@@ -115,7 +112,10 @@ impl IngressPolicy {
 
     /// The class of an Ingress for `settings` (after [`IngressPolicy::check`] passed).
     pub fn class_for(&self, settings: &IngressSettings) -> Option<String> {
-        settings.class_name.clone().or_else(|| self.class_name.clone())
+        settings
+            .class_name
+            .clone()
+            .or_else(|| self.class_name.clone())
     }
 
     /// The TLS Secret of the card route for `host`, if any.
@@ -149,7 +149,8 @@ mod tests {
         let p = IngressPolicy::default();
         assert!(p
             .check(&settings(&["cert-manager.io/cluster-issuer"], None))
-            .0.is_empty());
+            .0
+            .is_empty());
         let problems = p.check(&settings(
             &[
                 "nginx.ingress.kubernetes.io/server-snippet",

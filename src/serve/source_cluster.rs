@@ -125,11 +125,7 @@ impl Feed {
             prefix: normalize_prefix(&route.path_prefix),
             legacy: route.legacy_path,
             created: since,
-            content: Arc::new(Published::new(
-                body.as_bytes().to_vec(),
-                modified,
-                max_age,
-            )),
+            content: Arc::new(Published::new(body.as_bytes().to_vec(), modified, max_age)),
         });
         self.serving.insert(card.key.clone(), hash.clone());
     }
@@ -159,7 +155,10 @@ impl Feed {
                 if previous.as_ref() == Some(&bytes) {
                     return;
                 }
-                if let Some(old) = previous.and_then(|p| p.owner).filter(|o| Some(o) != owner.as_ref()) {
+                if let Some(old) = previous
+                    .and_then(|p| p.owner)
+                    .filter(|o| Some(o) != owner.as_ref())
+                {
                     self.settle(&old);
                 }
                 if let Some(uid) = owner {
@@ -183,8 +182,11 @@ impl Feed {
                         .get(ANN_MAX_AGE)
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(DEFAULT_MAX_AGE);
-                    self.index
-                        .set_jwks(Some(Published::new(body.clone().into_bytes(), modified, max_age)));
+                    self.index.set_jwks(Some(Published::new(
+                        body.clone().into_bytes(),
+                        modified,
+                        max_age,
+                    )));
                 }
             }
             _ => self.remove_cm(cm),

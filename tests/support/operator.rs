@@ -31,14 +31,24 @@ impl Operator {
 
     /// Start `run` on the plane of `kubeconfig` (every namespace when `watch` is `None`) and
     /// wait until it is ready.
-    pub fn start_on(kubeconfig: &Path, opns: &str, watch: Option<&str>, extra: &[&str]) -> Operator {
+    pub fn start_on(
+        kubeconfig: &Path,
+        opns: &str,
+        watch: Option<&str>,
+        extra: &[&str],
+    ) -> Operator {
         let op = Self::spawn_on(kubeconfig, opns, watch, extra);
         op.wait_ready();
         op
     }
 
     /// Start `run` and return once it listens (ready or not).
-    pub fn spawn_on(kubeconfig: &Path, opns: &str, watch: Option<&str>, extra: &[&str]) -> Operator {
+    pub fn spawn_on(
+        kubeconfig: &Path,
+        opns: &str,
+        watch: Option<&str>,
+        extra: &[&str],
+    ) -> Operator {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("operator.log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"));

@@ -40,32 +40,37 @@ pub fn dedicated_kubeconfig() -> &'static Path {
 /// Start a plane in `target/tmp/<tag>-<pid>` with a watchdog that stops it when this test
 /// binary exits, however it exits; its kubeconfig.
 fn start_for_this_run(tag: &str) -> PathBuf {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{tag}-{}", std::process::id()));
-        let start = root().join("tests/controlplane/start");
-        let out = Command::new("bash").arg(&start).arg(&dir).output().expect("running tests/controlplane/start");
-        assert!(
-            out.status.success(),
-            "the test control plane did not start ({}):\n{}\n{}",
-            start.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // Stop the plane when this test binary exits, however it exits.
-        let stop = root().join("tests/controlplane/stop");
-        let watchdog = format!(
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{tag}-{}", std::process::id()));
+    let start = root().join("tests/controlplane/start");
+    let out = Command::new("bash")
+        .arg(&start)
+        .arg(&dir)
+        .output()
+        .expect("running tests/controlplane/start");
+    assert!(
+        out.status.success(),
+        "the test control plane did not start ({}):\n{}\n{}",
+        start.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Stop the plane when this test binary exits, however it exits.
+    let stop = root().join("tests/controlplane/stop");
+    let watchdog = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{stop}' '{dir}' >/dev/null 2>&1; rm -rf '{dir}'",
             pid = std::process::id(),
             stop = stop.display(),
             dir = dir.display()
         );
-        Command::new("setsid")
-            .args(["bash", "-c", &watchdog])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("starting the plane watchdog");
-        dir.join("kubeconfig")
+    Command::new("setsid")
+        .args(["bash", "-c", &watchdog])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting the plane watchdog");
+    dir.join("kubeconfig")
 }
 
 /// A client for the test plane, with the project's CRDs installed (when there are any).

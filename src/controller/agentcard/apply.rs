@@ -67,23 +67,36 @@ pub fn written_for_card(meta: &ObjectMeta, card: &AgentCard) -> bool {
             .is_some_and(|c| *c == card_key(card))
 }
 
-/// Keys under `metadata.<field>` that the operator's own server-side applies set, read from
-/// `managedFields`; `None` when the object has no record of ours.
-fn applied_keys(meta: &ObjectMeta, field: &str) -> Option<BTreeSet<String>> {
-    let entry = meta
-        .managed_fields
+/// Annotation keys the operator set on an object (by create or apply), read from
+/// `managedFields`: the ones it may remove. Annotations others added are theirs.
+fn our_annotations(meta: &ObjectMeta) -> BTreeSet<String> {
+    meta.managed_fields
         .iter()
         .flatten()
-        .find(|m| m.manager.as_deref() == Some(MANAGER) && m.operation.as_deref() == Some("Apply"))?;
-    let fields = entry.fields_v1.as_ref()?;
-    let keys = fields.0.get("f:metadata")?.get(format!("f:{field}"))?;
-    Some(
-        keys.as_object()?
-            .keys()
-            .filter_map(|k| k.strip_prefix("f:"))
-            .map(str::to_string)
-            .collect(),
-    )
+        .filter(|m| m.manager.as_deref() == Some(MANAGER))
+        .filter_map(|m| m.fields_v1.as_ref())
+        .filter_map(|f| {
+            f.0.get("f:metadata")?
+                .get("f:annotations")?
+                .as_object()
+                .cloned()
+        })
+        .flat_map(|keys| {
+            keys.keys()
+                .filter_map(|k| k.strip_prefix("f:"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Annotations the operator set on `have` that `want` no longer carries.
+fn stale_annotations(have: &ObjectMeta, want: &ObjectMeta) -> BTreeSet<String> {
+    let wanted = want.annotations.clone().unwrap_or_default();
+    our_annotations(have)
+        .into_iter()
+        .filter(|k| !wanted.contains_key(k))
+        .collect()
 }
 
 /// Whether `have` already carries every label and annotation of `want` with the same value,
@@ -94,17 +107,59 @@ fn meta_holds(have: &ObjectMeta, want: &ObjectMeta) -> bool {
             .flatten()
             .all(|(k, v)| h.as_ref().and_then(|h| h.get(k)) == Some(v))
     };
-    let wanted: BTreeSet<String> = want.annotations.iter().flatten().map(|(k, _)| k.clone()).collect();
-    let no_stale = applied_keys(have, "annotations").is_none_or(|applied| applied.is_subset(&wanted));
     holds(&have.labels, &want.labels)
         && holds(&have.annotations, &want.annotations)
-        && no_stale
+        && stale_annotations(have, want).is_empty()
         && want.owner_references.iter().flatten().all(|o| {
             have.owner_references
                 .iter()
                 .flatten()
                 .any(|h| h.uid == o.uid)
         })
+}
+
+/// A merge patch removing what the operator set on `have` and `want` no longer has: stale
+/// annotations, and for Ingresses the optional spec fields. Needed because a create co-owns
+/// every field it wrote, so a later apply that leaves a field out does not remove it.
+fn removals(
+    have: &ObjectMeta,
+    want: &ObjectMeta,
+    spec: serde_json::Map<String, serde_json::Value>,
+) -> Option<serde_json::Value> {
+    let nulls: serde_json::Map<String, serde_json::Value> = stale_annotations(have, want)
+        .into_iter()
+        .map(|k| (k, serde_json::Value::Null))
+        .collect();
+    let mut patch = serde_json::Map::new();
+    if !nulls.is_empty() {
+        patch.insert("metadata".into(), serde_json::json!({"annotations": nulls}));
+    }
+    if !spec.is_empty() {
+        patch.insert("spec".into(), serde_json::Value::Object(spec));
+    }
+    (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
+}
+
+fn configmap_removals(have: &ConfigMap, want: &ConfigMap) -> Option<serde_json::Value> {
+    removals(&have.metadata, &want.metadata, serde_json::Map::new())
+}
+
+fn ingress_removals(have: &Ingress, want: &Ingress) -> Option<serde_json::Value> {
+    let (h, w) = (
+        have.spec.clone().unwrap_or_default(),
+        want.spec.clone().unwrap_or_default(),
+    );
+    let mut spec = serde_json::Map::new();
+    if h.tls.is_some() && w.tls.is_none() {
+        spec.insert("tls".into(), serde_json::Value::Null);
+    }
+    if h.ingress_class_name.is_some() && w.ingress_class_name.is_none() {
+        spec.insert("ingressClassName".into(), serde_json::Value::Null);
+    }
+    if h.default_backend.is_some() && w.default_backend.is_none() {
+        spec.insert("defaultBackend".into(), serde_json::Value::Null);
+    }
+    removals(&have.metadata, &want.metadata, spec)
 }
 
 fn configmap_current(have: Option<&ConfigMap>, want: &ConfigMap) -> bool {
@@ -134,50 +189,68 @@ fn name_in_use<K: Resource<DynamicType = ()>>(obj: &K) -> Error {
     }
 }
 
-/// Write `want` through `api`: server-side apply when `have` is ours and differs, a plain
-/// create when nothing is known under the name (then an apply, when `reapply`, so later applies
-/// own every field and can remove them), `NameInUse` when the name belongs to someone else.
-async fn write<K>(
+/// How one kind of object is compared and cleaned.
+struct Rules<Ours, Current, Removals> {
+    ours: Ours,
+    current: Current,
+    removals: Removals,
+}
+
+/// Write `want` through `api`: a plain create when nothing is known under the name (so a name
+/// taken meanwhile fails instead of being merged into), server-side apply when `have` is ours
+/// and differs (what we set and no longer want is removed first, see [`removals`]),
+/// `NameInUse` when the name belongs to someone else.
+async fn write<K, O, C, R>(
     api: &Api<K>,
     want: &K,
     have: Option<&K>,
-    ours: impl Fn(&ObjectMeta) -> bool,
-    current: impl Fn(Option<&K>) -> bool,
-    reapply: bool,
+    rules: Rules<O, C, R>,
 ) -> Result<(), Error>
 where
-    K: Resource<DynamicType = ()> + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    O: Fn(&ObjectMeta) -> bool,
+    C: Fn(Option<&K>) -> bool,
+    R: Fn(&K) -> Option<serde_json::Value>,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
     let name = want.meta().name.clone().unwrap_or_default();
-    let mut have = have.cloned();
-    if have.is_none() {
-        let create = PostParams {
+    let existing = match have {
+        Some(h) => h.clone(),
+        None => {
+            let create = PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            };
+            match api.create(&create, want).await {
+                Ok(_) => return Ok(()),
+                // Taken: ours (a watch that has not caught up) or someone else's.
+                Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&name).await? {
+                    Some(found) => found,
+                    None => {
+                        return Err(Error::Internal(format!(
+                            "{name}: conflicting create, then not found"
+                        )))
+                    }
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    if !(rules.ours)(existing.meta()) {
+        return Err(name_in_use(want));
+    }
+    if (rules.current)(Some(&existing)) {
+        return Ok(());
+    }
+    if let Some(patch) = (rules.removals)(&existing) {
+        let params = PatchParams {
             field_manager: Some(MANAGER.into()),
             ..Default::default()
         };
-        match api.create(&create, want).await {
-            Ok(_) if !reapply => return Ok(()),
-            Ok(created) => have = Some(created),
-            // Taken: ours (a watch that has not caught up) or someone else's.
-            Err(kube::Error::Api(s)) if s.code == 409 => have = api.get_opt(&name).await?,
-            Err(e) => return Err(e.into()),
-        }
-        let Some(existing) = &have else {
-            return Err(Error::Internal(format!("{name}: conflicting create, then not found")));
-        };
-        if !ours(existing.meta()) {
-            return Err(name_in_use(want));
-        }
-        if !reapply && current(have.as_ref()) {
-            return Ok(());
-        }
-    } else if let Some(existing) = &have {
-        if !ours(existing.meta()) {
-            return Err(name_in_use(want));
-        }
-        if current(Some(existing)) {
-            return Ok(());
-        }
+        api.patch(&name, &params, &Patch::Merge(&patch)).await?;
     }
     api.patch(&name, &ssa(), &Patch::Apply(want)).await?;
     Ok(())
@@ -197,9 +270,11 @@ pub async fn apply(
         &cms,
         &built.configmap,
         existing.configmap,
-        |m| owned_by_card(m, card),
-        |h| configmap_current(h, &built.configmap),
-        false,
+        Rules {
+            ours: |m: &ObjectMeta| owned_by_card(m, card),
+            current: |h: Option<&ConfigMap>| configmap_current(h, &built.configmap),
+            removals: |h: &ConfigMap| configmap_removals(h, &built.configmap),
+        },
     )
     .await?;
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
@@ -207,9 +282,11 @@ pub async fn apply(
         &ingresses,
         &built.ingress,
         existing.ingress.as_deref(),
-        |m| written_for_card(m, card),
-        |h| ingress_current(h, &built.ingress),
-        true,
+        Rules {
+            ours: |m: &ObjectMeta| written_for_card(m, card),
+            current: |h: Option<&Ingress>| ingress_current(h, &built.ingress),
+            removals: |h: &Ingress| ingress_removals(h, &built.ingress),
+        },
     )
     .await?;
     let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
@@ -219,14 +296,20 @@ pub async fn apply(
                 &local,
                 b,
                 existing.backend.as_deref(),
-                |m| owned_by_card(m, card),
-                |h| ingress_current(h, b),
-                true,
+                Rules {
+                    ours: |m: &ObjectMeta| owned_by_card(m, card),
+                    current: |h: Option<&Ingress>| ingress_current(h, b),
+                    removals: |h: &Ingress| ingress_removals(h, b),
+                },
             )
             .await?
         }
         None => {
-            if existing.backend.as_deref().is_some_and(|b| owned_by_card(b.meta(), card)) {
+            if existing
+                .backend
+                .as_deref()
+                .is_some_and(|b| owned_by_card(b.meta(), card))
+            {
                 delete_if_present(&local, &backend_ingress_name(card)).await?
             }
         }
@@ -243,11 +326,18 @@ pub async fn unpublish(
     existing: &Existing<'_>,
 ) -> Result<(), Error> {
     let ns = card.namespace().unwrap_or_default();
-    if let Some(cm) = existing.configmap.filter(|cm| owned_by_card(&cm.metadata, card)) {
+    if let Some(cm) = existing
+        .configmap
+        .filter(|cm| owned_by_card(&cm.metadata, card))
+    {
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
         delete_if_present(&cms, &cm.name_any()).await?;
     }
-    if existing.backend.as_deref().is_some_and(|b| owned_by_card(b.meta(), card)) {
+    if existing
+        .backend
+        .as_deref()
+        .is_some_and(|b| owned_by_card(b.meta(), card))
+    {
         let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
         delete_if_present(&local, &backend_ingress_name(card)).await?;
     }

@@ -138,7 +138,11 @@ pub fn backend_ingress_name_of(name: &str) -> String {
 
 /// `namespace/name` of a card, as written in [`ANN_CARD`].
 pub fn card_key(card: &AgentCard) -> String {
-    format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any())
+    format!(
+        "{}/{}",
+        card.namespace().unwrap_or_default(),
+        card.name_any()
+    )
 }
 
 /// Build everything for `card`, which must have passed validation and holds its claim since
@@ -187,7 +191,10 @@ pub fn build(
     // The publication time moves only with the bytes; it comes from the status (written by
     // the operator alone), never from the tenant-writable ConfigMap.
     let status = card.status.as_ref();
-    let published_at = match (status.and_then(|s| s.content_hash.as_ref()), status.and_then(|s| s.served.as_ref())) {
+    let published_at = match (
+        status.and_then(|s| s.content_hash.as_ref()),
+        status.and_then(|s| s.served.as_ref()),
+    ) {
         (Some(h), Some(served)) if *h == hash => served.published_at.clone(),
         _ => now.to_string(),
     };
@@ -248,7 +255,9 @@ pub fn build(
             labels: &labels,
             card: &card_ref,
             owner: &[],
-            tls_secret: settings.ingress.tls_secret(&publish.host.to_ascii_lowercase()),
+            tls_secret: settings
+                .ingress
+                .tls_secret(&publish.host.to_ascii_lowercase()),
         },
         card,
         &settings.ingress,
@@ -455,7 +464,10 @@ mod tests {
             .unwrap()
             .starts_with("agentcard-agents-weather-"));
         assert_eq!(ing["metadata"]["namespace"], "ops");
-        assert_eq!(ing["metadata"]["annotations"]["cert-manager.io/issuer"], "b");
+        assert_eq!(
+            ing["metadata"]["annotations"]["cert-manager.io/issuer"],
+            "b"
+        );
         assert_eq!(ing["metadata"]["annotations"][ANN_CARD], "agents/weather");
         assert_eq!(ing["spec"]["ingressClassName"], "nginx");
         // The card route's TLS Secret is named by the operator, per host.
@@ -540,11 +552,17 @@ mod tests {
 
     #[test]
     fn ingress_names_are_collision_free_and_fit_63_characters() {
-        assert_ne!(ingress_name("team-a", "weather"), ingress_name("team", "a-weather"));
+        assert_ne!(
+            ingress_name("team-a", "weather"),
+            ingress_name("team", "a-weather")
+        );
         let long = "x".repeat(253);
         let n = ingress_name(&"n".repeat(63), &long);
         assert!(n.len() <= MAX_INGRESS_NAME, "{n}");
-        assert_ne!(n, ingress_name(&"n".repeat(63), &format!("{}y", "x".repeat(252))));
+        assert_ne!(
+            n,
+            ingress_name(&"n".repeat(63), &format!("{}y", "x".repeat(252)))
+        );
         let c = card(json!({"metadata": {"name": long}}));
         assert!(backend_ingress_name(&c).len() <= MAX_INGRESS_NAME);
         assert!(configmap_name(&c).len() <= 253);

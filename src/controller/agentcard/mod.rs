@@ -95,7 +95,12 @@ async fn publish(
     }
     let warnings = validate::card(card)?;
     validate::routing(card, &ctx.settings.ingress)?;
-    validate::host_allowance(&card.spec.publish.host, &ns, &ctx.allowed_hosts, &annotations)?;
+    validate::host_allowance(
+        &card.spec.publish.host,
+        &ns,
+        &ctx.allowed_hosts,
+        &annotations,
+    )?;
     let now = jiff::Timestamp::now();
     let claim = ctx.acquire_claim(wanted_claim(card, now))?;
     let keys = ctx.keys()?;

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-
 use super::build::{backend_path, effective_card, prefix};
 use crate::a2a::validate::{lint, validate as validate_card, LintOptions};
 use crate::a2a::{Problem, Problems};
@@ -173,9 +172,16 @@ mod tests {
         };
         let policy = IngressPolicy::default();
         assert!(routing(&card("/x", "/x/a2a"), &policy).is_ok());
-        let err = routing(&card("/x", "/a2a/v1"), &policy).unwrap_err().to_string();
-        assert!(err.starts_with("spec.backend.path: /a2a/v1 is outside"), "{err}");
-        let err = routing(&card("/x", "/x/../a2a"), &policy).unwrap_err().to_string();
+        let err = routing(&card("/x", "/a2a/v1"), &policy)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("spec.backend.path: /a2a/v1 is outside"),
+            "{err}"
+        );
+        let err = routing(&card("/x", "/x/../a2a"), &policy)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("spec.backend.path: must not contain"), "{err}");
         // The default backend path is inside.
         let mut c = card("/x", "");
