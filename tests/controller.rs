@@ -45,47 +45,8 @@ async fn apply(api: &Api<AgentCard>, manifest: &Value) -> Result<AgentCard, kube
     .await
 }
 
-fn condition(card: &AgentCard, type_: &str) -> Option<(String, String, String)> {
-    card.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-/// Wait until `pred` holds for the card (or fail with its last state and the operator log).
-async fn wait_card(
-    api: &Api<AgentCard>,
-    name: &str,
-    op: &Operator,
-    what: &str,
-    pred: impl Fn(&AgentCard) -> bool,
-) -> AgentCard {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut last = None;
-    loop {
-        if let Ok(c) = api.get(name).await {
-            if pred(&c) {
-                return c;
-            }
-            last = Some(c);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            panic!(
-                "{name}: {what} did not happen; last status {:?}\noperator log:\n{}",
-                last.and_then(|c| c.status),
-                op.logs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn ready(c: &AgentCard) -> bool {
-    condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
-        && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
-}
+use support::operator::wait_card;
+use support::{condition, ready};
 
 async fn served_bytes(client: &Client, ns: &str, card: &str) -> Option<String> {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);

@@ -49,15 +49,7 @@ fn kubeconfig() -> &'static Path {
 }
 
 fn rand_tag() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    format!("{:06x}", h.finish() as u32 & 0xff_ffff)
+    format!("{:06x}", support::plane::rand_u32() & 0xff_ffff)
 }
 
 /// The platform's side: a cluster-admin client and the operator.
@@ -198,19 +190,7 @@ fn card_path(prefix: &str) -> String {
     format!("{prefix}{PATH_CARD}")
 }
 
-fn condition(card: &AgentCard, type_: &str) -> Option<(String, String, String)> {
-    card.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-fn ready(c: &AgentCard) -> bool {
-    condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
-        && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
-}
+use support::{condition, ready};
 
 fn refused(reason: &'static str) -> impl Fn(&AgentCard) -> bool {
     move |c| {
@@ -223,7 +203,7 @@ fn hash_of(c: &AgentCard) -> Option<String> {
     c.status.as_ref()?.content_hash.clone()
 }
 
-/// Wait until `pred` holds for the card (or fail with its last state and the operator log).
+/// Wait until `pred` holds for card `ns/name`, read as the platform sees it.
 async fn wait_card(
     p: &Platform,
     ns: &str,
@@ -232,23 +212,7 @@ async fn wait_card(
     pred: impl Fn(&AgentCard) -> bool,
 ) -> AgentCard {
     let api: Api<AgentCard> = Api::namespaced(p.admin.clone(), ns);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = None;
-    loop {
-        if let Ok(c) = api.get(name).await {
-            if pred(&c) {
-                return c;
-            }
-            last = Some(c);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{ns}/{name}: {what} did not happen; last status {:?}\noperator log:\n{}",
-            last.and_then(|c| c.status),
-            tail(&p.op.logs())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::operator::wait_card(&api, name, &p.op, &format!("{ns}: {what}"), pred).await
 }
 
 fn tail(log: &str) -> String {

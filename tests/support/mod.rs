@@ -10,6 +10,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+/// `(status, reason, message)` of condition `type_` of a card, if present.
+pub fn condition(
+    card: &agentcard_operator::crd::AgentCard,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    card.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Whether the card is Ready for its current generation.
+pub fn ready(c: &agentcard_operator::crd::AgentCard) -> bool {
+    condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+        && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
+}
+
 /// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

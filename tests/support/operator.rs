@@ -131,3 +131,34 @@ impl Drop for Operator {
         self.kill();
     }
 }
+
+/// Wait until `pred` holds for card `name` (or fail with its last state and the end of `op`'s
+/// log).
+pub async fn wait_card(
+    api: &kube::Api<agentcard_operator::crd::AgentCard>,
+    name: &str,
+    op: &Operator,
+    what: &str,
+    pred: impl Fn(&agentcard_operator::crd::AgentCard) -> bool,
+) -> agentcard_operator::crd::AgentCard {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    loop {
+        if let Ok(c) = api.get(name).await {
+            if pred(&c) {
+                return c;
+            }
+            last = Some(c);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let log = op.logs();
+            let lines: Vec<&str> = log.lines().collect();
+            panic!(
+                "{name}: {what} did not happen; last status {:?}\noperator log (end):\n{}",
+                last.and_then(|c| c.status),
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -252,7 +252,8 @@ impl Drop for TestNamespace {
     }
 }
 
-fn rand_u32() -> u32 {
+/// A random number for unique test names.
+pub fn rand_u32() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
