@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 
 use crate::contract::{content_hash, PATH_CARD, PATH_JWKS, PATH_LEGACY};
+use crate::directory::site::Site;
 
 /// One version of a served document with everything its responses need, computed once.
 #[derive(Debug)]
@@ -138,6 +139,8 @@ impl State {
 #[derive(Default)]
 pub struct Index {
     state: RwLock<State>,
+    /// Directory sites by host, replaced whole when rebuilt.
+    sites: RwLock<Arc<HashMap<String, Arc<Site>>>>,
     ready: AtomicBool,
 }
 
@@ -203,6 +206,22 @@ impl Index {
     /// Whether the index holds no card.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Replace every directory site (by host).
+    pub fn set_sites(&self, sites: HashMap<String, Arc<Site>>) {
+        *self.sites.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(sites);
+    }
+
+    /// The directory site holding `host`, if any.
+    pub fn site(&self, host: &str) -> Option<Arc<Site>> {
+        let sites = self.sites.read().unwrap_or_else(|e| e.into_inner()).clone();
+        sites.get(host).cloned()
+    }
+
+    /// Every directory site.
+    pub fn sites(&self) -> Arc<HashMap<String, Arc<Site>>> {
+        self.sites.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Mark the first full sync done.

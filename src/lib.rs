@@ -3,13 +3,16 @@
 //! [`a2a`] is the protocol core (card model, validation, canonical form, JWS) and knows
 //! nothing of Kubernetes. [`index`] holds the published cards in memory; [`serve`] answers
 //! HTTP from it, fed by the cluster or a directory. [`contract`] names what the controller
-//! writes and the server reads. [`cli`] is the command line over all of it.
+//! writes and the server reads. [`directory`] is the AgentDirectory registry: a query engine
+//! over the same index, with its ARD and native HTTP views. [`cli`] is the command line over
+//! all of it.
 
 pub mod a2a;
 pub mod cli;
 pub mod contract;
 pub mod controller;
 pub mod crd;
+pub mod directory;
 pub mod index;
 pub mod input;
 pub mod process;

@@ -81,6 +81,10 @@ pub struct RunArgs {
     /// Most AgentCard reconciles at once (0: unbounded).
     #[arg(long, default_value_t = 0)]
     concurrency: u16,
+    /// Audiences accepted in bearer tokens of Kubernetes-mode directories (comma-separated;
+    /// default: the API server's own).
+    #[arg(long, default_value = "")]
+    token_audiences: String,
     /// Lease holder identity (default: $POD_NAME, else host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -129,7 +133,11 @@ pub fn run(args: RunArgs) -> Result<()> {
             vec![refresh],
             server::Limits::default(),
         )
-        .await?;
+        .await?
+        .with_authorizer(Arc::new(crate::directory::access::Authorizer::new(
+            client.clone(),
+            patterns(&args.token_audiences),
+        )));
 
         let config = controller::Config {
             settings: Settings {

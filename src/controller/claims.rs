@@ -32,12 +32,18 @@ pub struct Claim {
     pub uid: String,
     /// When the card took the claim.
     pub since: Timestamp,
+    /// A directory's claim: the whole host, shared with nobody.
+    pub whole_host: bool,
 }
 
 impl Claim {
-    /// `namespace/name` of the claiming card.
+    /// `namespace/name` of the claiming card, or `AgentDirectory name`.
     pub fn card(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        if self.whole_host {
+            format!("AgentDirectory {}", self.name)
+        } else {
+            format!("{}/{}", self.namespace, self.name)
+        }
     }
 }
 
@@ -76,6 +82,9 @@ impl Claims {
     fn blocks(&self, held: &Claim, want: &Claim) -> bool {
         if held.uid == want.uid || held.host != want.host {
             return false;
+        }
+        if held.whole_host || want.whole_host {
+            return true;
         }
         if held.namespace != want.namespace {
             !self.is_shared(&want.host) || prefixes_overlap(&held.prefix, &want.prefix)
@@ -158,6 +167,7 @@ mod tests {
             name: name.into(),
             uid: format!("{ns}/{name}"),
             since: Timestamp::from_second(since).unwrap(),
+            whole_host: false,
         }
     }
 
@@ -222,6 +232,26 @@ mod tests {
         assert_eq!(again.since.as_second(), 20);
         assert_eq!(t.release("b/young"), vec!["h".to_string()]);
         assert!(t.acquire(claim("h", "", "a", "old", 30)).is_ok());
+    }
+
+    #[test]
+    fn a_directory_holds_its_whole_host() {
+        let mut t = Claims::new(vec!["*.shared.example".into()]);
+        let mut dir = claim("d.shared.example", "", "", "dir", 1);
+        dir.whole_host = true;
+        assert!(t.acquire(dir.clone()).is_ok());
+        let err = t
+            .acquire(claim("d.shared.example", "/x", "a", "c", 2))
+            .unwrap_err();
+        assert_eq!(err.card(), "AgentDirectory dir");
+        let mut other = claim("d.shared.example", "/y", "", "dir2", 3);
+        other.whole_host = true;
+        assert!(t.acquire(other.clone()).is_err());
+        // And a card already on a host keeps it from a directory.
+        t.acquire(claim("c.shared.example", "/z", "a", "c", 4))
+            .unwrap();
+        other.host = "c.shared.example".into();
+        assert!(t.acquire(other).is_err());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! aborted when its future is dropped, so losing the lease stops all of it.
 
 pub mod agentcard;
+pub mod agentdirectory;
 pub mod claims;
 pub mod error;
 pub mod keys;
@@ -30,7 +31,7 @@ use kube::{Client, ResourceExt};
 pub use error::Error;
 
 use crate::contract::{ANN_CARD, CONTENT_CARD, LABEL_CONTENT, LABEL_MANAGED_BY, MANAGER};
-use crate::crd::AgentCard;
+use crate::crd::{AgentCard, AgentDirectory};
 use agentcard::build::Settings;
 use claims::{Claim, Claims};
 use keys::{KeyCache, Keys};
@@ -88,8 +89,12 @@ pub struct Context {
     pub signing_secret: String,
     /// The Ingresses this operator wrote (every namespace).
     pub ingresses: Store<Ingress>,
+    /// Every AgentDirectory.
+    pub directories: Store<AgentDirectory>,
     /// Cards to re-check because a peer on their host changed.
     peers: futures::channel::mpsc::UnboundedSender<ObjectRef<AgentCard>>,
+    /// Directories to re-check because a peer on their host changed.
+    directory_peers: futures::channel::mpsc::UnboundedSender<ObjectRef<AgentDirectory>>,
     key_cache: Arc<KeyCache>,
     failures: Mutex<HashMap<String, u32>>,
     shared_hosts: Vec<String>,
@@ -119,18 +124,27 @@ impl Context {
     /// Re-check the other cards asking for one of `hosts`: `card` may have freed a claim there
     /// (deleted, moved, or no longer allowed), or taken one.
     pub fn recheck_hosts(&self, hosts: &[String], card: &AgentCard) {
+        self.recheck_hosts_of(hosts, card.metadata.uid.as_deref());
+    }
+
+    /// Re-check every card and directory asking for one of `hosts`, except the one `skip`.
+    pub fn recheck_hosts_of(&self, hosts: &[String], skip: Option<&str>) {
         if hosts.is_empty() {
             return;
         }
+        let on = |host: &str| hosts.iter().any(|h| host.eq_ignore_ascii_case(h));
         for peer in self.cards.state() {
-            if hosts
-                .iter()
-                .any(|h| peer.spec.publish.host.eq_ignore_ascii_case(h))
-                && peer.metadata.uid != card.metadata.uid
-            {
+            if on(&peer.spec.publish.host) && peer.metadata.uid.as_deref() != skip {
                 let _ = self
                     .peers
                     .unbounded_send(ObjectRef::from_obj(peer.as_ref()));
+            }
+        }
+        for dir in self.directories.state() {
+            if on(&dir.spec.publish.host) && dir.metadata.uid.as_deref() != skip {
+                let _ = self
+                    .directory_peers
+                    .unbounded_send(ObjectRef::from_obj(dir.as_ref()));
             }
         }
     }
@@ -153,6 +167,21 @@ impl Context {
             return;
         }
         let _ = self.cards.wait_until_ready().await;
+        // Bounded: without the AgentDirectory CRD its store never fills, and cards must not wait.
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.directories.wait_until_ready())
+            .await;
+        let directories = self.directories.state().into_iter().filter_map(|d| {
+            let route = d.status.as_ref()?.served.as_ref()?;
+            (d.metadata.deletion_timestamp.is_none()).then(|| Claim {
+                host: route.host.clone(),
+                prefix: String::new(),
+                namespace: String::new(),
+                name: d.name_any(),
+                uid: d.uid().unwrap_or_default(),
+                since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                whole_host: true,
+            })
+        });
         let mut served: Vec<Claim> = self
             .cards
             .state()
@@ -169,8 +198,10 @@ impl Context {
                     name: c.name_any(),
                     uid: c.uid().unwrap_or_default(),
                     since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                    whole_host: false,
                 })
             })
+            .chain(directories)
             .collect();
         served.sort_by(|a, b| a.since.cmp(&b.since).then(a.card().cmp(&b.card())));
         let mut guard = self.claims.lock().unwrap_or_else(|e| e.into_inner());
@@ -207,8 +238,12 @@ impl Context {
 
     /// Keep only the claim of `card` on `keep` (host, prefix), or none; the hosts freed.
     pub fn retain_claims(&self, card: &AgentCard, keep: Option<(&str, &str)>) -> Vec<String> {
-        let uid = card.uid().unwrap_or_default();
-        self.with_claims(|claims| claims.retain(&uid, keep))
+        self.retain_claims_of(&card.uid().unwrap_or_default(), keep)
+    }
+
+    /// Keep only the claim of object `uid` on `keep`, or none; the hosts freed.
+    pub fn retain_claims_of(&self, uid: &str, keep: Option<(&str, &str)>) -> Vec<String> {
+        self.with_claims(|claims| claims.retain(uid, keep))
     }
 
     /// The Ingress `namespace/name` as last seen, if it exists.
@@ -234,8 +269,13 @@ impl Context {
 
     /// The next retry delay of `card` (see [`backoff_delay`]).
     pub fn next_backoff(&self, card: &AgentCard) -> Duration {
+        self.next_backoff_for(&Self::object_key(card))
+    }
+
+    /// The next retry delay of the object `key` (see [`backoff_delay`]).
+    pub fn next_backoff_for(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = failures.entry(Self::object_key(card)).or_insert(0);
+        let n = failures.entry(key.to_string()).or_insert(0);
         *n = n.saturating_add(1);
         // Jitter from the clock's nanoseconds: enough to spread retries, no RNG needed.
         let jitter =
@@ -350,8 +390,17 @@ pub async fn run(
     .touched_objects();
 
     let (peers_tx, peers_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
+    let (dir_peers_tx, dir_peers_rx) =
+        futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
+    let directory_controller = Controller::new(
+        Api::<AgentDirectory>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let directories = directory_controller.store();
     let ctx = Arc::new(Context {
         peers: peers_tx,
+        directory_peers: dir_peers_tx,
+        directories: directories.clone(),
         ingresses: ingress_store.clone(),
         recorder: Recorder::new(
             client.clone(),
@@ -377,10 +426,42 @@ pub async fn run(
     let _ = ns_store.wait_until_ready().await;
     let _ = tokio::time::timeout(Duration::from_secs(30), secret_store.wait_until_ready()).await;
 
+    // Directories: count and route follow cards and namespace labels.
+    let (dirs_for_cards, dirs_for_ns) = (directories.clone(), directories.clone());
+    let all_dirs = |store: &Store<AgentDirectory>| {
+        store
+            .state()
+            .iter()
+            .map(|d| ObjectRef::from_obj(d.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    let directory_run = directory_controller
+        .watches(
+            Api::<AgentCard>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+            move |_card| all_dirs(&dirs_for_cards),
+        )
+        .watches(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+            move |_ns| all_dirs(&dirs_for_ns),
+        )
+        .reconcile_on(dir_peers_rx)
+        .run(
+            agentdirectory::reconcile,
+            agentdirectory::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "directory controller event");
+            }
+        });
+
     let repair_cards = cards.clone();
     let ns_cards = cards.clone();
     let operator_ns = opns.clone();
-    controller
+    let card_run = controller
         .owns(
             match &config.watch_namespace {
                 Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
@@ -417,8 +498,12 @@ pub async fn run(
             if let Err(e) = res {
                 tracing::debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    // Both run until the process stops; either ending ends the controllers.
+    tokio::select! {
+        () = card_run => {}
+        () = directory_run => {}
+    }
     drop(all_tx);
     drop(ns_tx);
     Ok(())

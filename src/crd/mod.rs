@@ -2,14 +2,16 @@
 //! `agentcard-operator crds`.
 
 pub mod agentcard;
+pub mod agentdirectory;
 
 pub use agentcard::{AgentCard, AgentCardSpec, AgentCardStatus, ServedRoute};
+pub use agentdirectory::{AccessMode, AgentDirectory, AgentDirectorySpec, AgentDirectoryStatus};
 
 use kube::CustomResourceExt;
 
 /// Every CRD of the operator, as the YAML `crds/` holds (documents separated by `---`).
 pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
-    let docs = [AgentCard::crd()];
+    let docs = [AgentCard::crd(), AgentDirectory::crd()];
     let mut out = String::new();
     for (i, crd) in docs.iter().enumerate() {
         if i > 0 {

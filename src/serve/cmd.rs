@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// Seconds a client has to send its request headers.
     #[arg(long, default_value_t = 10)]
     header_read_timeout: u64,
+    /// Audiences accepted in bearer tokens of Kubernetes-mode directories (comma-separated;
+    /// default: the API server's own).
+    #[arg(long, default_value = "")]
+    token_audiences: String,
 }
 
 /// Run the card server alone until SIGTERM.
@@ -53,6 +57,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .build()?;
     rt.block_on(async move {
         let index = Arc::new(Index::new());
+        let mut authorizer = None;
         let feed = match &args.from_dir {
             Some(dir) => {
                 let opts = source_dir::DirOptions {
@@ -66,6 +71,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the cluster")?;
+                authorizer = Some(Arc::new(crate::directory::access::Authorizer::new(
+                    client.clone(),
+                    crate::controller::agentcard::validate::patterns(&args.token_audiences),
+                )));
                 tokio::spawn(source_cluster::watch_cluster(
                     client,
                     args.namespace.clone(),
@@ -79,7 +88,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             ..Default::default()
         };
         let registry = prometheus_client::registry::Registry::default();
-        let servers = Servers::bind(
+        let mut servers = Servers::bind(
             args.listen,
             args.admin_listen,
             index,
@@ -89,6 +98,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             limits,
         )
         .await?;
+        if let Some(a) = authorizer {
+            servers = servers.with_authorizer(a);
+        }
         servers.log_addresses();
         tokio::select! {
             r = servers.run() => r?,

@@ -35,6 +35,8 @@ pub enum Route {
     MethodNotAllowed,
     /// A request too large to serve.
     TooLarge,
+    /// A directory's registry API or manifest.
+    Directory,
 }
 
 impl Route {
@@ -47,6 +49,7 @@ impl Route {
             Route::NotFound => "not_found",
             Route::MethodNotAllowed => "method_not_allowed",
             Route::TooLarge => "too_large",
+            Route::Directory => "directory",
         }
     }
 }

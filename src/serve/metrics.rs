@@ -24,6 +24,8 @@ pub enum RouteLabel {
     method_not_allowed,
     /// Over the request limits.
     too_large,
+    /// A directory's registry API or manifest.
+    directory,
 }
 
 impl From<Route> for RouteLabel {
@@ -35,6 +37,7 @@ impl From<Route> for RouteLabel {
             Route::NotFound => RouteLabel::not_found,
             Route::MethodNotAllowed => RouteLabel::method_not_allowed,
             Route::TooLarge => RouteLabel::too_large,
+            Route::Directory => RouteLabel::directory,
         }
     }
 }

@@ -31,6 +31,7 @@ pub struct Servers {
     metrics: Arc<metrics::HttpMetrics>,
     admin: Arc<admin::Admin>,
     limits: server::Limits,
+    authorizer: Option<Arc<crate::directory::access::Authorizer>>,
 }
 
 impl Servers {
@@ -79,7 +80,17 @@ impl Servers {
                 on_scrape,
             }),
             limits,
+            authorizer: None,
         })
+    }
+
+    /// Check callers of Kubernetes-mode directories with `authorizer`.
+    pub fn with_authorizer(
+        mut self,
+        authorizer: Arc<crate::directory::access::Authorizer>,
+    ) -> Self {
+        self.authorizer = Some(authorizer);
+        self
     }
 
     /// The bound public and admin addresses (the real ports when asked for port 0), logged
@@ -95,7 +106,7 @@ impl Servers {
     /// Serve both ports until one fails.
     pub async fn run(self) -> anyhow::Result<()> {
         tokio::select! {
-            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits) => r.context("public server"),
+            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits, self.authorizer) => r.context("public server"),
             r = admin::serve_admin(self.admin_listener, self.admin) => r.context("admin server"),
         }
     }

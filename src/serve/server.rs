@@ -1,5 +1,6 @@
 //! The accept loop of the public port: bounded connections, limits on request headers and
-//! bodies, timeouts against slow clients. Every request is answered by [`super::http::respond`].
+//! bodies, timeouts against slow clients. A request to a directory host is answered by
+//! [`crate::directory::http::handle`], every other by [`super::http::respond`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,8 +13,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use super::http::{respond, too_large, Route};
+use super::http::{request_host, respond, too_large, Route};
 use super::metrics::HttpMetrics;
+use crate::directory::access::Authorizer;
 use crate::index::Index;
 
 /// Limits protecting the server from slow or abusive clients.
@@ -27,7 +29,7 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Number of request headers.
     pub max_headers: usize,
-    /// Declared request body size (cards are read with GET; bodies are never read).
+    /// Request body size (cards are read with GET; only directory queries have bodies).
     pub max_body_bytes: u64,
     /// Lifetime of one connection, however busy.
     pub max_connection_age: Duration,
@@ -52,6 +54,7 @@ pub async fn serve_public(
     index: Arc<Index>,
     metrics: Arc<HttpMetrics>,
     limits: Limits,
+    authorizer: Option<Arc<Authorizer>>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut accept_backoff = Duration::from_millis(5);
@@ -75,12 +78,14 @@ pub async fn serve_public(
         let _ = stream.set_nodelay(true);
         let index = index.clone();
         let metrics = metrics.clone();
+        let authorizer = authorizer.clone();
         tokio::spawn(async move {
             metrics.connections.inc();
             let gauge = metrics.connections.clone();
             let svc = service_fn(move |req: hyper::Request<Incoming>| {
                 let index = index.clone();
                 let metrics = metrics.clone();
+                let authorizer = authorizer.clone();
                 async move {
                     let declared = req
                         .headers()
@@ -88,8 +93,13 @@ pub async fn serve_public(
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.parse::<u64>().ok())
                         .unwrap_or(0);
+                    let site =
+                        request_host(req.uri(), req.headers()).and_then(|host| index.site(&host));
                     let (route, resp) = if declared > limits.max_body_bytes {
                         (Route::TooLarge, too_large())
+                    } else if let Some(site) = site {
+                        let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
+                        crate::directory::http::handle(site, authorizer, req, max).await
                     } else {
                         respond(&index, req.method(), req.uri(), req.headers())
                     };
@@ -147,6 +157,7 @@ pub async fn serve_public_per_core(
     index: Arc<Index>,
     metrics: Arc<HttpMetrics>,
     limits: Limits,
+    authorizer: Option<Arc<Authorizer>>,
 ) -> std::io::Result<()> {
     let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Error>();
     let per_worker = Limits {
@@ -155,6 +166,7 @@ pub async fn serve_public_per_core(
     };
     for (i, listener) in listeners.into_iter().enumerate() {
         let (index, metrics, failed) = (index.clone(), metrics.clone(), failed_tx.clone());
+        let authorizer = authorizer.clone();
         std::thread::Builder::new()
             .name(format!("http-{i}"))
             .spawn(move || {
@@ -170,7 +182,7 @@ pub async fn serve_public_per_core(
                 };
                 let result = rt.block_on(async move {
                     let listener = TcpListener::from_std(listener)?;
-                    serve_public(listener, index, metrics, per_worker).await
+                    serve_public(listener, index, metrics, per_worker, authorizer).await
                 });
                 let _ = failed.send(
                     result

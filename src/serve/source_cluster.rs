@@ -10,22 +10,33 @@
 //! host. Until new bytes are confirmed the last confirmed version stays served; a card whose
 //! status no longer names a route, or that is being deleted, is dropped at once (whatever the
 //! garbage collector does later). The JWKS ConfigMap is taken from the operator's own namespace
-//! only. Both watches re-list after disconnects with exponential backoff; while the API server
-//! is unreachable the last known cards stay.
+//! only.
+//!
+//! The same feed keeps the directories: one [`Entry`] per served card, the Namespaces' labels
+//! and the AgentDirectories (routed by their status, like cards). When any of them changes it
+//! rebuilds every directory's [`Site`] shortly after (changes within 50 ms are batched) and
+//! swaps them into the index. Every watch re-lists after disconnects with exponential backoff;
+//! while the API server is unreachable the last known cards and directories stay.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 
 use crate::contract::*;
-use crate::crd::{AgentCard, ServedRoute};
+use crate::crd::{AgentCard, AgentDirectory, AgentDirectorySpec, ServedRoute};
+use crate::directory::entry::{Entry, Placement};
+use crate::directory::select;
+use crate::directory::site::Site;
 use crate::index::{CardEntry, Index, Published};
+
+/// How long changes are gathered before the directories are rebuilt.
+const REBUILD_DELAY: Duration = Duration::from_millis(50);
 
 fn timestamp(text: &str) -> Option<SystemTime> {
     let ts: jiff::Timestamp = text.parse().ok()?;
@@ -45,14 +56,19 @@ struct CardBytes {
     body: Arc<String>,
 }
 
-/// What the feed needs of an AgentCard: where its ConfigMap is and what status confirms.
+/// What the feed needs of an AgentCard: where its ConfigMap is, what status confirms, and
+/// what directories select it by.
 #[derive(Clone, PartialEq)]
 struct CardView {
     key: String,
     namespace: String,
+    name: String,
     route: Option<ServedRoute>,
     hash: Option<String>,
     config_map: Option<String>,
+    url: Option<String>,
+    key_id: Option<String>,
+    labels: BTreeMap<String, String>,
     deleting: bool,
 }
 
@@ -62,13 +78,26 @@ impl CardView {
         let namespace = card.namespace().unwrap_or_default();
         CardView {
             key: format!("{namespace}/{}", card.name_any()),
+            name: card.name_any(),
             namespace,
             route: status.and_then(|s| s.served.clone()),
             hash: status.and_then(|s| s.content_hash.clone()),
             config_map: status.and_then(|s| s.config_map.clone()),
+            url: status.and_then(|s| s.url.clone()),
+            key_id: status.and_then(|s| s.key_id.clone()),
+            labels: card.labels().clone(),
             deleting: card.metadata.deletion_timestamp.is_some(),
         }
     }
+}
+
+/// What the feed needs of an AgentDirectory.
+#[derive(Clone, PartialEq)]
+struct DirectoryView {
+    spec: AgentDirectorySpec,
+    host: Option<String>,
+    prefix: String,
+    deleting: bool,
 }
 
 /// The feed's view of both watches; decides what the index serves.
@@ -81,13 +110,41 @@ struct Feed {
     cards: HashMap<String, CardView>,
     /// Content hash of what the index serves per card key.
     serving: HashMap<String, String>,
+    /// Directory entry of each served card, by card key.
+    entries: HashMap<String, Arc<Entry>>,
+    /// Labels of each namespace.
+    namespaces: HashMap<String, BTreeMap<String, String>>,
+    /// AgentDirectories by name.
+    directories: HashMap<String, DirectoryView>,
+    /// Something a directory lists changed since the last rebuild.
+    dirty: bool,
     relist_cms: Option<HashSet<String>>,
     relist_cards: Option<HashSet<String>>,
+    relist_directories: Option<HashSet<String>>,
     cms_synced: bool,
     cards_synced: bool,
 }
 
 impl Feed {
+    fn new(index: Arc<Index>, operator_ns: String) -> Feed {
+        Feed {
+            index,
+            operator_ns,
+            cms: HashMap::new(),
+            cards: HashMap::new(),
+            serving: HashMap::new(),
+            entries: HashMap::new(),
+            namespaces: HashMap::new(),
+            directories: HashMap::new(),
+            dirty: false,
+            relist_cms: None,
+            relist_cards: None,
+            relist_directories: None,
+            cms_synced: false,
+            cards_synced: false,
+        }
+    }
+
     /// Bring the index in line with card `uid`: its confirmed bytes on its decided route, the
     /// last confirmed bytes while new ones are on their way, or nothing.
     fn settle(&mut self, uid: &str) {
@@ -97,8 +154,8 @@ impl Feed {
         let (Some(route), Some(hash), Some(cm_name), false) =
             (&card.route, &card.hash, &card.config_map, card.deleting)
         else {
-            self.index.remove(&card.key);
-            self.serving.remove(&card.key);
+            let key = card.key.clone();
+            self.unserve(&key);
             return;
         };
         let bytes = self
@@ -119,15 +176,41 @@ impl Feed {
         let max_age = u32::try_from(route.max_age_seconds.clamp(0, 86_400)).unwrap_or(0);
         let since = timestamp(&route.since).unwrap_or(UNIX_EPOCH);
         let modified = timestamp(&route.published_at).unwrap_or(since);
+        let host = route.host.trim().trim_end_matches('.').to_ascii_lowercase();
+        let content = Arc::new(Published::new(body.as_bytes().to_vec(), modified, max_age));
+        let placement = Placement {
+            namespace: card.namespace.clone(),
+            name: card.name.clone(),
+            host: host.clone(),
+            url: card.url.clone().unwrap_or_default(),
+            content_hash: hash.clone(),
+            key_id: card.key_id.clone().unwrap_or_default(),
+            updated_at: route.published_at.clone(),
+        };
+        let key = card.key.clone();
         self.index.upsert(CardEntry {
-            source: card.key.clone(),
-            host: route.host.trim().trim_end_matches('.').to_ascii_lowercase(),
+            source: key.clone(),
+            host,
             prefix: normalize_prefix(&route.path_prefix),
             legacy: route.legacy_path,
             created: since,
-            content: Arc::new(Published::new(body.as_bytes().to_vec(), modified, max_age)),
+            content: content.clone(),
         });
-        self.serving.insert(card.key.clone(), hash.clone());
+        self.serving.insert(key.clone(), hash.clone());
+        match Entry::build(placement, content.body.clone()) {
+            Some(entry) => self.entries.insert(key, Arc::new(entry)),
+            None => self.entries.remove(&key),
+        };
+        self.dirty = true;
+    }
+
+    /// Stop serving card `key` (and listing it).
+    fn unserve(&mut self, key: &str) {
+        self.index.remove(key);
+        self.serving.remove(key);
+        if self.entries.remove(key).is_some() {
+            self.dirty = true;
+        }
     }
 
     fn apply_cm(&mut self, cm: &ConfigMap) {
@@ -207,18 +290,75 @@ impl Feed {
     fn apply_card(&mut self, card: &AgentCard) {
         let Some(uid) = card.uid() else { return };
         let view = CardView::of(card);
-        if self.cards.insert(uid.clone(), view.clone()).as_ref() == Some(&view) {
+        let previous = self.cards.insert(uid.clone(), view.clone());
+        if previous.as_ref() == Some(&view) {
             // Most card events (spec edits, conditions) change nothing served.
             return;
+        }
+        if previous.is_some_and(|p| p.labels != view.labels) {
+            self.dirty = true;
         }
         self.settle(&uid);
     }
 
     fn remove_card(&mut self, uid: &str) {
         if let Some(view) = self.cards.remove(uid) {
-            self.index.remove(&view.key);
-            self.serving.remove(&view.key);
+            self.unserve(&view.key);
         }
+    }
+
+    fn apply_namespace(&mut self, ns: &Namespace) {
+        let labels = ns.labels().clone();
+        if self.namespaces.insert(ns.name_any(), labels.clone()) != Some(labels) {
+            self.dirty = true;
+        }
+    }
+
+    fn apply_directory(&mut self, dir: &AgentDirectory) {
+        let served = dir.status.as_ref().and_then(|s| s.served.as_ref());
+        let view = DirectoryView {
+            spec: dir.spec.clone(),
+            host: served.map(|r| r.host.clone()),
+            prefix: served
+                .map(|r| normalize_prefix(&r.path_prefix))
+                .unwrap_or_default(),
+            deleting: dir.metadata.deletion_timestamp.is_some(),
+        };
+        if self.directories.insert(dir.name_any(), view.clone()) != Some(view) {
+            self.dirty = true;
+        }
+    }
+
+    /// Every directory's site from what is served now, into the index.
+    fn rebuild_sites(&mut self) {
+        self.dirty = false;
+        let empty = BTreeMap::new();
+        let mut sites = HashMap::new();
+        for (name, dir) in &self.directories {
+            let Some(host) = dir.host.clone().filter(|_| !dir.deleting) else {
+                continue;
+            };
+            let listed: Vec<Arc<Entry>> = self
+                .cards
+                .values()
+                .filter_map(|c| {
+                    let entry = self.entries.get(&c.key)?;
+                    let ns_labels = self.namespaces.get(&c.namespace).unwrap_or(&empty);
+                    select::listed(&dir.spec, ns_labels, &c.labels).then(|| entry.clone())
+                })
+                .collect();
+            let site = Site::new(
+                name.clone(),
+                host.clone(),
+                dir.prefix.clone(),
+                dir.spec.display_name.clone(),
+                dir.spec.description.clone(),
+                dir.spec.access.mode,
+                listed,
+            );
+            sites.insert(host, Arc::new(site));
+        }
+        self.index.set_sites(sites);
     }
 
     fn mark_ready(&self) {
@@ -246,6 +386,28 @@ impl Feed {
             }
             Event::Apply(cm) => self.apply_cm(&cm),
             Event::Delete(cm) => self.remove_cm(&cm),
+        }
+    }
+
+    fn on_directory_event(&mut self, event: Event<AgentDirectory>) {
+        match event {
+            Event::Init => self.relist_directories = Some(HashSet::new()),
+            Event::InitApply(d) | Event::Apply(d) => {
+                if let Some(seen) = self.relist_directories.as_mut() {
+                    seen.insert(d.name_any());
+                }
+                self.apply_directory(&d);
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.relist_directories.take() {
+                    self.directories.retain(|n, _| seen.contains(n));
+                    self.dirty = true;
+                }
+            }
+            Event::Delete(d) => {
+                self.directories.remove(&d.name_any());
+                self.dirty = true;
+            }
         }
     }
 
@@ -286,6 +448,8 @@ impl Feed {
 enum Change {
     ConfigMap(Event<ConfigMap>),
     Card(Event<AgentCard>),
+    Namespace(Event<Namespace>),
+    Directory(Event<AgentDirectory>),
 }
 
 /// Keep `index` in step with the published, confirmed cards until the process ends.
@@ -296,27 +460,60 @@ pub async fn watch_cluster(client: Client, operator_ns: String, index: Arc<Index
     )
     .default_backoff()
     .map(|r| r.map(Change::ConfigMap));
-    let cards = watcher::watcher(Api::<AgentCard>::all(client), watcher::Config::default())
-        .default_backoff()
-        .map(|r| r.map(Change::Card));
-    let mut events = futures::stream::select(cms, cards).boxed();
-    let mut feed = Feed {
-        index,
-        operator_ns,
-        cms: HashMap::new(),
-        cards: HashMap::new(),
-        serving: HashMap::new(),
-        relist_cms: None,
-        relist_cards: None,
-        cms_synced: false,
-        cards_synced: false,
-    };
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(Change::ConfigMap(e)) => feed.on_cm_event(e),
-            Ok(Change::Card(e)) => feed.on_card_event(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "watch failed; serving the last known cards and retrying")
+    let cards = watcher::watcher(
+        Api::<AgentCard>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map(|r| r.map(Change::Card));
+    let namespaces = watcher::watcher(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map(|r| r.map(|ns| Change::Namespace(Event::Apply(ns))));
+    let directories = watcher::watcher(
+        Api::<AgentDirectory>::all(client),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map(|r| r.map(Change::Directory));
+    let mut events = futures::stream::select_all([
+        cms.boxed(),
+        cards.boxed(),
+        namespaces.boxed(),
+        directories.boxed(),
+    ]);
+    let mut feed = Feed::new(index, operator_ns);
+    let mut rebuild_at: Option<tokio::time::Instant> = None;
+    loop {
+        let wait = async {
+            match rebuild_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else { return };
+                match event {
+                    Ok(Change::ConfigMap(e)) => feed.on_cm_event(e),
+                    Ok(Change::Card(e)) => feed.on_card_event(e),
+                    Ok(Change::Namespace(Event::Apply(ns))) => feed.apply_namespace(&ns),
+                    Ok(Change::Namespace(_)) => {}
+                    Ok(Change::Directory(e)) => feed.on_directory_event(e),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch failed; serving the last known cards and retrying")
+                    }
+                }
+                if feed.dirty && rebuild_at.is_none() {
+                    rebuild_at = Some(tokio::time::Instant::now() + REBUILD_DELAY);
+                }
+            }
+            () = wait => {
+                rebuild_at = None;
+                feed.rebuild_sites();
             }
         }
     }
@@ -328,17 +525,10 @@ mod tests {
     use serde_json::json;
 
     fn feed() -> Feed {
-        Feed {
-            index: Arc::new(Index::new()),
-            operator_ns: "ops".into(),
-            cms: HashMap::new(),
-            cards: HashMap::new(),
-            serving: HashMap::new(),
-            relist_cms: None,
-            relist_cards: None,
-            cms_synced: true,
-            cards_synced: true,
-        }
+        let mut f = Feed::new(Arc::new(Index::new()), "ops".into());
+        f.cms_synced = true;
+        f.cards_synced = true;
+        f
     }
 
     fn cm(ns: &str, name: &str, owner: &str, body: &str, host_ann: &str) -> ConfigMap {

@@ -36,7 +36,8 @@ fn ssa() -> PatchParams {
     PatchParams::apply(MANAGER).force()
 }
 
-fn managed(meta: &ObjectMeta) -> bool {
+/// Whether the object carries the operator's managed-by label.
+pub fn managed(meta: &ObjectMeta) -> bool {
     meta.labels
         .as_ref()
         .and_then(|l| l.get(LABEL_MANAGED_BY))
@@ -144,7 +145,8 @@ fn configmap_removals(have: &ConfigMap, want: &ConfigMap) -> Option<serde_json::
     removals(&have.metadata, &want.metadata, serde_json::Map::new())
 }
 
-fn ingress_removals(have: &Ingress, want: &Ingress) -> Option<serde_json::Value> {
+/// The merge patch removing what the operator set on Ingress `have` and `want` lacks.
+pub fn ingress_removals(have: &Ingress, want: &Ingress) -> Option<serde_json::Value> {
     let (h, w) = (
         have.spec.clone().unwrap_or_default(),
         want.spec.clone().unwrap_or_default(),
@@ -166,11 +168,13 @@ fn configmap_current(have: Option<&ConfigMap>, want: &ConfigMap) -> bool {
     have.is_some_and(|h| h.data == want.data && meta_holds(&h.metadata, &want.metadata))
 }
 
-fn ingress_current(have: Option<&Ingress>, want: &Ingress) -> bool {
+/// Whether Ingress `have` already holds `want`.
+pub fn ingress_current(have: Option<&Ingress>, want: &Ingress) -> bool {
     have.is_some_and(|h| h.spec == want.spec && meta_holds(&h.metadata, &want.metadata))
 }
 
-async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+/// Delete `name`, a 404 being success.
+pub async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -190,17 +194,20 @@ fn name_in_use<K: Resource<DynamicType = ()>>(obj: &K) -> Error {
 }
 
 /// How one kind of object is compared and cleaned.
-struct Rules<Ours, Current, Removals> {
-    ours: Ours,
-    current: Current,
-    removals: Removals,
+pub struct Rules<Ours, Current, Removals> {
+    /// Whether an existing object is ours to write.
+    pub ours: Ours,
+    /// Whether an existing object already holds what we want.
+    pub current: Current,
+    /// The merge patch removing what we set and no longer want.
+    pub removals: Removals,
 }
 
 /// Write `want` through `api`: a plain create when nothing is known under the name (so a name
 /// taken meanwhile fails instead of being merged into), server-side apply when `have` is ours
 /// and differs (what we set and no longer want is removed first, see [`removals`]),
 /// `NameInUse` when the name belongs to someone else.
-async fn write<K, O, C, R>(
+pub async fn write<K, O, C, R>(
     api: &Api<K>,
     want: &K,
     have: Option<&K>,

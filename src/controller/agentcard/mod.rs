@@ -78,6 +78,7 @@ fn wanted_claim(card: &AgentCard, now: jiff::Timestamp) -> Claim {
         name: card.name_any(),
         uid: card.uid().unwrap_or_default(),
         since: now,
+        whole_host: false,
     }
 }
 

@@ -1,0 +1,319 @@
+//! The AgentDirectory reconciler: validate → claim the whole host → build (pure) → apply →
+//! status.
+//!
+//! A directory holds its whole host in the claims table (no card of any namespace may publish
+//! beneath it, and no second directory may share it; whoever became Ready first keeps it). The
+//! lease holder writes one Ingress in the operator's namespace routing the whole host to the
+//! operator's Service, and the status every replica routes by (`status.served`) with the number
+//! of cards listed, counted by the same selection rule the servers answer with
+//! ([`crate::directory::select`]). Card and Namespace changes re-run it, so the count follows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::agentcard::apply::{self, Rules};
+use super::agentcard::build::{Settings, MAX_INGRESS_NAME};
+use super::claims::Claim;
+use super::{Context, Error};
+use crate::contract::{hashed_name, normalize_prefix, LABEL_MANAGED_BY, MANAGER};
+use crate::crd::agentdirectory::DirectoryRoute;
+use crate::crd::{AgentDirectory, AgentDirectoryStatus};
+use crate::directory::select;
+
+/// Finalizer releasing the directory's host and removing its Ingress.
+pub const FINALIZER: &str = "agentcard.dev/directory-cleanup";
+/// Annotation on the directory's Ingress naming the AgentDirectory.
+pub const ANN_DIRECTORY: &str = "agentcard.dev/directory";
+
+/// Name of a directory's Ingress in the operator's namespace.
+pub fn ingress_name(directory: &str) -> String {
+    hashed_name(
+        &format!("agentdirectory-{directory}"),
+        directory,
+        MAX_INGRESS_NAME,
+    )
+}
+
+/// The Ingress routing the whole host of `dir` to the operator's Service.
+pub fn build_ingress(dir: &AgentDirectory, settings: &Settings) -> Result<Ingress, Error> {
+    let name = dir.name_any();
+    let publish = &dir.spec.publish;
+    let host = publish.host.to_ascii_lowercase();
+    let policy = &settings.ingress;
+    let mut spec = json!({"rules": [{"host": host, "http": {"paths": [{
+        "path": "/", "pathType": "Prefix",
+        "backend": {"service": {"name": settings.service_name, "port": {"name": settings.service_port_name}}},
+    }]}}]});
+    if let Some(class) = policy.class_for(&publish.ingress) {
+        spec["ingressClassName"] = json!(class);
+    }
+    if let Some(tls) = policy.tls_secret(&host) {
+        spec["tls"] = json!([{"hosts": [host], "secretName": tls}]);
+    }
+    let mut annotations: serde_json::Map<String, serde_json::Value> = publish
+        .ingress
+        .annotations
+        .iter()
+        .filter(|(k, _)| policy.annotation_allowed(k))
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    annotations.insert(ANN_DIRECTORY.into(), json!(name));
+    let owner = dir
+        .controller_owner_ref(&())
+        .map(|o| vec![o])
+        .unwrap_or_default();
+    serde_json::from_value(json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": ingress_name(&name),
+            "namespace": settings.operator_namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGER},
+            "annotations": annotations,
+            "ownerReferences": owner,
+        },
+        "spec": spec,
+    }))
+    .map_err(|e| Error::Internal(format!("Ingress: {e}")))
+}
+
+fn written_for(meta: &ObjectMeta, dir: &AgentDirectory) -> bool {
+    apply::managed(meta)
+        && meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_DIRECTORY))
+            .is_some_and(|n| *n == dir.name_any())
+}
+
+/// Cards the directory lists now, by the lease holder's stores.
+fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
+    let count = ctx
+        .cards
+        .state()
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| s.url.is_some() && s.content_hash.is_some() && s.served.is_some())
+        })
+        .filter(|c| {
+            let ns = c.namespace().unwrap_or_default();
+            let ns_labels = ctx
+                .namespaces
+                .get(&kube::runtime::reflector::ObjectRef::new(&ns))
+                .map(|n| n.labels().clone())
+                .unwrap_or_default();
+            select::listed(&dir.spec, &ns_labels, c.labels())
+        })
+        .count();
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Reconcile one AgentDirectory.
+pub async fn reconcile(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.load_claims().await;
+    let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
+    finalizer(&api, FINALIZER, dir, |event| async {
+        match event {
+            FinalizerEvent::Apply(dir) => apply_directory(dir, ctx.clone()).await,
+            FinalizerEvent::Cleanup(dir) => {
+                remove_ingress(&ctx, &dir).await?;
+                let freed = ctx.retain_claims_of(&dir.uid().unwrap_or_default(), None);
+                ctx.recheck_hosts_of(&freed, dir.uid().as_deref());
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+async fn remove_ingress(ctx: &Context, dir: &AgentDirectory) -> Result<(), Error> {
+    let name = ingress_name(&dir.name_any());
+    if ctx
+        .ingress(&ctx.settings.operator_namespace, &name)
+        .is_some_and(|i| written_for(&i.metadata, dir))
+    {
+        let api: Api<Ingress> =
+            Api::namespaced(ctx.client.clone(), &ctx.settings.operator_namespace);
+        apply::delete_if_present(&api, &name).await?;
+    }
+    Ok(())
+}
+
+async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, Error> {
+    let problems = ctx.settings.ingress.check(&dir.spec.publish.ingress);
+    if !problems.0.is_empty() {
+        return Err(Error::InvalidSpec(problems));
+    }
+    let host = dir.spec.publish.host.to_ascii_lowercase();
+    let claim = ctx.acquire_claim(Claim {
+        host: host.clone(),
+        prefix: String::new(),
+        namespace: String::new(),
+        name: dir.name_any(),
+        uid: dir.uid().unwrap_or_default(),
+        since: jiff::Timestamp::now(),
+        whole_host: true,
+    })?;
+    let want = build_ingress(dir, &ctx.settings)?;
+    let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ctx.settings.operator_namespace);
+    let have = ctx.ingress(
+        &ctx.settings.operator_namespace,
+        &ingress_name(&dir.name_any()),
+    );
+    apply::write(
+        &api,
+        &want,
+        have.as_deref(),
+        Rules {
+            ours: |m: &ObjectMeta| written_for(m, dir),
+            current: |h: Option<&Ingress>| apply::ingress_current(h, &want),
+            removals: |h: &Ingress| apply::ingress_removals(h, &want),
+        },
+    )
+    .await?;
+    Ok(DirectoryRoute {
+        host,
+        path_prefix: normalize_prefix(&dir.spec.publish.path_prefix),
+        since: claim.since.to_string(),
+    })
+}
+
+fn next_status(
+    dir: &AgentDirectory,
+    outcome: &Result<DirectoryRoute, Error>,
+    cards: i64,
+) -> AgentDirectoryStatus {
+    let prev = dir.status.clone().unwrap_or_default();
+    let generation = dir.metadata.generation;
+    let (ok, reason, message) = match outcome {
+        Ok(route) => (
+            true,
+            "Published".to_string(),
+            format!(
+                "serving {cards} cards at https://{}{}",
+                route.host, route.path_prefix
+            ),
+        ),
+        Err(e) => (false, e.reason().to_string(), e.to_string()),
+    };
+    let status_str = if ok { "True" } else { "False" };
+    let since = prev
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == status_str)
+        .map_or_else(
+            || Time(jiff::Timestamp::now()),
+            |c| c.last_transition_time.clone(),
+        );
+    let served = match outcome {
+        Ok(route) => Some(route.clone()),
+        Err(e) if e.loses_claim() => None,
+        Err(_) => prev.served.clone(),
+    };
+    AgentDirectoryStatus {
+        observed_generation: generation,
+        conditions: vec![Condition {
+            type_: "Ready".into(),
+            status: status_str.into(),
+            reason,
+            message,
+            observed_generation: generation,
+            last_transition_time: since,
+        }],
+        cards: if served.is_some() { cards } else { 0 },
+        url: served
+            .as_ref()
+            .map(|r| format!("https://{}/.well-known/ard.json", r.host)),
+        served,
+    }
+}
+
+async fn apply_directory(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let outcome = publish(&dir, &ctx).await;
+    let next = next_status(&dir, &outcome, listed_count(&dir, &ctx));
+    let uid = dir.uid().unwrap_or_default();
+    if dir.status.as_ref() != Some(&next) {
+        let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
+        let patch = json!({
+            "apiVersion": AgentDirectory::api_version(&()),
+            "kind": AgentDirectory::kind(&()),
+            "status": next,
+        });
+        api.patch_status(
+            &dir.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    }
+    let keep = next
+        .served
+        .as_ref()
+        .map(|r| (r.host.clone(), String::new()));
+    let freed = ctx.retain_claims_of(&uid, keep.as_ref().map(|(h, p)| (h.as_str(), p.as_str())));
+    if outcome.as_ref().err().is_some_and(Error::loses_claim) {
+        remove_ingress(&ctx, &dir).await?;
+    }
+    ctx.recheck_hosts_of(&freed, Some(&uid));
+    match outcome {
+        Ok(_) => Ok(Action::requeue(Duration::from_secs(3600))),
+        Err(e) if e.waits_for_change() => Ok(Action::await_change()),
+        Err(Error::HostConflict { .. }) => Ok(Action::requeue(Duration::from_secs(300))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Transient failures: per-object exponential backoff.
+pub fn error_policy(dir: Arc<AgentDirectory>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.next_backoff_for(&format!("AgentDirectory/{}", dir.name_any()));
+    tracing::warn!(directory = %dir.name_any(), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::policy::IngressPolicy;
+
+    #[test]
+    fn the_ingress_routes_the_whole_host_to_the_operator() {
+        let dir: AgentDirectory = serde_json::from_value(json!({
+            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDirectory",
+            "metadata": {"name": "all", "uid": "d-1"},
+            "spec": {"publish": {"host": "Agents.example.com", "pathPrefix": "/registry",
+                "ingress": {"annotations": {"cert-manager.io/cluster-issuer": "le"}}}}
+        }))
+        .unwrap();
+        let settings = Settings {
+            operator_namespace: "ops".into(),
+            service_name: "svc".into(),
+            service_port_name: "http".into(),
+            ingress: IngressPolicy::default(),
+        };
+        let ing = serde_json::to_value(build_ingress(&dir, &settings).unwrap()).unwrap();
+        assert_eq!(ing["metadata"]["namespace"], "ops");
+        assert!(ing["metadata"]["name"].as_str().unwrap().len() <= MAX_INGRESS_NAME);
+        assert_eq!(ing["metadata"]["annotations"][ANN_DIRECTORY], "all");
+        assert_eq!(ing["metadata"]["ownerReferences"][0]["uid"], "d-1");
+        let rule = &ing["spec"]["rules"][0];
+        assert_eq!(rule["host"], "agents.example.com");
+        assert_eq!(rule["http"]["paths"][0]["path"], "/");
+        assert_eq!(rule["http"]["paths"][0]["pathType"], "Prefix");
+        assert_eq!(
+            ing["spec"]["tls"][0]["secretName"],
+            "agentcard-tls-agents.example.com"
+        );
+    }
+}

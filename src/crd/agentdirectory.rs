@@ -1,0 +1,124 @@
+//! `AgentDirectory` (agentcard.dev/v1alpha1, cluster-scoped): a registry of the cluster's
+//! published cards, served on a host of its own.
+//!
+//! The spec says which cards are listed (namespace and card label selectors) and where and to
+//! whom the registry is served; the lease holder writes the status (the route it decided, the
+//! number of cards listed) and the directory's Ingress, and every replica serves the registry
+//! from its in-memory index.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::agentcard::IngressSettings;
+
+/// A registry of the cluster's Agent Cards, queried by skill, tag, provider and capability, and
+/// speaking the AI Catalog / ARD registry protocol.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "agentcard.dev",
+    version = "v1alpha1",
+    kind = "AgentDirectory",
+    shortname = "adir",
+    category = "agentcard",
+    status = "AgentDirectoryStatus",
+    printcolumn = r#"{"name":"Host","type":"string","jsonPath":".spec.publish.host"}"#,
+    printcolumn = r#"{"name":"Access","type":"string","jsonPath":".spec.access.mode"}"#,
+    printcolumn = r#"{"name":"Cards","type":"integer","jsonPath":".status.cards"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentDirectorySpec {
+    /// Namespaces whose cards are listed (empty: every namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Cards listed, by their labels (empty: every card). A card labelled
+    /// `agentcard.dev/listed: "false"` is in no directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_selector: Option<LabelSelector>,
+    /// Where the registry is served. The directory holds the whole host.
+    pub publish: DirectoryPublish,
+    /// Who may read it.
+    #[serde(default)]
+    pub access: Access,
+    /// Name of the registry shown to clients (default: the object's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// What the registry holds, for clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Where a directory is served.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DirectoryPublish {
+    /// Public DNS name of the registry, e.g. `agents.example.com`.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$')").message("must be a lower-case DNS name with at least two labels, e.g. agents.example.com"))]
+    #[x_kube(validation = Rule::new("size(self) <= 253").message("must be at most 253 characters"))]
+    pub host: String,
+    /// Path prefix of the registry API (e.g. `/registry`); empty serves at the root.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[x_kube(validation = Rule::new("self == '' || self.matches('^(/[A-Za-z0-9._~-]+)+$')").message("must be empty or like /segment[/segment...] without a trailing slash"))]
+    #[x_kube(validation = Rule::new("!self.matches('(^|/)[.][.]?(/|$)')").message("must not contain . or .. segments"))]
+    pub path_prefix: String,
+    /// Ingress settings, under the same operator policy as cards.
+    #[serde(default)]
+    pub ingress: IngressSettings,
+}
+
+/// Who may read a directory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Access {
+    /// `Public`: anyone; `Kubernetes`: callers with a bearer token the API server accepts, who
+    /// see the cards of the namespaces where they may `get` AgentCards.
+    #[serde(default)]
+    pub mode: AccessMode,
+}
+
+/// How callers are admitted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum AccessMode {
+    /// Anyone may read every listed card.
+    #[default]
+    Public,
+    /// Kubernetes identities, each seeing what its RBAC allows.
+    Kubernetes,
+}
+
+/// What the operator last did with the directory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentDirectoryStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, with its reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Number of cards listed.
+    #[serde(default)]
+    pub cards: i64,
+    /// Public URL of the registry (its ARD manifest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Where the registry is served, as the operator decided it; every replica routes by this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<DirectoryRoute>,
+}
+
+/// The route a directory is served on.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DirectoryRoute {
+    /// Host (lower case); the directory holds all of it.
+    pub host: String,
+    /// Path prefix of the registry API (`""` or `/a/b`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path_prefix: String,
+    /// When the directory took the host (RFC 3339).
+    pub since: String,
+}

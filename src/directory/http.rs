@@ -1,0 +1,438 @@
+//! HTTP for directory hosts: routes to the ARD manifest and registry API and the native API,
+//! with the caching and CORS behaviour of the card server.
+//!
+//! [`answer`] is pure — a site snapshot, the request's method, path, query and body, and the
+//! namespaces the caller may see give a status and a JSON body; [`handle`] adds what needs
+//! I/O (reading the bounded body, the Kubernetes access checks) and the headers: a strong
+//! `ETag` of the body (304 for a matching `If-None-Match` on GET/HEAD), `Cache-Control`
+//! (`public` for public directories; `private` with `Vary: Authorization` in Kubernetes mode;
+//! `no-store` for errors), CORS for browsers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
+    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, ALLOW, AUTHORIZATION, CACHE_CONTROL,
+    CONTENT_LENGTH, CONTENT_TYPE, ETAG, IF_NONE_MATCH, VARY,
+};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use serde_json::{json, Value};
+
+use super::access::Authorizer;
+use super::ard::{self, FacetKey};
+use super::entry::Field;
+use super::native;
+use super::query::Visibility;
+use super::site::Site;
+use super::token;
+use super::ApiError;
+use crate::contract::content_hash;
+use crate::crd::AccessMode;
+use crate::serve::http::{Body, Route};
+
+const METHODS: &str = "GET, HEAD, POST, OPTIONS";
+
+/// A status and JSON body.
+#[derive(Debug)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body.
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    fn ok(v: &Value) -> Answer {
+        Answer {
+            status: 200,
+            body: serde_json::to_vec(v).unwrap_or_default(),
+        }
+    }
+
+    fn error(e: &ApiError) -> Answer {
+        Answer {
+            status: e.status,
+            body: e.body(),
+        }
+    }
+}
+
+/// Query parameters, percent-decoded, repeated keys kept.
+pub fn params(query: Option<&str>) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        out.entry(k.into_owned()).or_default().push(v.into_owned());
+    }
+    out
+}
+
+fn no_params(params: &BTreeMap<String, Vec<String>>) -> Result<(), ApiError> {
+    match params.keys().next() {
+        Some(k) => Err(ApiError::invalid(format!("{k}: unknown parameter"))),
+        None => Ok(()),
+    }
+}
+
+fn percent_decode(segment: &str) -> String {
+    url::form_urlencoded::parse(format!("x={}", segment.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// Answer a request to `site` for `path` (query string `query`, body `body`) from a caller who
+/// may see `visible`.
+pub fn answer(
+    site: &Site,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    body: &[u8],
+    visible: Visibility<'_>,
+) -> Answer {
+    match route(site, method, path, query, body, visible) {
+        Ok(v) => Answer::ok(&v),
+        Err(e) => Answer::error(&e),
+    }
+}
+
+fn route(
+    site: &Site,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    body: &[u8],
+    visible: Visibility<'_>,
+) -> Result<Value, ApiError> {
+    let params = params(query);
+    let get = method == Method::GET || method == Method::HEAD;
+    let post = method == Method::POST;
+    let manifest_paths = ["/.well-known/ai-catalog.json", "/.well-known/ard.json"];
+    if manifest_paths.contains(&path)
+        || path
+            .strip_prefix(site.prefix.as_str())
+            .is_some_and(|p| !site.prefix.is_empty() && manifest_paths.contains(&p))
+    {
+        return match get {
+            true => {
+                no_params(&params)?;
+                let entries = site
+                    .catalog
+                    .entries()
+                    .iter()
+                    .filter(|e| visible.is_none_or(|v| v.contains(&e.placement.namespace)));
+                Ok(ard::manifest(&site.info(), entries.map(|e| e.as_ref())))
+            }
+            false => Err(method_error()),
+        };
+    }
+    let Some(rest) = path.strip_prefix(site.prefix.as_str()) else {
+        return Err(ApiError::not_found(format!("nothing at {path}")));
+    };
+    let catalog = &site.catalog;
+    match (rest, get, post) {
+        ("/search", _, true) => {
+            no_params(&params)?;
+            let s = ard::search_request(body)?;
+            let ranked = catalog.search(&s.query, visible);
+            let source = format!("{}/search", site.info().base_url);
+            let results: Vec<Value> = ranked
+                .hits
+                .iter()
+                .skip(s.offset)
+                .take(s.page_size)
+                .map(|(e, score)| {
+                    let mut m = ard::catalog_entry(e);
+                    m.insert("score".into(), json!(score));
+                    m.insert("source".into(), json!(source));
+                    Value::Object(m)
+                })
+                .collect();
+            let mut out = json!({"results": results});
+            if ranked.hits.len() > s.offset + s.page_size {
+                out["pageToken"] = json!(token::encode_offset(s.offset + s.page_size));
+            }
+            Ok(out)
+        }
+        ("/explore", _, true) => {
+            no_params(&params)?;
+            let x = ard::explore_request(body)?;
+            let fields: Vec<Field> = x
+                .facets
+                .iter()
+                .filter_map(|(_, k, _, _)| match k {
+                    FacetKey::Field(f) => Some(*f),
+                    FacetKey::Type => None,
+                })
+                .collect();
+            let counts = catalog.facets(&x.query, visible, &fields);
+            let total = catalog.list(&x.query, visible, None, 0).total;
+            let mut facets = serde_json::Map::new();
+            for (path, key, limit, min_count) in &x.facets {
+                let buckets: Vec<(String, usize)> = match key {
+                    FacetKey::Type => vec![(ard::TYPE_A2A.to_string(), total)],
+                    FacetKey::Field(f) => counts.get(f).cloned().unwrap_or_default(),
+                };
+                let kept: Vec<&(String, usize)> = buckets
+                    .iter()
+                    .filter(|(_, c)| c >= min_count && *c > 0)
+                    .collect();
+                let shown: Vec<Value> = kept
+                    .iter()
+                    .take(*limit)
+                    .map(|(v, c)| json!({"value": v, "count": c}))
+                    .collect();
+                let other: usize = kept.iter().skip(*limit).map(|(_, c)| c).sum();
+                let mut result = json!({"buckets": shown});
+                if other > 0 {
+                    result["otherCount"] = json!(other);
+                }
+                facets.insert(path.clone(), result);
+            }
+            Ok(json!({"resultType": "facets", "facets": facets}))
+        }
+        ("/agents", true, _) => {
+            let l = ard::list_request(&params)?;
+            let page = catalog.list(&l.query, visible, None, usize::MAX);
+            let mut items = page.items;
+            if let Some((field, desc)) = &l.order {
+                items.sort_by(|a, b| {
+                    let key = |e: &super::entry::Entry| match field.as_str() {
+                        "displayName" => e.display_name.to_lowercase(),
+                        "updatedAt" => e.placement.updated_at.clone(),
+                        _ => e.identifier.clone(),
+                    };
+                    let ord = key(a).cmp(&key(b)).then(a.identifier.cmp(&b.identifier));
+                    if *desc {
+                        ord.reverse()
+                    } else {
+                        ord
+                    }
+                });
+            }
+            let shown: Vec<Value> = items
+                .iter()
+                .skip(l.offset)
+                .take(l.page_size)
+                .map(|e| Value::Object(ard::catalog_entry(e)))
+                .collect();
+            let mut out = json!({"items": shown, "total": page.total});
+            if page.total > l.offset + l.page_size {
+                out["pageToken"] = json!(token::encode_offset(l.offset + l.page_size));
+            }
+            Ok(out)
+        }
+        ("/v1/agents", true, _) => {
+            let r = native::request(&params, true)?;
+            let page = catalog.list(&r.query, visible, r.after.as_deref(), r.limit);
+            Ok(native::page(&page))
+        }
+        ("/v1/facets", true, _) => {
+            let r = native::request(&params, false)?;
+            let counts = catalog.facets(&r.query, visible, &Field::ALL);
+            let total = catalog.list(&r.query, visible, None, 0).total;
+            Ok(native::facets(&counts, total))
+        }
+        ("/search" | "/explore", true, _) => Err(method_error()),
+        (other, true, _) => {
+            no_params(&params)?;
+            if let Some(id) = other.strip_prefix("/agents/") {
+                let id = percent_decode(id);
+                let e = catalog
+                    .get(&id, visible)
+                    .ok_or_else(|| ApiError::not_found(format!("no agent {id}")))?;
+                return Ok(Value::Object(ard::catalog_entry(&e)));
+            }
+            if let Some(rest) = other.strip_prefix("/v1/agents/") {
+                if let Some((ns, name)) = rest.split_once('/') {
+                    let (ns, name) = (percent_decode(ns), percent_decode(name));
+                    let e = catalog
+                        .get_card(&ns, &name, visible)
+                        .ok_or_else(|| ApiError::not_found(format!("no agent {ns}/{name}")))?;
+                    return Ok(native::item(&e));
+                }
+            }
+            Err(ApiError::not_found(format!("nothing at {path}")))
+        }
+        _ => Err(method_error()),
+    }
+}
+
+fn method_error() -> ApiError {
+    ApiError {
+        status: 405,
+        code: "METHOD_NOT_ALLOWED",
+        message: format!("method not allowed here (allowed: {METHODS})"),
+    }
+}
+
+fn header(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn cors(h: &mut HeaderMap) {
+    h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("ETag"),
+    );
+}
+
+/// The HTTP response of `answer` for a request with `req` headers.
+pub fn response(
+    answer: Answer,
+    method: &Method,
+    req: &HeaderMap,
+    mode: AccessMode,
+) -> Response<Body> {
+    let mut resp = Response::new(Body::default());
+    let h = resp.headers_mut();
+    cors(h);
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if answer.status == 405 {
+        h.insert(ALLOW, HeaderValue::from_static(METHODS));
+    }
+    if answer.status >= 400 {
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if answer.status == 401 {
+            h.insert(
+                http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+        }
+    } else {
+        let etag = format!("\"{}\"", content_hash(&answer.body));
+        match mode {
+            AccessMode::Public => {
+                h.insert(
+                    CACHE_CONTROL,
+                    HeaderValue::from_static("public, max-age=30"),
+                );
+            }
+            AccessMode::Kubernetes => {
+                h.insert(
+                    CACHE_CONTROL,
+                    HeaderValue::from_static("private, max-age=30"),
+                );
+                h.insert(VARY, HeaderValue::from_static("Authorization"));
+            }
+        }
+        let matched = (method == Method::GET || method == Method::HEAD)
+            && req
+                .get(IF_NONE_MATCH)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|list| {
+                    list.split(',')
+                        .map(str::trim)
+                        .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
+                });
+        h.insert(ETAG, header(&etag));
+        if matched {
+            h.remove(CONTENT_TYPE);
+            *resp.status_mut() = StatusCode::NOT_MODIFIED;
+            return resp;
+        }
+    }
+    *resp.status_mut() =
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut()
+        .insert(CONTENT_LENGTH, HeaderValue::from(answer.body.len()));
+    if method != Method::HEAD {
+        *resp.body_mut() = Full::new(Bytes::from(answer.body));
+    }
+    resp
+}
+
+fn preflight(req: &HeaderMap) -> Response<Body> {
+    let mut resp = Response::new(Body::default());
+    *resp.status_mut() = StatusCode::NO_CONTENT;
+    let h = resp.headers_mut();
+    cors(h);
+    h.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(METHODS),
+    );
+    let allow = req
+        .get(http::header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from_static("Authorization, Content-Type"));
+    h.insert(ACCESS_CONTROL_ALLOW_HEADERS, allow);
+    h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    h.insert(ALLOW, HeaderValue::from_static(METHODS));
+    resp
+}
+
+/// Answer one request to a directory host: read the body (at most `max_body` bytes), check
+/// the caller in Kubernetes mode, then [`answer`] and [`response`].
+pub async fn handle<B>(
+    site: Arc<Site>,
+    authorizer: Option<Arc<Authorizer>>,
+    req: http::Request<B>,
+    max_body: usize,
+) -> (Route, Response<Body>)
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (parts, body) = req.into_parts();
+    if parts.method == Method::OPTIONS {
+        return (Route::Preflight, preflight(&parts.headers));
+    }
+    let mode = site.mode;
+    let fail = |e: ApiError| {
+        (
+            Route::Directory,
+            response(Answer::error(&e), &parts.method, &parts.headers, mode),
+        )
+    };
+    let bytes = if parts.method == Method::POST {
+        match Limited::new(body, max_body).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                let e = ApiError {
+                    status: 413,
+                    code: "INVALID_ARGUMENT",
+                    message: format!(
+                        "request body: larger than {max_body} bytes or unreadable ({e})"
+                    ),
+                };
+                return fail(e);
+            }
+        }
+    } else {
+        Bytes::new()
+    };
+    let visible = match mode {
+        AccessMode::Public => None,
+        AccessMode::Kubernetes => {
+            let Some(authorizer) = authorizer else {
+                return fail(ApiError::internal(
+                    "this server cannot check Kubernetes identities",
+                ));
+            };
+            let auth = parts
+                .headers
+                .get(AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            match authorizer.visible(auth, &site.namespaces).await {
+                Ok(v) => Some(v),
+                Err(e) => return fail(e),
+            }
+        }
+    };
+    let a = answer(
+        &site,
+        &parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+        &bytes,
+        visible.as_ref(),
+    );
+    (
+        Route::Directory,
+        response(a, &parts.method, &parts.headers, mode),
+    )
+}

@@ -1,0 +1,74 @@
+//! The AgentDirectory registry: the cluster's published cards as a queryable catalog.
+//!
+//! Data flow: the cluster feed ([`crate::serve::source_cluster`]) keeps one [`entry::Entry`]
+//! per served card and, when cards, namespaces or directories change, rebuilds each
+//! directory's [`site::Site`] — the cards [`select`] lists, indexed by [`query::Catalog`] — and
+//! hands it to the shared [`crate::index::Index`]. Requests to a directory host go to
+//! [`http::handle`], which checks the caller ([`access`], in Kubernetes mode), parses the
+//! request into an engine query ([`ard`] for the ARD registry API and manifest, [`native`] for
+//! `/v1`), runs it, and writes the answer with caching headers.
+
+pub mod access;
+pub mod ard;
+pub mod entry;
+pub mod http;
+pub mod native;
+pub mod query;
+pub mod select;
+pub mod site;
+pub mod token;
+
+/// An error answer of the registry APIs: `{"errorCode", "message"}` with its HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// ARD error code (`INVALID_ARGUMENT`, `UNAUTHENTICATED`, `NOT_FOUND`, ...).
+    pub code: &'static str,
+    /// What is wrong, naming the parameter or field.
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400 `INVALID_ARGUMENT`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 400,
+            code: "INVALID_ARGUMENT",
+            message: message.into(),
+        }
+    }
+
+    /// 404 `NOT_FOUND`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 404,
+            code: "NOT_FOUND",
+            message: message.into(),
+        }
+    }
+
+    /// 401 `UNAUTHENTICATED`.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 401,
+            code: "UNAUTHENTICATED",
+            message: message.into(),
+        }
+    }
+
+    /// 500 `INTERNAL`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 500,
+            code: "INTERNAL",
+            message: message.into(),
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({"errorCode": self.code, "message": self.message}))
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,69 @@
+//! One directory as every replica serves it: where (host, prefix, as the lease holder decided),
+//! to whom (access mode), and its catalog snapshot. Rebuilt whole when anything it lists
+//! changes; requests read a snapshot behind an `Arc` and never wait for a rebuild.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::ard::RegistryInfo;
+use super::query::Catalog;
+use crate::crd::AccessMode;
+
+/// A served directory.
+#[derive(Debug)]
+pub struct Site {
+    /// Name of the AgentDirectory.
+    pub name: String,
+    /// Host it holds.
+    pub host: String,
+    /// Path prefix of the registry API (`""` or `/a/b`).
+    pub prefix: String,
+    /// Name shown to clients.
+    pub display_name: String,
+    /// Description shown to clients.
+    pub description: Option<String>,
+    /// Who may read it.
+    pub mode: AccessMode,
+    /// The listed cards.
+    pub catalog: Catalog,
+    /// Namespaces with listed cards (the ones access checks ask about).
+    pub namespaces: BTreeSet<String>,
+}
+
+impl Site {
+    /// Index the listed cards of a directory.
+    pub fn new(
+        name: String,
+        host: String,
+        prefix: String,
+        display_name: Option<String>,
+        description: Option<String>,
+        mode: AccessMode,
+        entries: Vec<Arc<super::entry::Entry>>,
+    ) -> Site {
+        let namespaces = entries
+            .iter()
+            .map(|e| e.placement.namespace.clone())
+            .collect();
+        Site {
+            display_name: display_name.unwrap_or_else(|| name.clone()),
+            name,
+            host,
+            prefix,
+            description,
+            mode,
+            catalog: Catalog::build(entries),
+            namespaces,
+        }
+    }
+
+    /// The registry's own entry in the manifest.
+    pub fn info(&self) -> RegistryInfo<'_> {
+        RegistryInfo {
+            identifier: format!("urn:air:{}:agentcard-operator:{}", self.host, self.name),
+            display_name: &self.display_name,
+            description: self.description.as_deref(),
+            base_url: format!("https://{}{}", self.host, self.prefix),
+        }
+    }
+}
