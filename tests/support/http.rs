@@ -25,14 +25,30 @@ impl Resp {
 
 /// Send `method path` with `headers` (Connection: close added) and read the whole response.
 pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+    request_with_body(addr, method, path, headers, None)
+}
+
+/// [`request`] with a body (Content-Length added).
+pub fn request_with_body(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Resp {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
     req.push_str("Connection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body.unwrap_or_default());
+    s.write_all(&bytes).unwrap();
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
     parse(&raw, method == "HEAD")

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cards;
+pub mod cluster;
 pub mod http;
 pub mod operator;
 pub mod plane;

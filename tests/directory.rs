@@ -1,0 +1,618 @@
+//! AgentDirectory on the real control plane: what is listed (selectors, opt-out label,
+//! namespace labels, deletion), status counts, the host it holds, the manifest and both APIs
+//! validated against the ARD schemas in ../shared/ard, HTTP caching, and Kubernetes access
+//! mode where two ServiceAccounts with different RBAC get different answers and totals and
+//! facets leak nothing. The operator watches every namespace on a plane of this suite's own.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use agentcard_operator::crd::AgentDirectory;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
+use support::cluster::*;
+use support::http::{request_with_body, Resp};
+use support::plane::wait_for;
+use support::{condition, ready};
+
+fn directory(name: &str, host: &str, extra: Value) -> Value {
+    let mut d = json!({
+        "apiVersion": "agentcard.dev/v1alpha1",
+        "kind": "AgentDirectory",
+        "metadata": {"name": name},
+        "spec": {"publish": {"host": host}, "displayName": format!("Directory {name}")}
+    });
+    if let (Some(spec), Some(extra)) = (d["spec"].as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    d
+}
+
+async fn apply_directory(p: &Platform, manifest: &Value) {
+    let name = manifest["metadata"]["name"].as_str().unwrap();
+    Api::<AgentDirectory>::all(p.admin.clone())
+        .patch(
+            name,
+            &PatchParams::apply("platform").force(),
+            &Patch::Apply(manifest),
+        )
+        .await
+        .unwrap();
+}
+
+async fn wait_directory(
+    p: &Platform,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&AgentDirectory) -> bool,
+) -> AgentDirectory {
+    let api: Api<AgentDirectory> = Api::all(p.admin.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let d = api.get(name).await.ok();
+        if let Some(d) = d.as_ref().filter(|d| pred(d)) {
+            return d.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "directory {name}: {what} did not happen; last status {:?}\n{}",
+            d.and_then(|d| d.status),
+            tail(&p.op.logs())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn dir_ready(cards: i64) -> impl Fn(&AgentDirectory) -> bool {
+    move |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.cards == cards
+                && s.observed_generation == d.metadata.generation
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    }
+}
+
+/// A card with skills, tags, examples and a provider.
+fn rich_card(name: &str, host: &str, skill: &str, tags: &[&str], provider: &str) -> Value {
+    let mut c = card(name, host, "");
+    c["spec"]["card"]["provider"] = json!({"organization": provider, "url": "https://example.com"});
+    c["spec"]["card"]["skills"] = json!([{
+        "id": skill, "name": format!("{skill} skill"), "description": format!("Does {skill}."),
+        "tags": tags, "examples": [format!("please {skill}"), format!("{skill} now")]
+    }]);
+    c
+}
+
+fn get(p: &Platform, host: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut h = vec![("Host", host)];
+    h.extend_from_slice(headers);
+    support::http::request(p.op.server.addr, "GET", path, &h)
+}
+
+fn post(p: &Platform, host: &str, path: &str, body: &Value, headers: &[(&str, &str)]) -> Resp {
+    let mut h = vec![("Host", host), ("Content-Type", "application/json")];
+    h.extend_from_slice(headers);
+    let body = serde_json::to_vec(body).unwrap();
+    request_with_body(p.op.server.addr, "POST", path, &h, Some(&body))
+}
+
+fn json_of(r: &Resp) -> Value {
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| {
+        panic!(
+            "{} not JSON ({e}): {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        )
+    })
+}
+
+/// Validate `doc` against an ARD schema (see tests/oracle/ard_validate.py).
+fn assert_schema(schema: &str, doc: &Value) {
+    let input = format!("{}\n", json!({"schema": schema, "doc": doc}));
+    let mut cmd = std::process::Command::new(support::oracle().join("venv/bin/python"));
+    cmd.arg(support::root().join("tests/oracle/ard_validate.py"))
+        .arg(support::root().join("../shared/ard"));
+    let out = support::run(cmd, Some(input.as_bytes()));
+    let verdict: Value = serde_json::from_slice(
+        out.stdout
+            .split(|b| *b == b'\n')
+            .find(|l| l.starts_with(b"{"))
+            .unwrap_or_else(|| panic!("no verdict: {}", String::from_utf8_lossy(&out.stderr))),
+    )
+    .unwrap();
+    assert_eq!(verdict["ok"], true, "{schema}: {verdict}\n{doc:#}");
+}
+
+/// The `_meta` identities of a native page, sorted.
+fn names(v: &Value) -> Vec<String> {
+    let mut out: Vec<String> = v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            a["_meta"]["agentcard.dev/directory"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+async fn wait_listed(p: &Platform, host: &str, want: &[&str]) -> Duration {
+    let started = Instant::now();
+    let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    let ok = wait_for(Duration::from_secs(15), || {
+        let r = get(p, host, "/v1/agents", &[]);
+        std::future::ready(r.status == 200 && names(&json_of(&r)) == want)
+    })
+    .await;
+    assert!(
+        ok.is_ok(),
+        "{host}: expected {want:?}, got {}",
+        String::from_utf8_lossy(&get(p, host, "/v1/agents", &[]).body)
+    );
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_lists_the_served_cards_its_selectors_pick_and_speaks_ard() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let a = Tenant::new(&p, &format!("team-a-{t}")).await;
+    let b = Tenant::new(&p, &format!("team-b-{t}")).await;
+    let other = Tenant::new(&p, &format!("other-{t}")).await;
+    let key = format!("dir-{t}");
+    let label = |ns: &str, team: Option<&str>| {
+        let ns = ns.to_string();
+        let admin = p.admin.clone();
+        let team = team.map(str::to_string);
+        let key = key.clone();
+        async move {
+            let patch = json!({"metadata": {"labels": {key: team}}});
+            Api::<Namespace>::all(admin)
+                .patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    label(&a.ns, Some("yes")).await;
+    label(&b.ns, Some("yes")).await;
+
+    let host = |n: &str| format!("{n}-{t}.open.test");
+    a.apply(&rich_card(
+        "weather",
+        &host("weather"),
+        "forecast",
+        &["weather", "climate"],
+        "Acme",
+    ))
+    .await
+    .unwrap();
+    let mut hidden = rich_card("hidden", &host("hidden"), "secret", &["weather"], "Acme");
+    hidden["metadata"]["labels"] = json!({"agentcard.dev/listed": "false"});
+    a.apply(&hidden).await.unwrap();
+    let mut internal = rich_card("internal", &host("internal"), "ops", &["ops"], "Acme");
+    internal["metadata"]["labels"] = json!({"tier": "internal"});
+    a.apply(&internal).await.unwrap();
+    b.apply(&rich_card(
+        "travel",
+        &host("travel"),
+        "book",
+        &["travel", "weather"],
+        "Globex",
+    ))
+    .await
+    .unwrap();
+    other
+        .apply(&rich_card(
+            "elsewhere",
+            &host("elsewhere"),
+            "x",
+            &["weather"],
+            "Initech",
+        ))
+        .await
+        .unwrap();
+    let weather = wait_card(&p, &a.ns, "weather", "Ready", ready).await;
+    for (ns, name) in [
+        (&a.ns, "hidden"),
+        (&a.ns, "internal"),
+        (&b.ns, "travel"),
+        (&other.ns, "elsewhere"),
+    ] {
+        wait_card(&p, ns, name, "Ready", ready).await;
+    }
+
+    let dhost = format!("dir-{t}.open.test");
+    apply_directory(
+        &p,
+        &directory(
+            &format!("dir-{t}"),
+            &dhost,
+            json!({
+                "namespaceSelector": {"matchLabels": {format!("dir-{t}"): "yes"}},
+                "cardSelector": {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["internal"]}]},
+                "description": "Every team's agents",
+            }),
+        ),
+    )
+    .await;
+    let d = wait_directory(&p, &format!("dir-{t}"), "Ready with 2 cards", dir_ready(2)).await;
+    assert_eq!(
+        d.status.unwrap().url.as_deref(),
+        Some(format!("https://{dhost}/.well-known/ard.json").as_str())
+    );
+    wait_listed(&p, &dhost, &["travel", "weather"]).await;
+
+    // The manifest, at both well-known paths, valid against the AI Catalog schema.
+    let m1 = get(&p, &dhost, "/.well-known/ai-catalog.json", &[]);
+    let m2 = get(&p, &dhost, "/.well-known/ard.json", &[]);
+    assert_eq!((m1.status, &m1.body), (200, &m2.body));
+    let manifest = json_of(&m1);
+    assert_schema("manifest", &manifest);
+    let entries = manifest["entries"].as_array().unwrap();
+    let ids: BTreeSet<&str> = entries
+        .iter()
+        .map(|e| e["identifier"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(format!("urn:air:{}:{}:weather", host("weather"), a.ns).as_str()));
+    let w = entries
+        .iter()
+        .find(|e| e["identifier"].as_str().unwrap().ends_with(":weather"))
+        .unwrap();
+    assert_eq!(w["type"], "application/a2a-agent-card+json");
+    assert_eq!(
+        w["url"],
+        weather.status.as_ref().unwrap().url.clone().unwrap()
+    );
+    assert_eq!(
+        w["representativeQueries"],
+        json!(["please forecast", "forecast now"])
+    );
+    assert_eq!(w["tags"], json!(["weather", "climate"]));
+    assert!(entries
+        .iter()
+        .any(|e| e["type"] == "application/ai-registry+json"));
+    assert_eq!(entries.len(), 3);
+    // HTTP caching: strong ETag, 304, public.
+    let etag = m1.header("etag").unwrap().to_string();
+    assert_eq!(m1.header("cache-control"), Some("public, max-age=30"));
+    assert_eq!(
+        get(
+            &p,
+            &dhost,
+            "/.well-known/ard.json",
+            &[("If-None-Match", &etag)]
+        )
+        .status,
+        304
+    );
+
+    // Native API: filters, the card verbatim, facets.
+    let r = json_of(&get(
+        &p,
+        &dhost,
+        "/v1/agents?tag=weather&provider=globex",
+        &[],
+    ));
+    assert_eq!(names(&r), ["travel"]);
+    let r = json_of(&get(
+        &p,
+        &dhost,
+        "/v1/agents?skill=forecast&skill=book",
+        &[],
+    ));
+    assert_eq!(names(&r), ["travel", "weather"]);
+    let item = get(&p, &dhost, &format!("/v1/agents/{}/weather", a.ns), &[]);
+    let served = p.get(&host("weather"), "/.well-known/agent-card.json");
+    let verbatim: Value = json_of(&item)["card"].clone();
+    assert_eq!(
+        verbatim,
+        serde_json::from_slice::<Value>(&served.body).unwrap()
+    );
+    let f = json_of(&get(&p, &dhost, "/v1/facets", &[]));
+    assert_eq!(
+        f["facets"]["tag"][0],
+        json!({"value": "weather", "count": 2})
+    );
+    let bad = get(&p, &dhost, "/v1/agents?colour=red", &[]);
+    assert_eq!(bad.status, 400);
+    assert_schema("Error", &json_of(&bad));
+    assert!(json_of(&bad)["message"]
+        .as_str()
+        .unwrap()
+        .contains("colour"));
+
+    // ARD registry API.
+    let s = post(
+        &p,
+        &dhost,
+        "/search",
+        &json!({"query": {"text": "weather forecast"}}),
+        &[],
+    );
+    assert_eq!(s.status, 200, "{}", String::from_utf8_lossy(&s.body));
+    let s = json_of(&s);
+    assert_schema("SearchResponse", &s);
+    assert!(s["results"][0]["identifier"]
+        .as_str()
+        .unwrap()
+        .ends_with(":weather"));
+    let l = json_of(&get(
+        &p,
+        &dhost,
+        "/agents?filter=tags%20%3D%20%27travel%27",
+        &[],
+    ));
+    assert_schema("ListResponse", &l);
+    assert_eq!(l["total"], 1);
+    let x = post(
+        &p,
+        &dhost,
+        "/explore",
+        &json!({"resultType": {"facets": [{"field": "tags"}, {"field": "type"}]}}),
+        &[],
+    );
+    let x = json_of(&x);
+    assert_schema("ExploreResponse", &x);
+    assert_eq!(x["facets"]["type"]["buckets"][0]["count"], 2);
+    let one = get(
+        &p,
+        &dhost,
+        &format!("/agents/{}", w["identifier"].as_str().unwrap()),
+        &[],
+    );
+    assert_eq!(one.status, 200);
+    assert_schema("catalogEntry", &json_of(&one));
+    let bad = post(
+        &p,
+        &dhost,
+        "/search",
+        &json!({"query": {"text": "x"}, "bogus": 1}),
+        &[],
+    );
+    assert_eq!(bad.status, 400);
+    assert_schema("Error", &json_of(&bad));
+
+    // Namespace labels, the opt-out label and deletion show within a second or so.
+    label(&b.ns, None).await;
+    let took = wait_listed(&p, &dhost, &["weather"]).await;
+    eprintln!("namespace label removed: gone from the directory after {took:?}");
+    label(&b.ns, Some("yes")).await;
+    wait_listed(&p, &dhost, &["travel", "weather"]).await;
+    let mut opted_out = rich_card(
+        "weather",
+        &host("weather"),
+        "forecast",
+        &["weather", "climate"],
+        "Acme",
+    );
+    opted_out["metadata"]["labels"] = json!({"agentcard.dev/listed": "false"});
+    a.apply(&opted_out).await.unwrap();
+    let took = wait_listed(&p, &dhost, &["travel"]).await;
+    eprintln!("card opted out: gone from the directory after {took:?}");
+    wait_directory(&p, &format!("dir-{t}"), "count 1", dir_ready(1)).await;
+    b.delete("travel").await;
+    let took = wait_listed(&p, &dhost, &[]).await;
+    eprintln!("card deleted: gone from the directory after {took:?}");
+    wait_directory(&p, &format!("dir-{t}"), "count 0", dir_ready(0)).await;
+
+    // The directory holds its whole host: no card beneath it, no second directory on it.
+    other.apply(&card("squatter", &dhost, "/x")).await.unwrap();
+    let sq = wait_card(
+        &p,
+        &other.ns,
+        "squatter",
+        "conflict",
+        refused("HostConflict"),
+    )
+    .await;
+    assert!(condition(&sq, "Ready")
+        .unwrap()
+        .2
+        .contains(&format!("AgentDirectory dir-{t}")));
+    apply_directory(&p, &directory(&format!("dir2-{t}"), &dhost, json!({}))).await;
+    wait_directory(&p, &format!("dir2-{t}"), "conflict", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| c.reason == "HostConflict") && s.served.is_none()
+        })
+    })
+    .await;
+    let api: Api<AgentDirectory> = Api::all(p.admin.clone());
+    api.delete(&format!("dir2-{t}"), &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Deleted, the directory is served no more, and its host is free.
+    api.delete(&format!("dir-{t}"), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(15), || {
+        std::future::ready(get(&p, &dhost, "/.well-known/ard.json", &[]).status == 404)
+    })
+    .await
+    .expect("a deleted directory is not served");
+    wait_card(
+        &p,
+        &other.ns,
+        "squatter",
+        "Ready once the host is free",
+        ready,
+    )
+    .await;
+}
+
+async fn service_account_token(p: &Platform, ns: &str, name: &str, may_read: &[&str]) -> String {
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    let sas: Api<ServiceAccount> = Api::namespaced(p.admin.clone(), ns);
+    sas.create(&PostParams::default(), &sa).await.unwrap();
+    for target in may_read {
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": format!("read-{name}")},
+            "rules": [{"apiGroups": ["agentcard.dev"], "resources": ["agentcards"], "verbs": ["get", "list"]}]
+        }))
+        .unwrap();
+        let roles: Api<Role> = Api::namespaced(p.admin.clone(), target);
+        let _ = roles.create(&PostParams::default(), &role).await;
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": format!("read-{name}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("read-{name}")},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(p.admin.clone(), target)
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+    let req: TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    let tr: TokenRequest = sas
+        .create_subresource("token", name, &PostParams::default(), &req)
+        .await
+        .unwrap();
+    tr.status.unwrap().token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_kubernetes_mode_each_caller_sees_what_its_rbac_allows() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let a = Tenant::new(&p, &format!("k-a-{t}")).await;
+    let b = Tenant::new(&p, &format!("k-b-{t}")).await;
+    let host = |n: &str| format!("{n}-{t}.open.test");
+    a.apply(&rich_card(
+        "alpha",
+        &host("alpha"),
+        "one",
+        &["shared", "a-only"],
+        "Acme",
+    ))
+    .await
+    .unwrap();
+    b.apply(&rich_card(
+        "beta",
+        &host("beta"),
+        "two",
+        &["shared", "b-only"],
+        "Globex",
+    ))
+    .await
+    .unwrap();
+    wait_card(&p, &a.ns, "alpha", "Ready", ready).await;
+    wait_card(&p, &b.ns, "beta", "Ready", ready).await;
+    let dhost = format!("kdir-{t}.open.test");
+    let selector = json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [a.ns, b.ns]}]},
+        "access": {"mode": "Kubernetes"}});
+    apply_directory(&p, &directory(&format!("kdir-{t}"), &dhost, selector)).await;
+    wait_directory(&p, &format!("kdir-{t}"), "Ready with 2 cards", dir_ready(2)).await;
+
+    let token_a = service_account_token(&p, &a.ns, "reader-a", &[&a.ns]).await;
+    let token_both = service_account_token(&p, &b.ns, "reader-both", &[&a.ns, &b.ns]).await;
+    let bearer = |t: &str| format!("Bearer {t}");
+
+    // No token, or a bad one: 401 in the ARD error shape.
+    let r = get(&p, &dhost, "/v1/agents", &[]);
+    assert_eq!(r.status, 401);
+    assert_schema("Error", &json_of(&r));
+    assert_eq!(
+        get(
+            &p,
+            &dhost,
+            "/v1/agents",
+            &[("Authorization", "Bearer not-a-token")]
+        )
+        .status,
+        401
+    );
+
+    let ba = bearer(&token_a);
+    let wait_names = |auth: String, want: Vec<&'static str>| {
+        let p = &p;
+        let dhost = dhost.clone();
+        async move {
+            let ok = wait_for(Duration::from_secs(15), || {
+                let r = get(p, &dhost, "/v1/agents", &[("Authorization", &auth)]);
+                std::future::ready(r.status == 200 && names(&json_of(&r)) == want)
+            })
+            .await;
+            assert!(
+                ok.is_ok(),
+                "{want:?}: {}",
+                String::from_utf8_lossy(
+                    &get(p, &dhost, "/v1/agents", &[("Authorization", &auth)]).body
+                )
+            );
+        }
+    };
+    wait_names(ba.clone(), vec!["alpha"]).await;
+    wait_names(bearer(&token_both), vec!["alpha", "beta"]).await;
+
+    // Totals, facets, the manifest, search and lookups leak nothing of team b to reader a.
+    let r = get(&p, &dhost, "/v1/agents", &[("Authorization", &ba)]);
+    assert_eq!(r.header("cache-control"), Some("private, max-age=30"));
+    assert!(r
+        .header("vary")
+        .is_some_and(|v| v.contains("Authorization")));
+    assert_eq!(json_of(&r)["metadata"]["total"], 1);
+    let f = json_of(&get(&p, &dhost, "/v1/facets", &[("Authorization", &ba)]));
+    let text = f.to_string();
+    assert!(
+        !text.contains("b-only") && !text.contains("Globex") && !text.contains(&b.ns),
+        "{text}"
+    );
+    assert_eq!(
+        f["facets"]["tag"],
+        json!([{"value": "a-only", "count": 1}, {"value": "shared", "count": 1}])
+    );
+    let m = json_of(&get(
+        &p,
+        &dhost,
+        "/.well-known/ard.json",
+        &[("Authorization", &ba)],
+    ));
+    assert!(!m.to_string().contains(&b.ns));
+    let s = json_of(&post(
+        &p,
+        &dhost,
+        "/search",
+        &json!({"query": {"text": "shared"}}),
+        &[("Authorization", &ba)],
+    ));
+    assert_eq!(s["results"].as_array().unwrap().len(), 1);
+    let l = json_of(&get(&p, &dhost, "/agents", &[("Authorization", &ba)]));
+    assert_eq!(l["total"], 1);
+    assert_eq!(
+        get(
+            &p,
+            &dhost,
+            &format!("/v1/agents/{}/beta", b.ns),
+            &[("Authorization", &ba)]
+        )
+        .status,
+        404
+    );
+    let x = json_of(&post(
+        &p,
+        &dhost,
+        "/explore",
+        &json!({"resultType": {"facets": [{"field": "metadata.namespace"}]}}),
+        &[("Authorization", &ba)],
+    ));
+    assert_eq!(
+        x["facets"]["metadata.namespace"]["buckets"],
+        json!([{"value": a.ns, "count": 1}])
+    );
+}
