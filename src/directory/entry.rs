@@ -253,6 +253,11 @@ impl Entry {
         &self.facet_values[field.slot()]
     }
 
+    /// The text tokens with their weights.
+    pub fn tokens(&self) -> &[(String, u8)] {
+        &self.tokens
+    }
+
     /// Text relevance of this entry for `query` words, 0–100: each word found scores its
     /// best weight (a word that only starts a card word scores half), over the best possible.
     pub fn score(&self, query: &[String]) -> u8 {

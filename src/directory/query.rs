@@ -34,6 +34,9 @@ pub struct Catalog {
     entries: Vec<Arc<Entry>>,
     postings: HashMap<(Field, String), Vec<u32>>,
     by_identifier: HashMap<String, u32>,
+    /// Text token → `(position, weight)` of the entries holding it (sorted, so a prefix is a
+    /// range).
+    tokens: BTreeMap<String, Vec<(u32, u8)>>,
 }
 
 /// One page of an ordered listing.
@@ -64,9 +67,13 @@ impl Catalog {
         entries.dedup_by(|a, b| a.identifier == b.identifier);
         let mut postings: HashMap<(Field, String), Vec<u32>> = HashMap::new();
         let mut by_identifier = HashMap::with_capacity(entries.len());
+        let mut tokens: BTreeMap<String, Vec<(u32, u8)>> = BTreeMap::new();
         for (i, e) in entries.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             by_identifier.insert(e.identifier.clone(), i);
+            for (t, w) in e.tokens() {
+                tokens.entry(t.clone()).or_default().push((i, *w));
+            }
             for field in Field::ALL {
                 for v in e.values(field) {
                     postings.entry((field, v.clone())).or_default().push(i);
@@ -77,7 +84,55 @@ impl Catalog {
             entries,
             postings,
             by_identifier,
+            tokens,
         }
+    }
+
+    /// Text relevance (0–100, as [`Entry::score`]) of every entry matching a word of `text`,
+    /// from the token index: a word scores twice its token's weight on an exact match, the
+    /// weight when it only starts the token.
+    fn text_scores(&self, text: Option<&str>) -> Option<HashMap<u32, u8>> {
+        let query: Vec<String> = words(text?).collect();
+        if query.is_empty() {
+            return None;
+        }
+        let mut totals: HashMap<u32, u32> = HashMap::new();
+        for q in &query {
+            let mut best: HashMap<u32, u32> = HashMap::new();
+            for (token, list) in self.tokens.range::<str, _>((
+                std::ops::Bound::Included(q.as_str()),
+                std::ops::Bound::Unbounded,
+            )) {
+                if !token.starts_with(q.as_str()) {
+                    break;
+                }
+                let exact = token == q;
+                for (i, w) in list {
+                    let s = if exact {
+                        u32::from(*w) * 2
+                    } else {
+                        u32::from(*w)
+                    };
+                    let b = best.entry(*i).or_insert(0);
+                    *b = (*b).max(s);
+                }
+            }
+            for (i, s) in best {
+                *totals.entry(i).or_insert(0) += s;
+            }
+        }
+        let max = 10 * u32::try_from(query.len()).unwrap_or(u32::MAX);
+        Some(
+            totals
+                .into_iter()
+                .map(|(i, t)| {
+                    (
+                        i,
+                        u8::try_from((t * 100).div_ceil(max).min(100)).unwrap_or(100),
+                    )
+                })
+                .collect(),
+        )
     }
 
     /// Number of entries.
@@ -162,14 +217,9 @@ impl Catalog {
         after: Option<&str>,
         limit: usize,
     ) -> Page {
-        let words: Vec<String> = query
-            .text
-            .as_deref()
-            .map(|t| words(t).collect())
-            .unwrap_or_default();
         let mut positions = self.matching(query, visible);
-        if !words.is_empty() {
-            positions.retain(|&i| self.entries[i as usize].score(&words) > 0);
+        if let Some(scores) = self.text_scores(query.text.as_deref()) {
+            positions.retain(|i| scores.contains_key(i));
         }
         let total = positions.len();
         let start = match after {
@@ -195,22 +245,16 @@ impl Catalog {
 
     /// Entries matching `query`, ranked by the text's relevance (all scores 100 without text).
     pub fn search(&self, query: &Query, visible: Visibility<'_>) -> Ranked {
-        let words: Vec<String> = query
-            .text
-            .as_deref()
-            .map(|t| words(t).collect())
-            .unwrap_or_default();
+        let scores = self.text_scores(query.text.as_deref());
         let mut hits: Vec<(Arc<Entry>, u8)> = self
             .matching(query, visible)
             .into_iter()
             .filter_map(|i| {
-                let e = &self.entries[i as usize];
-                let score = if words.is_empty() {
-                    100
-                } else {
-                    e.score(&words)
+                let score = match &scores {
+                    None => 100,
+                    Some(s) => *s.get(&i)?,
                 };
-                (score > 0).then(|| (e.clone(), score))
+                (score > 0).then(|| (self.entries[i as usize].clone(), score))
             })
             .collect();
         // Positions are in identifier order and the sort is stable: ties stay by identifier.
@@ -225,15 +269,11 @@ impl Catalog {
         visible: Visibility<'_>,
         fields: &[Field],
     ) -> BTreeMap<Field, Buckets> {
-        let words: Vec<String> = query
-            .text
-            .as_deref()
-            .map(|t| words(t).collect())
-            .unwrap_or_default();
+        let scores = self.text_scores(query.text.as_deref());
         let mut counts: BTreeMap<Field, BTreeMap<String, usize>> = BTreeMap::new();
         for i in self.matching(query, visible) {
             let e = &self.entries[i as usize];
-            if !words.is_empty() && e.score(&words) == 0 {
+            if scores.as_ref().is_some_and(|s| !s.contains_key(&i)) {
                 continue;
             }
             for field in fields {

@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// Seconds a client has to send its request headers.
     #[arg(long, default_value_t = 10)]
     header_read_timeout: u64,
+    /// With --from-dir: also serve every card in a public directory (manifest, ARD and native
+    /// APIs) on this host.
+    #[arg(long, value_name = "HOST")]
+    directory_host: Option<String>,
     /// Audiences accepted in bearer tokens of Kubernetes-mode directories (comma-separated;
     /// default: the API server's own).
     #[arg(long, default_value = "")]
@@ -65,7 +69,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     legacy: args.legacy_path,
                     interval: std::time::Duration::from_millis(200),
                 };
-                tokio::spawn(source_dir::watch_dir(dir.clone(), index.clone(), opts))
+                tokio::spawn(source_dir::watch_dir(
+                    dir.clone(),
+                    index.clone(),
+                    opts,
+                    args.directory_host.clone(),
+                ))
             }
             None => {
                 let client = kube::Client::try_default()

@@ -1,14 +1,19 @@
 //! Feed the index from a directory: `DIR/<host>.json` is the card served for `<host>`,
 //! `DIR/jwks.json` the JWKS served on every host. The directory is rescanned a few times a
 //! second; a file is re-read only when its size or modification time changed, and a file that
-//! is not valid JSON (say, half written) leaves the previous version served.
+//! is not valid JSON (say, half written) leaves the previous version served. With a directory
+//! host, every card is also listed in a public directory served there (for benchmarks and use
+//! without Kubernetes), rebuilt after each scan that changed something.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::contract::KEY_JWKS;
+use crate::contract::{content_hash, KEY_JWKS, PATH_CARD};
+use crate::crd::AccessMode;
+use crate::directory::entry::{Entry, Placement};
+use crate::directory::site::Site;
 use crate::index::{CardEntry, Index, Published};
 
 /// How files are served.
@@ -28,8 +33,52 @@ struct Stamp {
     modified: SystemTime,
 }
 
-/// Scan `dir` forever, keeping `index` in step with its files.
-pub async fn watch_dir(dir: PathBuf, index: Arc<Index>, opts: DirOptions) {
+/// A public directory on `host` listing every card of the index (namespace `static`, named
+/// after its host).
+pub fn static_site(index: &Index, host: &str) -> Site {
+    let entries = index
+        .entries()
+        .iter()
+        .filter_map(|e| {
+            let updated = e
+                .content
+                .last_modified
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| jiff::Timestamp::from_second(i64::try_from(d.as_secs()).ok()?).ok())
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            let placement = Placement {
+                namespace: "static".into(),
+                name: e.host.clone(),
+                host: e.host.clone(),
+                url: format!("https://{}{PATH_CARD}", e.host),
+                content_hash: content_hash(&e.content.body),
+                key_id: String::new(),
+                updated_at: updated,
+            };
+            Entry::build(placement, e.content.body.clone()).map(Arc::new)
+        })
+        .collect();
+    Site::new(
+        "static".into(),
+        host.to_string(),
+        String::new(),
+        None,
+        None,
+        AccessMode::Public,
+        entries,
+    )
+}
+
+/// Scan `dir` forever, keeping `index` in step with its files (and, with `directory_host`, a
+/// directory of them).
+pub async fn watch_dir(
+    dir: PathBuf,
+    index: Arc<Index>,
+    opts: DirOptions,
+    directory_host: Option<String>,
+) {
     let mut seen: HashMap<PathBuf, Stamp> = HashMap::new();
     loop {
         let d = dir.clone();
@@ -42,8 +91,12 @@ pub async fn watch_dir(dir: PathBuf, index: Arc<Index>, opts: DirOptions) {
         })
         .await;
         match result {
-            Ok((s, Ok(()))) => {
+            Ok((s, Ok(changed))) => {
                 seen = s;
+                if let Some(host) = directory_host.as_deref().filter(|_| changed) {
+                    let site = static_site(&index, host);
+                    index.set_sites(HashMap::from([(host.to_string(), Arc::new(site))]));
+                }
                 index.mark_ready();
             }
             Ok((s, Err(e))) => {
@@ -62,8 +115,9 @@ fn scan(
     index: &Index,
     seen: &mut HashMap<PathBuf, Stamp>,
     opts: DirOptions,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let mut present = Vec::new();
+    let mut changed = false;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();
@@ -100,6 +154,7 @@ fn scan(
             continue;
         }
         seen.insert(path.clone(), stamp);
+        changed = true;
         let published = Published::new(body, stamp.modified, opts.max_age);
         if name == KEY_JWKS {
             index.set_jwks(Some(published));
@@ -120,6 +175,7 @@ fn scan(
         .cloned()
         .collect();
     for path in gone {
+        changed = true;
         seen.remove(&path);
         let name = path
             .file_name()
@@ -132,5 +188,5 @@ fn scan(
             index.remove(&name);
         }
     }
-    Ok(())
+    Ok(changed)
 }
