@@ -25,9 +25,9 @@ pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
     m.insert(
         "displayName".into(),
         json!(if e.display_name.is_empty() {
-            &e.placement.name
+            e.placement.name.as_str()
         } else {
-            &e.display_name
+            &*e.display_name
         }),
     );
     m.insert("type".into(), json!(TYPE_A2A));
@@ -40,16 +40,17 @@ pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
     optional("description", &e.description);
     optional("version", &e.version);
     optional("updatedAt", &e.placement.updated_at);
-    if !e.tags.is_empty() {
-        m.insert("tags".into(), json!(e.tags));
+    let (tags, skills) = (e.tags(), e.skill_ids());
+    if !tags.is_empty() {
+        m.insert("tags".into(), json!(tags));
     }
-    if !e.skill_ids.is_empty() {
-        m.insert("capabilities".into(), json!(e.skill_ids));
+    if !skills.is_empty() {
+        m.insert("capabilities".into(), json!(skills));
     }
     if (2..=5).contains(&e.examples.len()) {
         m.insert("representativeQueries".into(), json!(e.examples));
     }
-    let provider = e.facet_values(Field::Provider).first().cloned();
+    let provider = e.facet_values(Field::Provider).next();
     let mut meta = Map::new();
     meta.insert("namespace".into(), json!(e.placement.namespace));
     meta.insert("name".into(), json!(e.placement.name));

@@ -67,10 +67,6 @@ impl Field {
             other => other.strip_prefix("metadata.").and_then(Field::from_param),
         }
     }
-
-    fn slot(self) -> usize {
-        self as usize
-    }
 }
 
 /// Where a listed card is published, as its AgentCard's status says.
@@ -92,7 +88,9 @@ pub struct Placement {
     pub updated_at: String,
 }
 
-/// One listed card.
+/// One listed card, stored compactly (it is kept for every card of every replica): the
+/// values filters and facets need as written, one flat list; the text tokens as one string
+/// with a weight per token.
 #[derive(Debug)]
 pub struct Entry {
     /// `urn:air:<card host>:<namespace>:<name>`.
@@ -102,33 +100,25 @@ pub struct Entry {
     /// The signed card, exactly as served.
     pub body: Bytes,
     /// The card's `name`.
-    pub display_name: String,
+    pub display_name: Box<str>,
     /// The card's `description`.
-    pub description: String,
+    pub description: Box<str>,
     /// The card's `version`.
-    pub version: String,
-    /// Skill tags, as written, without repeats.
-    pub tags: Vec<String>,
-    /// Skill ids, as written.
-    pub skill_ids: Vec<String>,
+    pub version: Box<str>,
     /// Skill examples, as written.
-    pub examples: Vec<String>,
-    /// Per [`Field`]: the values it matches (lower-cased, without repeats).
-    values: [Vec<String>; 8],
-    /// Per [`Field`]: the values counted in facets, as written.
-    facet_values: [Vec<String>; 8],
-    /// Text tokens with weights (name 5, skill names and tags 3, description 2, the rest 1).
-    tokens: Vec<(String, u8)>,
+    pub examples: Box<[Box<str>]>,
+    /// Facet values as written, by field, without repeats within a field.
+    facets: Box<[(Field, Box<str>)]>,
+    /// Skill names (a skill filter matches an id or a name; facets count ids).
+    skill_names: Box<[Box<str>]>,
+    /// Text tokens (lower case), each followed by `\0`.
+    token_text: Box<str>,
+    /// Weight of each token (name 5, skill names and tags 3, description 2, the rest 1).
+    token_weights: Box<[u8]>,
 }
 
 fn strings(v: &Value) -> impl Iterator<Item = &str> {
     v.as_array().into_iter().flatten().filter_map(Value::as_str)
-}
-
-fn push_unique(list: &mut Vec<String>, value: &str) {
-    if !value.is_empty() && !list.iter().any(|v| v == value) {
-        list.push(value.to_string());
-    }
 }
 
 /// Lower-case words of `text` (letters and digits).
@@ -138,6 +128,39 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_lowercase)
 }
 
+/// Collects facet values and weighted tokens while an entry is built.
+#[derive(Default)]
+struct Builder {
+    facets: Vec<(Field, Box<str>)>,
+    tokens: Vec<(String, u8)>,
+}
+
+impl Builder {
+    fn facet(&mut self, field: Field, value: &str) {
+        if !value.is_empty()
+            && !self
+                .facets
+                .iter()
+                .any(|(f, v)| *f == field && &**v == value)
+        {
+            self.facets.push((field, value.into()));
+        }
+    }
+
+    fn text(&mut self, text: &str, weight: u8) {
+        for w in words(text) {
+            match self.tokens.iter_mut().find(|(t, _)| *t == w) {
+                Some((_, existing)) => *existing = (*existing).max(weight),
+                None => self.tokens.push((w, weight)),
+            }
+        }
+    }
+}
+
+fn boxed(list: Vec<String>) -> Box<[Box<str>]> {
+    list.into_iter().map(String::into_boxed_str).collect()
+}
+
 impl Entry {
     /// Build the entry of a signed card (`body`) published at `placement`; `None` when the
     /// bytes are not a JSON object.
@@ -145,117 +168,125 @@ impl Entry {
         let card: Value = serde_json::from_slice(&body).ok()?;
         card.as_object()?;
         let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-        let mut facet_values: [Vec<String>; 8] = Default::default();
-        let mut tokens: Vec<(String, u8)> = Vec::new();
-        let mut add_text = |s: &str, weight: u8| {
-            for w in words(s) {
-                match tokens.iter_mut().find(|(t, _)| *t == w) {
-                    Some((_, existing)) => *existing = (*existing).max(weight),
-                    None => tokens.push((w, weight)),
-                }
+        let mut b = Builder::default();
+        b.text(card["name"].as_str().unwrap_or_default(), 5);
+        b.text(card["description"].as_str().unwrap_or_default(), 2);
+        let (mut examples, mut skill_names): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+        let push = |list: &mut Vec<String>, v: &str| {
+            if !v.is_empty() && !list.iter().any(|x| x == v) {
+                list.push(v.to_string());
             }
         };
-        add_text(card["name"].as_str().unwrap_or_default(), 5);
-        add_text(card["description"].as_str().unwrap_or_default(), 2);
-        let (mut tags, mut skill_ids, mut examples) = (Vec::new(), Vec::new(), Vec::new());
-        let mut skill_values = Vec::new();
         for skill in card["skills"].as_array().into_iter().flatten() {
             let (id, name) = (text(&skill["id"]), text(&skill["name"]));
-            push_unique(&mut skill_ids, &id);
-            push_unique(&mut facet_values[Field::Skill.slot()], &id);
-            push_unique(&mut skill_values, &id.to_lowercase());
-            push_unique(&mut skill_values, &name.to_lowercase());
-            add_text(&name, 3);
-            add_text(skill["description"].as_str().unwrap_or_default(), 1);
+            b.facet(Field::Skill, &id);
+            push(&mut skill_names, &name);
+            b.text(&name, 3);
+            b.text(skill["description"].as_str().unwrap_or_default(), 1);
             for tag in strings(&skill["tags"]) {
-                push_unique(&mut tags, tag);
-                add_text(tag, 3);
+                b.facet(Field::Tag, tag);
+                b.text(tag, 3);
             }
             for example in strings(&skill["examples"]) {
-                push_unique(&mut examples, example);
-                add_text(example, 1);
+                push(&mut examples, example);
+                b.text(example, 1);
             }
             for m in strings(&skill["inputModes"]) {
-                push_unique(&mut facet_values[Field::InputMode.slot()], m);
+                b.facet(Field::InputMode, m);
             }
             for m in strings(&skill["outputModes"]) {
-                push_unique(&mut facet_values[Field::OutputMode.slot()], m);
+                b.facet(Field::OutputMode, m);
             }
         }
-        facet_values[Field::Tag.slot()] = tags.clone();
-        let provider = text(&card["provider"]["organization"]);
-        push_unique(&mut facet_values[Field::Provider.slot()], &provider);
+        b.facet(
+            Field::Provider,
+            card["provider"]["organization"]
+                .as_str()
+                .unwrap_or_default(),
+        );
         let caps = &card["capabilities"];
         for flag in ["streaming", "pushNotifications", "extendedAgentCard"] {
             if caps[flag].as_bool() == Some(true) {
-                push_unique(&mut facet_values[Field::Capability.slot()], flag);
+                b.facet(Field::Capability, flag);
             }
         }
         for ext in caps["extensions"].as_array().into_iter().flatten() {
-            push_unique(
-                &mut facet_values[Field::Capability.slot()],
-                ext["uri"].as_str().unwrap_or_default(),
-            );
+            b.facet(Field::Capability, ext["uri"].as_str().unwrap_or_default());
         }
         for m in strings(&card["defaultInputModes"]) {
-            push_unique(&mut facet_values[Field::InputMode.slot()], m);
+            b.facet(Field::InputMode, m);
         }
         for m in strings(&card["defaultOutputModes"]) {
-            push_unique(&mut facet_values[Field::OutputMode.slot()], m);
+            b.facet(Field::OutputMode, m);
         }
         for iface in card["supportedInterfaces"].as_array().into_iter().flatten() {
-            push_unique(
-                &mut facet_values[Field::Binding.slot()],
+            b.facet(
+                Field::Binding,
                 iface["protocolBinding"].as_str().unwrap_or_default(),
             );
         }
-        push_unique(
-            &mut facet_values[Field::Namespace.slot()],
-            &placement.namespace,
-        );
-        let mut values: [Vec<String>; 8] = Default::default();
-        for field in Field::ALL {
-            let slot = field.slot();
-            if field == Field::Skill {
-                values[slot] = skill_values.clone();
-            } else {
-                for v in &facet_values[slot] {
-                    push_unique(&mut values[slot], &v.to_lowercase());
-                }
-            }
+        b.facet(Field::Namespace, &placement.namespace);
+        let mut token_text = String::new();
+        let mut weights = Vec::with_capacity(b.tokens.len());
+        for (t, w) in b.tokens {
+            token_text.push_str(&t);
+            token_text.push('\0');
+            weights.push(w);
         }
         Some(Entry {
             identifier: format!(
                 "urn:air:{}:{}:{}",
                 placement.host, placement.namespace, placement.name
             ),
-            display_name: text(&card["name"]),
-            description: text(&card["description"]),
-            version: text(&card["version"]),
+            display_name: text(&card["name"]).into(),
+            description: text(&card["description"]).into(),
+            version: text(&card["version"]).into(),
             placement,
             body,
-            tags,
-            skill_ids,
-            examples,
-            values,
-            facet_values,
-            tokens,
+            examples: boxed(examples),
+            facets: b.facets.into_boxed_slice(),
+            skill_names: boxed(skill_names),
+            token_text: token_text.into_boxed_str(),
+            token_weights: weights.into_boxed_slice(),
         })
     }
 
-    /// The values of `field` this entry matches (lower-cased).
-    pub fn values(&self, field: Field) -> &[String] {
-        &self.values[field.slot()]
+    /// The values of `field` this entry matches (lower-cased, without repeats).
+    pub fn values(&self, field: Field) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let names = self.skill_names.iter().filter(|_| field == Field::Skill);
+        for v in self.facet_values(field).chain(names.map(|n| &**n)) {
+            let v = v.to_lowercase();
+            if !out.contains(&v) {
+                out.push(v);
+            }
+        }
+        out
     }
 
     /// The values of `field` counted in facets, as written.
-    pub fn facet_values(&self, field: Field) -> &[String] {
-        &self.facet_values[field.slot()]
+    pub fn facet_values(&self, field: Field) -> impl Iterator<Item = &str> {
+        self.facets
+            .iter()
+            .filter(move |(f, _)| *f == field)
+            .map(|(_, v)| &**v)
+    }
+
+    /// Skill tags, as written, without repeats.
+    pub fn tags(&self) -> Vec<&str> {
+        self.facet_values(Field::Tag).collect()
+    }
+
+    /// Skill ids, as written, without repeats.
+    pub fn skill_ids(&self) -> Vec<&str> {
+        self.facet_values(Field::Skill).collect()
     }
 
     /// The text tokens with their weights.
-    pub fn tokens(&self) -> &[(String, u8)] {
-        &self.tokens
+    pub fn tokens(&self) -> impl Iterator<Item = (&str, u8)> {
+        self.token_text
+            .split_terminator('\0')
+            .zip(self.token_weights.iter().copied())
     }
 
     /// Text relevance of this entry for `query` words, 0–100: each word found scores its
@@ -267,11 +298,11 @@ impl Entry {
         let mut total = 0u32;
         for q in query {
             let mut best = 0u32;
-            for (t, w) in &self.tokens {
+            for (t, w) in self.tokens() {
                 if t == q {
-                    best = best.max(u32::from(*w) * 2);
+                    best = best.max(u32::from(w) * 2);
                 } else if t.starts_with(q.as_str()) {
-                    best = best.max(u32::from(*w));
+                    best = best.max(u32::from(w));
                 }
             }
             total += best;

@@ -33,10 +33,9 @@ pub type Visibility<'a> = Option<&'a HashSet<String>>;
 pub struct Catalog {
     entries: Vec<Arc<Entry>>,
     postings: HashMap<(Field, String), Vec<u32>>,
-    by_identifier: HashMap<String, u32>,
-    /// Text token → `(position, weight)` of the entries holding it (sorted, so a prefix is a
-    /// range).
-    tokens: BTreeMap<String, Vec<(u32, u8)>>,
+    /// Text token → the entries holding it, each `position << 3 | weight` (sorted by token, so
+    /// a prefix is a range).
+    tokens: BTreeMap<Box<str>, Vec<u32>>,
 }
 
 /// One page of an ordered listing.
@@ -66,24 +65,33 @@ impl Catalog {
         entries.sort_by(|a, b| a.identifier.cmp(&b.identifier));
         entries.dedup_by(|a, b| a.identifier == b.identifier);
         let mut postings: HashMap<(Field, String), Vec<u32>> = HashMap::new();
-        let mut by_identifier = HashMap::with_capacity(entries.len());
-        let mut tokens: BTreeMap<String, Vec<(u32, u8)>> = BTreeMap::new();
+        let mut tokens: BTreeMap<Box<str>, Vec<u32>> = BTreeMap::new();
         for (i, e) in entries.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
-            by_identifier.insert(e.identifier.clone(), i);
             for (t, w) in e.tokens() {
-                tokens.entry(t.clone()).or_default().push((i, *w));
+                let packed = (i << 3) | u32::from(w.min(7));
+                match tokens.get_mut(t) {
+                    Some(list) => list.push(packed),
+                    None => {
+                        tokens.insert(t.into(), vec![packed]);
+                    }
+                }
             }
             for field in Field::ALL {
                 for v in e.values(field) {
-                    postings.entry((field, v.clone())).or_default().push(i);
+                    postings.entry((field, v)).or_default().push(i);
                 }
             }
+        }
+        for list in postings.values_mut() {
+            list.shrink_to_fit();
+        }
+        for list in tokens.values_mut() {
+            list.shrink_to_fit();
         }
         Catalog {
             entries,
             postings,
-            by_identifier,
             tokens,
         }
     }
@@ -106,14 +114,11 @@ impl Catalog {
                 if !token.starts_with(q.as_str()) {
                     break;
                 }
-                let exact = token == q;
-                for (i, w) in list {
-                    let s = if exact {
-                        u32::from(*w) * 2
-                    } else {
-                        u32::from(*w)
-                    };
-                    let b = best.entry(*i).or_insert(0);
+                let exact = **token == **q;
+                for packed in list {
+                    let (i, w) = (packed >> 3, packed & 7);
+                    let s = if exact { w * 2 } else { w };
+                    let b = best.entry(i).or_insert(0);
                     *b = (*b).max(s);
                 }
             }
@@ -152,7 +157,11 @@ impl Catalog {
 
     /// The entry `identifier`, when visible.
     pub fn get(&self, identifier: &str, visible: Visibility<'_>) -> Option<Arc<Entry>> {
-        let e = &self.entries[*self.by_identifier.get(identifier)? as usize];
+        let i = self
+            .entries
+            .binary_search_by(|e| e.identifier.as_str().cmp(identifier))
+            .ok()?;
+        let e = &self.entries[i];
         is_visible(e, visible).then(|| e.clone())
     }
 
@@ -197,7 +206,13 @@ impl Catalog {
         if let Some(ids) = &query.identifiers {
             let mut wanted: Vec<u32> = ids
                 .iter()
-                .filter_map(|id| self.by_identifier.get(id).copied())
+                .filter_map(|id| {
+                    let i = self
+                        .entries
+                        .binary_search_by(|e| e.identifier.as_str().cmp(id))
+                        .ok()?;
+                    u32::try_from(i).ok()
+                })
                 .collect();
             wanted.sort_unstable();
             positions = intersect(&positions, &wanted);
@@ -279,7 +294,7 @@ impl Catalog {
             for field in fields {
                 let c = counts.entry(*field).or_default();
                 for v in e.facet_values(*field) {
-                    *c.entry(v.clone()).or_default() += 1;
+                    *c.entry(v.to_string()).or_default() += 1;
                 }
             }
         }
