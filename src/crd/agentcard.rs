@@ -22,7 +22,7 @@ use crate::a2a::card::AgentCard as A2aCard;
     kind = "AgentCard",
     namespaced,
     shortname = "acard",
-    category = "agentcard",
+    category = "agentcard-operator",
     status = "AgentCardStatus",
     printcolumn = r#"{"name":"Host","type":"string","jsonPath":".spec.publish.host"}"#,
     printcolumn = r#"{"name":"Skills","type":"string","jsonPath":".status.skills"}"#,

@@ -1,6 +1,10 @@
 //! `AgentDirectory` (agentcard.dev/v1alpha1, cluster-scoped): a registry of the cluster's
 //! published cards, served on a host of its own.
 //!
+//! Both resources are in the category `agentcard-operator` (`kubectl get agentcard-operator -A`
+//! lists them together). Not `agentcard`: kubectl expands a category before a singular name, so
+//! `kubectl get agentcard NAME` would fail once the category held two resources.
+//!
 //! The spec says which cards are listed (namespace and card label selectors) and where and to
 //! whom the registry is served; the lease holder writes the status (the route it decided, the
 //! number of cards listed) and the directory's Ingress, and every replica serves the registry
@@ -21,7 +25,7 @@ use super::agentcard::IngressSettings;
     version = "v1alpha1",
     kind = "AgentDirectory",
     shortname = "adir",
-    category = "agentcard",
+    category = "agentcard-operator",
     status = "AgentDirectoryStatus",
     printcolumn = r#"{"name":"Host","type":"string","jsonPath":".spec.publish.host"}"#,
     printcolumn = r#"{"name":"Access","type":"string","jsonPath":".spec.access.mode"}"#,
