@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod http;
 pub mod operator;
 pub mod plane;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

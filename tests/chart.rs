@@ -1,0 +1,369 @@
+//! The Helm chart: lint (defaults and every option), the values schema, what it renders (least
+//! privilege, the restricted Pod Security profile, the CRDs `agentcard-operator crds` prints),
+//! and on a plane of its own: install into a namespace enforcing the restricted profile (the
+//! ReplicaSet's Pods are admitted; a non-compliant variant is refused), the operator run with
+//! the chart's ServiceAccount token publishing a card, what that identity cannot do, upgrade,
+//! and uninstall leaving nothing but the CRDs. helm is built from Go modules
+//! (`tests/tools/build`).
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use agentcard_operator::crd::AgentCard;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+use support::cluster::{card, rand_tag, SERIAL};
+use support::operator::{wait_card, Operator};
+use support::plane::{client_for, dedicated_kubeconfig, wait_for};
+use support::ready;
+
+const CHART: &str = "charts/agentcard-operator";
+
+fn helm(args: &[&str]) -> Output {
+    Command::new(support::tools::helm())
+        .args(args)
+        .current_dir(support::root())
+        .env("KUBECONFIG", dedicated_kubeconfig())
+        .env("HELM_CACHE_HOME", std::env::temp_dir().join("agentcard-helm-cache"))
+        .env("HELM_CONFIG_HOME", std::env::temp_dir().join("agentcard-helm-config"))
+        .env("HELM_DATA_HOME", std::env::temp_dir().join("agentcard-helm-data"))
+        .output()
+        .expect("running helm")
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "helm failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The rendered documents for `extra` helm arguments.
+fn render(extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["template", "rel", CHART, "--namespace", "ops"];
+    args.extend_from_slice(extra);
+    let text = ok(helm(&args));
+    text.split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<Value>(d).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+#[test]
+fn the_chart_lints_and_its_schema_refuses_unknown_keys() {
+    ok(helm(&["lint", "--strict", CHART]));
+    ok(helm(&["lint", "--strict", CHART, "-f", "tests/data/chart/all-values.yaml"]));
+    for (set, needle) in [
+        ("bogus=1", "additional properties 'bogus' not allowed"),
+        ("operator.bogus=1", "additional properties 'bogus' not allowed"),
+        ("ingress.tls=everything", "/ingress/tls"),
+        ("replicaCount=0", "/replicaCount"),
+        ("podAntiAffinity=maybe", "/podAntiAffinity"),
+    ] {
+        let out = helm(&["template", "rel", CHART, "--set", set]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} was accepted");
+        assert!(err.contains(needle), "{set}: {err}");
+    }
+}
+
+#[test]
+fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_crds() {
+    for extra in [&[][..], &["-f", "tests/data/chart/all-values.yaml"][..]] {
+        let docs = render(extra);
+        for role in of_kind(&docs, "ClusterRole").into_iter().chain(of_kind(&docs, "Role")) {
+            for rule in role["rules"].as_array().unwrap() {
+                for key in ["apiGroups", "resources", "verbs"] {
+                    let values: Vec<&str> = rule[key]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap())
+                        .collect();
+                    assert!(!values.contains(&"*"), "wildcard in {}: {rule}", role["metadata"]["name"]);
+                    if role["kind"] == "ClusterRole" && key == "resources" {
+                        assert!(!values.contains(&"secrets"), "cluster-wide Secret access: {rule}");
+                        assert!(
+                            role["metadata"]["name"].as_str().unwrap().ends_with("operator")
+                                || role["metadata"]["name"].as_str().unwrap() == "platform-cards"
+                                || !values.iter().any(|r| r.ends_with("/status")),
+                            "a user role grants status: {rule}"
+                        );
+                    }
+                }
+            }
+        }
+        let deployment = of_kind(&docs, "Deployment")[0];
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        let c = &pod["containers"][0];
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+        let env: Vec<&str> = c["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert!(env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"));
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+        assert_eq!(c["readinessProbe"]["httpGet"]["port"], "admin");
+        let selector = deployment["spec"]["selector"]["matchLabels"].as_object().unwrap();
+        let mut keys: Vec<&String> = selector.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["app.kubernetes.io/instance", "app.kubernetes.io/name"]);
+    }
+    // Every flag of `run` is reachable from values.
+    let all = render(&["-f", "tests/data/chart/all-values.yaml"]);
+    let args: Vec<String> = of_kind(&all, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    for flag in [
+        "--shared-hosts=shared.agents.example.com",
+        "--watch-namespace=agents",
+        "--no-create-signing-secret",
+        "--signing-secret=platform-signing-keys",
+        "--ingress-class=public",
+        "--ingress-allowed-classes=internal",
+        "--ingress-tls=secret:wildcard-agents",
+        "--token-audiences=agentcard-directory",
+        "--concurrency=8",
+        "--lease-duration=20",
+        "--service-name=platform-cards",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} missing from {args:?}");
+    }
+    // The CRDs are the generated ones, kept on uninstall by default, absent when disabled.
+    let generated = support::run(
+        {
+            let mut c = support::bin();
+            c.arg("crds");
+            c
+        },
+        None,
+    );
+    let generated: Vec<Value> = String::from_utf8_lossy(&generated.stdout)
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<Value>(d).ok())
+        .collect();
+    let docs = render(&[]);
+    let crds = of_kind(&docs, "CustomResourceDefinition");
+    assert_eq!(crds.len(), generated.len());
+    for (rendered, want) in crds.iter().zip(&generated) {
+        assert_eq!(rendered["spec"], want["spec"], "the chart's CRD differs from `agentcard-operator crds`");
+        assert_eq!(rendered["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    }
+    assert!(of_kind(&render(&["--set", "crds.enabled=false"]), "CustomResourceDefinition").is_empty());
+    let unkept = render(&["--set", "crds.keep=false"]);
+    assert!(of_kind(&unkept, "CustomResourceDefinition")[0]["metadata"]["annotations"].is_null());
+}
+
+async fn restricted_namespace(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name, "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }}}))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+async fn pods(client: &Client, ns: &str, release: &str) -> usize {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={release}")))
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(0)
+}
+
+/// Whether `user` (with the ServiceAccount groups) may `verb` `resource` (in `namespace`).
+async fn can(client: &Client, sa: (&str, &str), verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> bool {
+    let (ns, name) = sa;
+    let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
+        "user": format!("system:serviceaccount:{ns}:{name}"),
+        "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"],
+        "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "namespace": namespace},
+    }}))
+    .unwrap();
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// A kubeconfig for the plane that authenticates with `token`.
+fn token_kubeconfig(dir: &Path, token: &str) -> std::path::PathBuf {
+    let admin: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dedicated_kubeconfig()).unwrap()).unwrap();
+    let cluster = admin["clusters"][0]["cluster"].clone();
+    let kc = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "plane", "cluster": serde_json::to_value(&cluster).unwrap()}],
+        "users": [{"name": "chart", "user": {"token": token}}],
+        "contexts": [{"name": "chart", "context": {"cluster": "plane", "user": "chart"}}],
+        "current-context": "chart",
+    });
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_uninstalls_cleanly() {
+    let _serial = SERIAL.lock().await;
+    let client = client_for(dedicated_kubeconfig()).await;
+    let t = rand_tag();
+    let ns = format!("agentcard-system-{t}");
+    restricted_namespace(&client, &ns).await;
+    ok(helm(&[
+        "install", "rel", CHART, "--namespace", &ns, "--set", "ingress.tls=none",
+        "--set", "operator.allowedHosts={*.chart.test}",
+    ]));
+    // The controller-manager's ReplicaSet controller creates the Pods; Pod Security admission
+    // would refuse them if they broke the restricted profile.
+    wait_for(Duration::from_secs(30), || async { pods(&client, &ns, "rel").await == 2 })
+        .await
+        .unwrap_or_else(|()| panic!("the chart's Pods were not admitted in {ns}"));
+    // Control: the same chart with privilege escalation allowed is refused there.
+    let bad_ns = format!("agentcard-bad-{t}");
+    restricted_namespace(&client, &bad_ns).await;
+    ok(helm(&[
+        "install", "bad", CHART, "--namespace", &bad_ns, "--set", "crds.enabled=false",
+        "--set", "securityContext.allowPrivilegeEscalation=true",
+    ]));
+    let rs = Api::<ReplicaSet>::namespaced(client.clone(), &bad_ns);
+    wait_for(Duration::from_secs(30), || async {
+        rs.list(&ListParams::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|r| {
+                r.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+                    cs.iter().any(|c| c.type_ == "ReplicaFailure" && c.message.as_deref().unwrap_or_default().contains("PodSecurity"))
+                })
+            })
+        })
+    })
+    .await
+    .expect("a non-compliant Pod is refused by Pod Security admission");
+    assert_eq!(pods(&client, &bad_ns, "bad").await, 0);
+    ok(helm(&["uninstall", "bad", "--namespace", &bad_ns]));
+
+    // The operator, run with the chart's ServiceAccount token, publishes a card.
+    let sa = "rel-agentcard-operator";
+    let req: TokenRequest = serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .create_subresource::<_, TokenRequest>("token", sa, &PostParams::default(), &req)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = token_kubeconfig(dir.path(), &token);
+    let op = Operator::start_on(
+        &kubeconfig,
+        &ns,
+        None,
+        &["--service-name", "rel-agentcard-operator", "--allowed-hosts", "*.chart.test", "--ingress-tls", "none"],
+    );
+    let tenant_ns = format!("team-{t}");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": tenant_ns}})).unwrap())
+        .await
+        .unwrap();
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), &tenant_ns);
+    let host = format!("hello-{t}.chart.test");
+    cards
+        .patch("hello", &PatchParams::apply("test").force(), &Patch::Apply(card("hello", &host, "")))
+        .await
+        .unwrap();
+    let c = wait_card(&cards, "hello", &op, "Ready under the chart's RBAC", ready).await;
+    let r = op.get(&host, "/.well-known/agent-card.json");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("etag").map(|e| e.trim_matches('"').to_string()), c.status.unwrap().content_hash);
+    drop(op);
+
+    // What that identity may not do.
+    let id = (ns.as_str(), sa);
+    assert!(can(&client, id, "get", "", "secrets", Some(&ns)).await, "its own signing Secret");
+    assert!(!can(&client, id, "get", "", "secrets", Some(&tenant_ns)).await, "Secrets elsewhere");
+    assert!(!can(&client, id, "list", "", "secrets", None).await, "Secrets cluster-wide");
+    assert!(!can(&client, id, "create", "rbac.authorization.k8s.io", "clusterrolebindings", None).await);
+    assert!(!can(&client, id, "delete", "", "namespaces", None).await);
+    assert!(!can(&client, id, "create", "apps", "deployments", Some(&tenant_ns)).await);
+    // Tenants get AgentCards through edit, never their status.
+    let tenant_user = |verb: &'static str, resource: &'static str| {
+        let client = client.clone();
+        let tenant_ns = tenant_ns.clone();
+        async move {
+            let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+                "metadata": {"name": "team-edit"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]
+            }))
+            .unwrap();
+            let _ = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &tenant_ns)
+                .create(&PostParams::default(), &binding)
+                .await;
+            let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {"user": "alice",
+                "resourceAttributes": {"verb": verb, "group": "agentcard.dev", "resource": resource, "namespace": tenant_ns}}}))
+            .unwrap();
+            Api::<SubjectAccessReview>::all(client)
+                .create(&PostParams::default(), &review)
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| s.allowed)
+        }
+    };
+    wait_for(Duration::from_secs(10), || tenant_user("create", "agentcards"))
+        .await
+        .expect("edit aggregates agentcard-edit");
+    assert!(!tenant_user("patch", "agentcards/status").await);
+
+    // Upgrade, then uninstall: nothing of the release is left but the CRDs.
+    ok(helm(&["upgrade", "rel", CHART, "--namespace", &ns, "--reuse-values", "--set", "replicaCount=1"]));
+    wait_for(Duration::from_secs(30), || async { pods(&client, &ns, "rel").await == 1 })
+        .await
+        .expect("upgrade to one replica");
+    ok(helm(&["uninstall", "rel", "--namespace", &ns]));
+    let left = ok(Command::new("kubectl")
+        .args(["get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding,cm,secret", "-A",
+               "-l", "app.kubernetes.io/instance=rel", "-o", "name"])
+        .env("KUBECONFIG", dedicated_kubeconfig())
+        .output()
+        .unwrap());
+    wait_for(Duration::from_secs(30), || {
+        let out = Command::new("kubectl")
+            .args(["get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding", "-A",
+                   "-l", "app.kubernetes.io/instance=rel", "-o", "name"])
+            .env("KUBECONFIG", dedicated_kubeconfig())
+            .output()
+            .unwrap();
+        std::future::ready(out.status.success() && out.stdout.is_empty())
+    })
+    .await
+    .unwrap_or_else(|()| panic!("left behind after uninstall: {left}"));
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    assert!(crds.get_opt("agentcards.agentcard.dev").await.unwrap().is_some(), "crds.keep keeps the CRDs");
+    assert!(crds.get_opt("agentdirectories.agentcard.dev").await.unwrap().is_some());
+}
