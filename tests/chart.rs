@@ -33,9 +33,18 @@ fn helm(args: &[&str]) -> Output {
         .args(args)
         .current_dir(support::root())
         .env("KUBECONFIG", dedicated_kubeconfig())
-        .env("HELM_CACHE_HOME", std::env::temp_dir().join("agentcard-helm-cache"))
-        .env("HELM_CONFIG_HOME", std::env::temp_dir().join("agentcard-helm-config"))
-        .env("HELM_DATA_HOME", std::env::temp_dir().join("agentcard-helm-data"))
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("agentcard-helm-cache"),
+        )
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("agentcard-helm-config"),
+        )
+        .env(
+            "HELM_DATA_HOME",
+            std::env::temp_dir().join("agentcard-helm-data"),
+        )
         .output()
         .expect("running helm")
 }
@@ -68,10 +77,19 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
 #[test]
 fn the_chart_lints_and_its_schema_refuses_unknown_keys() {
     ok(helm(&["lint", "--strict", CHART]));
-    ok(helm(&["lint", "--strict", CHART, "-f", "tests/data/chart/all-values.yaml"]));
+    ok(helm(&[
+        "lint",
+        "--strict",
+        CHART,
+        "-f",
+        "tests/data/chart/all-values.yaml",
+    ]));
     for (set, needle) in [
         ("bogus=1", "additional properties 'bogus' not allowed"),
-        ("operator.bogus=1", "additional properties 'bogus' not allowed"),
+        (
+            "operator.bogus=1",
+            "additional properties 'bogus' not allowed",
+        ),
         ("ingress.tls=everything", "/ingress/tls"),
         ("replicaCount=0", "/replicaCount"),
         ("podAntiAffinity=maybe", "/podAntiAffinity"),
@@ -87,7 +105,10 @@ fn the_chart_lints_and_its_schema_refuses_unknown_keys() {
 fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_crds() {
     for extra in [&[][..], &["-f", "tests/data/chart/all-values.yaml"][..]] {
         let docs = render(extra);
-        for role in of_kind(&docs, "ClusterRole").into_iter().chain(of_kind(&docs, "Role")) {
+        for role in of_kind(&docs, "ClusterRole")
+            .into_iter()
+            .chain(of_kind(&docs, "Role"))
+        {
             for rule in role["rules"].as_array().unwrap() {
                 for key in ["apiGroups", "resources", "verbs"] {
                     let values: Vec<&str> = rule[key]
@@ -96,11 +117,21 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
                         .iter()
                         .map(|v| v.as_str().unwrap())
                         .collect();
-                    assert!(!values.contains(&"*"), "wildcard in {}: {rule}", role["metadata"]["name"]);
+                    assert!(
+                        !values.contains(&"*"),
+                        "wildcard in {}: {rule}",
+                        role["metadata"]["name"]
+                    );
                     if role["kind"] == "ClusterRole" && key == "resources" {
-                        assert!(!values.contains(&"secrets"), "cluster-wide Secret access: {rule}");
                         assert!(
-                            role["metadata"]["name"].as_str().unwrap().ends_with("operator")
+                            !values.contains(&"secrets"),
+                            "cluster-wide Secret access: {rule}"
+                        );
+                        assert!(
+                            role["metadata"]["name"]
+                                .as_str()
+                                .unwrap()
+                                .ends_with("operator")
                                 || role["metadata"]["name"].as_str().unwrap() == "platform-cards"
                                 || !values.iter().any(|r| r.ends_with("/status")),
                             "a user role grants status: {rule}"
@@ -113,23 +144,37 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
         let pod = &deployment["spec"]["template"]["spec"];
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
         assert_eq!(pod["securityContext"]["runAsUser"], 65532);
-        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
         let c = &pod["containers"][0];
         assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
-        let env: Vec<&str> = c["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+        let env: Vec<&str> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
         assert!(env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"));
         assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
         assert_eq!(c["readinessProbe"]["httpGet"]["port"], "admin");
-        let selector = deployment["spec"]["selector"]["matchLabels"].as_object().unwrap();
+        let selector = deployment["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .unwrap();
         let mut keys: Vec<&String> = selector.keys().collect();
         keys.sort();
-        assert_eq!(keys, ["app.kubernetes.io/instance", "app.kubernetes.io/name"]);
+        assert_eq!(
+            keys,
+            ["app.kubernetes.io/instance", "app.kubernetes.io/name"]
+        );
     }
     // Every flag of `run` is reachable from values.
     let all = render(&["-f", "tests/data/chart/all-values.yaml"]);
-    let args: Vec<String> = of_kind(&all, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    let args: Vec<String> = of_kind(&all, "Deployment")[0]["spec"]["template"]["spec"]
+        ["containers"][0]["args"]
         .as_array()
         .unwrap()
         .iter()
@@ -148,7 +193,10 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
         "--lease-duration=20",
         "--service-name=platform-cards",
     ] {
-        assert!(args.iter().any(|a| a == flag), "{flag} missing from {args:?}");
+        assert!(
+            args.iter().any(|a| a == flag),
+            "{flag} missing from {args:?}"
+        );
     }
     // The CRDs are the generated ones, kept on uninstall by default, absent when disabled.
     let generated = support::run(
@@ -167,10 +215,20 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
     let crds = of_kind(&docs, "CustomResourceDefinition");
     assert_eq!(crds.len(), generated.len());
     for (rendered, want) in crds.iter().zip(&generated) {
-        assert_eq!(rendered["spec"], want["spec"], "the chart's CRD differs from `agentcard-operator crds`");
-        assert_eq!(rendered["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+        assert_eq!(
+            rendered["spec"], want["spec"],
+            "the chart's CRD differs from `agentcard-operator crds`"
+        );
+        assert_eq!(
+            rendered["metadata"]["annotations"]["helm.sh/resource-policy"],
+            "keep"
+        );
     }
-    assert!(of_kind(&render(&["--set", "crds.enabled=false"]), "CustomResourceDefinition").is_empty());
+    assert!(of_kind(
+        &render(&["--set", "crds.enabled=false"]),
+        "CustomResourceDefinition"
+    )
+    .is_empty());
     let unkept = render(&["--set", "crds.keep=false"]);
     assert!(of_kind(&unkept, "CustomResourceDefinition")[0]["metadata"]["annotations"].is_null());
 }
@@ -196,7 +254,14 @@ async fn pods(client: &Client, ns: &str, release: &str) -> usize {
 }
 
 /// Whether `user` (with the ServiceAccount groups) may `verb` `resource` (in `namespace`).
-async fn can(client: &Client, sa: (&str, &str), verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> bool {
+async fn can(
+    client: &Client,
+    sa: (&str, &str),
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
     let (ns, name) = sa;
     let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
         "user": format!("system:serviceaccount:{ns}:{name}"),
@@ -237,28 +302,53 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
     let ns = format!("agentcard-system-{t}");
     restricted_namespace(&client, &ns).await;
     ok(helm(&[
-        "install", "rel", CHART, "--namespace", &ns, "--set", "ingress.tls=none",
-        "--set", "operator.allowedHosts={*.chart.test}",
+        "install",
+        "rel",
+        CHART,
+        "--namespace",
+        &ns,
+        "--set",
+        "ingress.tls=none",
+        "--set",
+        "operator.allowedHosts={*.chart.test}",
     ]));
     // The controller-manager's ReplicaSet controller creates the Pods; Pod Security admission
     // would refuse them if they broke the restricted profile.
-    wait_for(Duration::from_secs(30), || async { pods(&client, &ns, "rel").await == 2 })
-        .await
-        .unwrap_or_else(|()| panic!("the chart's Pods were not admitted in {ns}"));
+    wait_for(Duration::from_secs(30), || async {
+        pods(&client, &ns, "rel").await == 2
+    })
+    .await
+    .unwrap_or_else(|()| panic!("the chart's Pods were not admitted in {ns}"));
     // Control: the same chart with privilege escalation allowed is refused there.
     let bad_ns = format!("agentcard-bad-{t}");
     restricted_namespace(&client, &bad_ns).await;
     ok(helm(&[
-        "install", "bad", CHART, "--namespace", &bad_ns, "--set", "crds.enabled=false",
-        "--set", "securityContext.allowPrivilegeEscalation=true",
+        "install",
+        "bad",
+        CHART,
+        "--namespace",
+        &bad_ns,
+        "--set",
+        "crds.enabled=false",
+        "--set",
+        "securityContext.allowPrivilegeEscalation=true",
     ]));
     let rs = Api::<ReplicaSet>::namespaced(client.clone(), &bad_ns);
     wait_for(Duration::from_secs(30), || async {
         rs.list(&ListParams::default()).await.is_ok_and(|l| {
             l.items.iter().any(|r| {
-                r.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-                    cs.iter().any(|c| c.type_ == "ReplicaFailure" && c.message.as_deref().unwrap_or_default().contains("PodSecurity"))
-                })
+                r.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.type_ == "ReplicaFailure"
+                                && c.message
+                                    .as_deref()
+                                    .unwrap_or_default()
+                                    .contains("PodSecurity")
+                        })
+                    })
             })
         })
     })
@@ -269,7 +359,8 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
 
     // The operator, run with the chart's ServiceAccount token, publishes a card.
     let sa = "rel-agentcard-operator";
-    let req: TokenRequest = serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    let req: TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
     let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
         .create_subresource::<_, TokenRequest>("token", sa, &PostParams::default(), &req)
         .await
@@ -283,33 +374,79 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
         &kubeconfig,
         &ns,
         None,
-        &["--service-name", "rel-agentcard-operator", "--allowed-hosts", "*.chart.test", "--ingress-tls", "none"],
+        &[
+            "--service-name",
+            "rel-agentcard-operator",
+            "--allowed-hosts",
+            "*.chart.test",
+            "--ingress-tls",
+            "none",
+        ],
     );
     let tenant_ns = format!("team-{t}");
     Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": tenant_ns}})).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": tenant_ns}})).unwrap(),
+        )
         .await
         .unwrap();
     let cards: Api<AgentCard> = Api::namespaced(client.clone(), &tenant_ns);
     let host = format!("hello-{t}.chart.test");
     cards
-        .patch("hello", &PatchParams::apply("test").force(), &Patch::Apply(card("hello", &host, "")))
+        .patch(
+            "hello",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(card("hello", &host, "")),
+        )
         .await
         .unwrap();
     let c = wait_card(&cards, "hello", &op, "Ready under the chart's RBAC", ready).await;
     let r = op.get(&host, "/.well-known/agent-card.json");
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("etag").map(|e| e.trim_matches('"').to_string()), c.status.unwrap().content_hash);
+    assert_eq!(
+        r.header("etag").map(|e| e.trim_matches('"').to_string()),
+        c.status.unwrap().content_hash
+    );
     drop(op);
 
     // What that identity may not do.
     let id = (ns.as_str(), sa);
-    assert!(can(&client, id, "get", "", "secrets", Some(&ns)).await, "its own signing Secret");
-    assert!(!can(&client, id, "get", "", "secrets", Some(&tenant_ns)).await, "Secrets elsewhere");
-    assert!(!can(&client, id, "list", "", "secrets", None).await, "Secrets cluster-wide");
-    assert!(!can(&client, id, "create", "rbac.authorization.k8s.io", "clusterrolebindings", None).await);
+    assert!(
+        can(&client, id, "get", "", "secrets", Some(&ns)).await,
+        "its own signing Secret"
+    );
+    assert!(
+        !can(&client, id, "get", "", "secrets", Some(&tenant_ns)).await,
+        "Secrets elsewhere"
+    );
+    assert!(
+        !can(&client, id, "list", "", "secrets", None).await,
+        "Secrets cluster-wide"
+    );
+    assert!(
+        !can(
+            &client,
+            id,
+            "create",
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            None
+        )
+        .await
+    );
     assert!(!can(&client, id, "delete", "", "namespaces", None).await);
-    assert!(!can(&client, id, "create", "apps", "deployments", Some(&tenant_ns)).await);
+    assert!(
+        !can(
+            &client,
+            id,
+            "create",
+            "apps",
+            "deployments",
+            Some(&tenant_ns)
+        )
+        .await
+    );
     // Tenants get AgentCards through edit, never their status.
     let tenant_user = |verb: &'static str, resource: &'static str| {
         let client = client.clone();
@@ -321,9 +458,12 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]
             }))
             .unwrap();
-            let _ = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &tenant_ns)
-                .create(&PostParams::default(), &binding)
-                .await;
+            let _ = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(
+                client.clone(),
+                &tenant_ns,
+            )
+            .create(&PostParams::default(), &binding)
+            .await;
             let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {"user": "alice",
                 "resourceAttributes": {"verb": verb, "group": "agentcard.dev", "resource": resource, "namespace": tenant_ns}}}))
             .unwrap();
@@ -335,27 +475,54 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
                 .is_some_and(|s| s.allowed)
         }
     };
-    wait_for(Duration::from_secs(10), || tenant_user("create", "agentcards"))
-        .await
-        .expect("edit aggregates agentcard-edit");
+    wait_for(Duration::from_secs(10), || {
+        tenant_user("create", "agentcards")
+    })
+    .await
+    .expect("edit aggregates agentcard-edit");
     assert!(!tenant_user("patch", "agentcards/status").await);
 
     // Upgrade, then uninstall: nothing of the release is left but the CRDs.
-    ok(helm(&["upgrade", "rel", CHART, "--namespace", &ns, "--reuse-values", "--set", "replicaCount=1"]));
-    wait_for(Duration::from_secs(30), || async { pods(&client, &ns, "rel").await == 1 })
-        .await
-        .expect("upgrade to one replica");
+    ok(helm(&[
+        "upgrade",
+        "rel",
+        CHART,
+        "--namespace",
+        &ns,
+        "--reuse-values",
+        "--set",
+        "replicaCount=1",
+    ]));
+    wait_for(Duration::from_secs(30), || async {
+        pods(&client, &ns, "rel").await == 1
+    })
+    .await
+    .expect("upgrade to one replica");
     ok(helm(&["uninstall", "rel", "--namespace", &ns]));
     let left = ok(Command::new("kubectl")
-        .args(["get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding,cm,secret", "-A",
-               "-l", "app.kubernetes.io/instance=rel", "-o", "name"])
+        .args([
+            "get",
+            "all,sa,role,rolebinding,clusterrole,clusterrolebinding,cm,secret",
+            "-A",
+            "-l",
+            "app.kubernetes.io/instance=rel",
+            "-o",
+            "name",
+        ])
         .env("KUBECONFIG", dedicated_kubeconfig())
         .output()
         .unwrap());
     wait_for(Duration::from_secs(30), || {
         let out = Command::new("kubectl")
-            .args(["get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding", "-A",
-                   "-l", "app.kubernetes.io/instance=rel", "-o", "name"])
+            .args([
+                "get",
+                "all,sa,role,rolebinding,clusterrole,clusterrolebinding",
+                "-A",
+                "-l",
+                "app.kubernetes.io/instance=rel",
+                "-o",
+                "name",
+            ])
             .env("KUBECONFIG", dedicated_kubeconfig())
             .output()
             .unwrap();
@@ -364,6 +531,16 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
     .await
     .unwrap_or_else(|()| panic!("left behind after uninstall: {left}"));
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    assert!(crds.get_opt("agentcards.agentcard.dev").await.unwrap().is_some(), "crds.keep keeps the CRDs");
-    assert!(crds.get_opt("agentdirectories.agentcard.dev").await.unwrap().is_some());
+    assert!(
+        crds.get_opt("agentcards.agentcard.dev")
+            .await
+            .unwrap()
+            .is_some(),
+        "crds.keep keeps the CRDs"
+    );
+    assert!(crds
+        .get_opt("agentdirectories.agentcard.dev")
+        .await
+        .unwrap()
+        .is_some());
 }

@@ -84,6 +84,11 @@ pub fn parse(raw: &[u8], head: bool) -> Resp {
     let mut body = raw[split + 4..].to_vec();
     if head {
         body.clear();
+    } else if headers
+        .get("transfer-encoding")
+        .is_some_and(|t| t.eq_ignore_ascii_case("chunked"))
+    {
+        body = dechunk(&body);
     } else if let Some(len) = headers
         .get("content-length")
         .and_then(|l| l.parse::<usize>().ok())
@@ -94,6 +99,25 @@ pub fn parse(raw: &[u8], head: bool) -> Resp {
         status,
         headers,
         body,
+    }
+}
+
+/// The payload of a `Transfer-Encoding: chunked` body.
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size_text = String::from_utf8_lossy(&raw[..eol]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("0").trim(), 16)
+            .unwrap_or(0);
+        raw = &raw[eol + 2..];
+        if size == 0 || raw.len() < size {
+            return out;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = &raw[(size + 2).min(raw.len())..];
     }
 }
 

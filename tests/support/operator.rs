@@ -56,8 +56,10 @@ impl Operator {
         if let Some(watch) = watch {
             cmd.args(["--watch-namespace", watch]);
         }
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+        }
         let mut child = cmd
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .args(extra)
             .env("NO_COLOR", "1")
             .env("KUBECONFIG", kubeconfig)

@@ -1,0 +1,307 @@
+//! A real ingress controller in the loop: Traefik v3.6.12 (built from Go modules) reads the
+//! Ingresses the operator writes and routes real HTTP to the operator's server and to an
+//! agent's Service.
+//!
+//! The Kubernetes API refuses loopback addresses in EndpointSlices, so the scenario runs in a
+//! private network namespace of its own (`unshare --net`, root): the loopback device there also
+//! carries 192.0.2.10, every process listens on all addresses, and hand-made EndpointSlices
+//! point the chart's Service and the agent's Service at 192.0.2.10. The plane, the operator,
+//! Traefik and the stand-in agent all run inside that namespace: the outer test re-runs this
+//! test binary there for the inner one.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use agentcard_operator::crd::AgentCard;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::json;
+use support::cluster::card;
+use support::operator::{wait_card, Operator};
+use support::plane::{client_for, dedicated_kubeconfig, wait_for};
+use support::ready;
+
+const ADDR: &str = "192.0.2.10";
+const OPERATOR_PORT: u16 = 18080;
+const AGENT_PORT: u16 = 19000;
+const TRAEFIK_PORT: u16 = 18000;
+
+#[test]
+fn traefik_routes_cards_jwks_and_agent_traffic_to_what_the_operator_wrote() {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("unshare")
+        .args(["--net", "--"])
+        .arg(exe)
+        .args([
+            "--exact",
+            "inside_a_private_network_namespace",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("AGENTCARD_IN_NETNS", "1")
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("running unshare --net (needs root and util-linux)");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "the scenario inside the network namespace failed"
+    );
+    assert!(
+        text.contains("served through Traefik: card, JWKS, agent path; 404 after deletion")
+            && text.contains("test result: ok. 1 passed"),
+        "the inner test did not run to its end"
+    );
+}
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sh(cmd: &str, args: &[&str]) {
+    let st = Command::new(cmd).args(args).status().unwrap();
+    assert!(st.success(), "{cmd} {args:?} failed");
+}
+
+async fn endpoint_slice(client: &Client, ns: &str, service: &str, port_name: &str, port: u16) {
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": format!("{service}-test"), "labels": {
+            "kubernetes.io/service-name": service,
+            "endpointslice.kubernetes.io/managed-by": "agentcard-tests",
+        }},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [ADDR], "conditions": {"ready": true}}],
+        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &slice)
+        .await
+        .unwrap();
+}
+
+fn through_traefik(host: &str, path: &str) -> support::http::Resp {
+    support::http::request(
+        format!("127.0.0.1:{TRAEFIK_PORT}").parse().unwrap(),
+        "GET",
+        path,
+        &[("Host", host)],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs inside the network namespace the outer test makes"]
+async fn inside_a_private_network_namespace() {
+    assert_eq!(
+        std::env::var("AGENTCARD_IN_NETNS").as_deref(),
+        Ok("1"),
+        "run by the outer test"
+    );
+    sh("ip", &["link", "set", "lo", "up"]);
+    sh("ip", &["addr", "add", &format!("{ADDR}/32"), "dev", "lo"]);
+    let kubeconfig = dedicated_kubeconfig();
+    let client = client_for(kubeconfig).await;
+
+    // The chart, its Service backed by this namespace's operator process.
+    let ns = "agentcard-system";
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let helm = Command::new(support::tools::helm())
+        .args([
+            "install",
+            "rel",
+            "charts/agentcard-operator",
+            "--namespace",
+            ns,
+            "--set",
+            "ingress.tls=none",
+        ])
+        .current_dir(support::root())
+        .env("KUBECONFIG", kubeconfig)
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("agentcard-helm-cache"),
+        )
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("agentcard-helm-config"),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        helm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&helm.stderr)
+    );
+    endpoint_slice(&client, ns, "rel-agentcard-operator", "http", OPERATOR_PORT).await;
+    let listen = format!("0.0.0.0:{OPERATOR_PORT}");
+    let op = Operator::start_on(
+        kubeconfig,
+        ns,
+        None,
+        &[
+            "--listen",
+            &listen,
+            "--admin-listen",
+            "0.0.0.0:18081",
+            "--service-name",
+            "rel-agentcard-operator",
+            "--ingress-tls",
+            "none",
+        ],
+    );
+
+    // A stand-in agent: a static HTTP server answering its A2A path.
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("a2a")).unwrap();
+    std::fs::write(root.path().join("a2a/v1"), "hello from the agent").unwrap();
+    let _agent = Proc(
+        Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &AGENT_PORT.to_string(),
+                "--bind",
+                "0.0.0.0",
+                "--directory",
+            ])
+            .arg(root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let tenant = "team";
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": tenant}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"ports": [{"name": "a2a", "port": AGENT_PORT, "targetPort": AGENT_PORT}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), tenant)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    endpoint_slice(&client, tenant, "agent", "a2a", AGENT_PORT).await;
+
+    // Traefik, watching Ingresses with the plane's kubeconfig.
+    let log = root.path().join("traefik.log");
+    let _traefik = Proc(
+        Command::new(support::tools::traefik())
+            .args([
+                "--global.checkNewVersion=false",
+                "--global.sendAnonymousUsage=false",
+                &format!("--entryPoints.web.address=:{TRAEFIK_PORT}"),
+                "--providers.kubernetesIngress=true",
+                "--log.level=INFO",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let traefik_log = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // A card with a backend, published by the operator, reached through Traefik.
+    let host = "weather.agents.test";
+    let mut m = card("weather", host, "");
+    m["spec"]["backend"] = json!({"serviceName": "agent", "port": AGENT_PORT, "path": "/a2a/v1"});
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), tenant);
+    cards
+        .patch(
+            "weather",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&m),
+        )
+        .await
+        .unwrap();
+    let c = wait_card(&cards, "weather", &op, "Ready", ready).await;
+    let hash = c.status.unwrap().content_hash.unwrap();
+    let served = wait_for(Duration::from_secs(60), || {
+        // The exact bytes the status confirms. (Traefik's Go transport asks for gzip and
+        // decompresses, so the ETag it passes on may be the gzip representation's.)
+        let r = through_traefik(host, "/.well-known/agent-card.json");
+        std::future::ready(
+            r.status == 200 && agentcard_operator::contract::content_hash(&r.body) == hash,
+        )
+    })
+    .await;
+    if served.is_err() {
+        let r = through_traefik(host, "/.well-known/agent-card.json");
+        let direct = op.get(host, "/.well-known/agent-card.json");
+        panic!(
+            "the card is not served through Traefik: {} {:?} (the operator directly: {} {:?}); Traefik log:\n{}",
+            r.status, r.headers, direct.status, direct.headers, traefik_log()
+        );
+    }
+    let card_resp = through_traefik(host, "/.well-known/agent-card.json");
+    let jwks = through_traefik(host, "/.well-known/jwks.json");
+    assert_eq!(jwks.status, 200, "JWKS through Traefik");
+    let reached = wait_for(Duration::from_secs(20), || {
+        let agent = through_traefik(host, "/a2a/v1");
+        std::future::ready(agent.status == 200 && agent.body == b"hello from the agent")
+    })
+    .await;
+    let agent = through_traefik(host, "/a2a/v1");
+    assert!(
+        reached.is_ok(),
+        "the agent's path through Traefik: {} {:?} {}",
+        agent.status,
+        agent.headers,
+        String::from_utf8_lossy(&agent.body)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (card_file, jwks_file) = (dir.path().join("card.json"), dir.path().join("jwks.json"));
+    std::fs::write(&card_file, &card_resp.body).unwrap();
+    std::fs::write(&jwks_file, &jwks.body).unwrap();
+    let verdicts = support::sdk_verify(support::Sdk::Python, &jwks_file, &[card_file]);
+    assert!(
+        verdicts[0].valid,
+        "the Python SDK rejects the card served through Traefik: {:?}",
+        verdicts[0].error
+    );
+
+    // Deleted, the card's routes go: Traefik answers 404.
+    cards
+        .delete("weather", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = wait_for(Duration::from_secs(60), || {
+        std::future::ready(through_traefik(host, "/.well-known/agent-card.json").status == 404)
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "still routed after deletion; Traefik log:\n{}",
+        traefik_log()
+    );
+    println!("served through Traefik: card, JWKS, agent path; 404 after deletion");
+}
