@@ -29,22 +29,8 @@ use support::ready;
 const CHART: &str = "charts/agentcard-operator";
 
 fn helm(args: &[&str]) -> Output {
-    Command::new(support::tools::helm())
+    support::tools::helm_command(dedicated_kubeconfig())
         .args(args)
-        .current_dir(support::root())
-        .env("KUBECONFIG", dedicated_kubeconfig())
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("agentcard-helm-cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("agentcard-helm-config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("agentcard-helm-data"),
-        )
         .output()
         .expect("running helm")
 }

@@ -127,7 +127,7 @@ async fn inside_a_private_network_namespace() {
         )
         .await
         .unwrap();
-    let helm = Command::new(support::tools::helm())
+    let helm = support::tools::helm_command(kubeconfig)
         .args([
             "install",
             "rel",
@@ -137,16 +137,6 @@ async fn inside_a_private_network_namespace() {
             "--set",
             "ingress.tls=none",
         ])
-        .current_dir(support::root())
-        .env("KUBECONFIG", kubeconfig)
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("agentcard-helm-cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("agentcard-helm-config"),
-        )
         .output()
         .unwrap();
     assert!(

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::{Resource, ResourceExt};
@@ -246,17 +246,7 @@ async fn apply_directory(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<
     let uid = dir.uid().unwrap_or_default();
     if dir.status.as_ref() != Some(&next) {
         let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
-        let patch = json!({
-            "apiVersion": AgentDirectory::api_version(&()),
-            "kind": AgentDirectory::kind(&()),
-            "status": next,
-        });
-        api.patch_status(
-            &dir.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        super::apply_status(&api, &dir.name_any(), &next).await?;
     }
     let keep = next
         .served

@@ -58,6 +58,30 @@ pub struct Config {
     pub concurrency: u16,
 }
 
+/// Write `status` of object `name` by server-side apply (field manager `agentcard-operator`,
+/// forced): fields the operator no longer sets are removed, so fixed warnings go away.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::apply(MANAGER).force(),
+        &kube::api::Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Aborts a spawned task when dropped, so a task never outlives the controllers that own it.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 

@@ -13,9 +13,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{
-    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, ALLOW, AUTHORIZATION, CACHE_CONTROL,
-    CONTENT_LENGTH, CONTENT_TYPE, ETAG, IF_NONE_MATCH, VARY,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, AUTHORIZATION,
+    CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG, IF_NONE_MATCH, VARY,
 };
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -31,7 +30,7 @@ use super::token;
 use super::ApiError;
 use crate::contract::content_hash;
 use crate::crd::AccessMode;
-use crate::serve::http::{Body, Route};
+use crate::serve::http::{preflight_for, Body, Route};
 
 const METHODS: &str = "GET, HEAD, POST, OPTIONS";
 
@@ -346,25 +345,6 @@ pub fn response(
     resp
 }
 
-fn preflight(req: &HeaderMap) -> Response<Body> {
-    let mut resp = Response::new(Body::default());
-    *resp.status_mut() = StatusCode::NO_CONTENT;
-    let h = resp.headers_mut();
-    cors(h);
-    h.insert(
-        ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static(METHODS),
-    );
-    let allow = req
-        .get(http::header::ACCESS_CONTROL_REQUEST_HEADERS)
-        .cloned()
-        .unwrap_or_else(|| HeaderValue::from_static("Authorization, Content-Type"));
-    h.insert(ACCESS_CONTROL_ALLOW_HEADERS, allow);
-    h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
-    h.insert(ALLOW, HeaderValue::from_static(METHODS));
-    resp
-}
-
 /// Answer one request to a directory host: read the body (at most `max_body` bytes), check
 /// the caller in Kubernetes mode, then [`answer`] and [`response`].
 pub async fn handle<B>(
@@ -379,7 +359,7 @@ where
 {
     let (parts, body) = req.into_parts();
     if parts.method == Method::OPTIONS {
-        return (Route::Preflight, preflight(&parts.headers));
+        return (Route::Preflight, preflight_for(&parts.headers, METHODS));
     }
     let mode = site.mode;
     let fail = |e: ApiError| {

@@ -195,13 +195,18 @@ fn accepts_gzip(req: &HeaderMap) -> bool {
 }
 
 fn preflight(req: &HeaderMap) -> Response<Body> {
+    preflight_for(req, ALLOWED)
+}
+
+/// A CORS preflight answer allowing `methods` and the headers the browser asks for.
+pub fn preflight_for(req: &HeaderMap, methods: &'static str) -> Response<Body> {
     let mut resp = Response::new(Body::default());
     *resp.status_mut() = StatusCode::NO_CONTENT;
     let h = resp.headers_mut();
     cors(h);
     h.insert(
         ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static(ALLOWED),
+        HeaderValue::from_static(methods),
     );
     let allow_headers = req
         .get(ACCESS_CONTROL_REQUEST_HEADERS)
@@ -209,7 +214,7 @@ fn preflight(req: &HeaderMap) -> Response<Body> {
         .unwrap_or_else(|| HeaderValue::from_static("*"));
     h.insert(ACCESS_CONTROL_ALLOW_HEADERS, allow_headers);
     h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
-    h.insert(ALLOW, HeaderValue::from_static(ALLOWED));
+    h.insert(ALLOW, HeaderValue::from_static(methods));
     resp
 }
 

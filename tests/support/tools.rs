@@ -39,3 +39,16 @@ pub fn traefik() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| build("traefik"))
 }
+
+/// A helm command for the plane of `kubeconfig`, run from the repository root, with its own
+/// cache and config directories.
+pub fn helm_command(kubeconfig: &std::path::Path) -> Command {
+    let mut cmd = Command::new(helm());
+    let tmp = std::env::temp_dir();
+    cmd.current_dir(root())
+        .env("KUBECONFIG", kubeconfig)
+        .env("HELM_CACHE_HOME", tmp.join("agentcard-helm-cache"))
+        .env("HELM_CONFIG_HOME", tmp.join("agentcard-helm-config"))
+        .env("HELM_DATA_HOME", tmp.join("agentcard-helm-data"));
+    cmd
+}

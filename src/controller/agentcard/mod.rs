@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
@@ -27,7 +27,6 @@ use kube::{Resource, ResourceExt};
 
 use super::claims::Claim;
 use super::{Context, Error};
-use crate::contract::MANAGER;
 use crate::crd::AgentCard;
 
 /// Finalizer removing the Ingress in the operator's namespace when a card is deleted.
@@ -139,17 +138,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     );
     if card.status.as_ref() != Some(&next) {
         let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = serde_json::json!({
-            "apiVersion": AgentCard::api_version(&()),
-            "kind": AgentCard::kind(&()),
-            "status": next,
-        });
-        api.patch_status(
-            &card.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        super::apply_status(&api, &card.name_any(), &next).await?;
     }
     // The status now says what is served; the claims follow it.
     let keep = next
