@@ -19,6 +19,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 use crate::controller::agentcard::build::Settings;
 use crate::controller::agentcard::validate::patterns;
 use crate::controller::policy::{IngressPolicy, TlsPolicy, DEFAULT_ALLOWED_ANNOTATIONS};
+use crate::controller::routing::{ParentRef, RouteKind, Routing};
 use crate::controller::{self, metrics::ControllerMetrics};
 use crate::index::Index;
 use crate::serve::{server, source_cluster, Servers};
@@ -72,6 +73,20 @@ pub struct RunArgs {
     /// `none`.
     #[arg(long, default_value = "per-host")]
     ingress_tls: TlsPolicy,
+    /// What routes cards and directories: `Ingress`, `HTTPRoute` (Gateway API, attached to
+    /// --gateway) or `None` (the platform routes to the Service itself).
+    #[arg(long, default_value = "Ingress")]
+    route_kind: RouteKind,
+    /// Gateways HTTPRoutes attach to (comma-separated `namespace/name[/sectionName]`).
+    #[arg(long, default_value = "")]
+    gateway: String,
+    /// Gateway listener names cards may pick in spec.publish.sectionName (comma-separated,
+    /// `*` for any; default: none).
+    #[arg(long, default_value = "")]
+    gateway_allowed_sections: String,
+    /// Port number of the Service (HTTPRoute backends name ports by number).
+    #[arg(long, default_value_t = 80)]
+    service_port: u16,
     /// Lease duration in seconds: how long a dead leader holds the lease.
     #[arg(long, default_value_t = 15)]
     lease_duration: u64,
@@ -139,6 +154,9 @@ pub fn run(args: RunArgs) -> Result<()> {
             patterns(&args.token_audiences),
         )));
 
+        if args.route_kind == RouteKind::HttpRoute && args.gateway.trim().is_empty() {
+            anyhow::bail!("--route-kind HTTPRoute needs --gateway namespace/name[/sectionName]");
+        }
         let config = controller::Config {
             settings: Settings {
                 operator_namespace: args.namespace.clone(),
@@ -149,6 +167,16 @@ pub fn run(args: RunArgs) -> Result<()> {
                     class_name: args.ingress_class.clone().filter(|c| !c.is_empty()),
                     allowed_classes: patterns(&args.ingress_allowed_classes),
                     tls: args.ingress_tls.clone(),
+                },
+                routing: Routing {
+                    kind: args.route_kind,
+                    parents: patterns(&args.gateway)
+                        .iter()
+                        .map(|p| p.parse::<ParentRef>())
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(|e| anyhow::anyhow!("--gateway: {e}"))?,
+                    allowed_sections: patterns(&args.gateway_allowed_sections),
+                    service_port: args.service_port,
                 },
             },
             signing_secret: args.signing_secret.clone(),

@@ -178,6 +178,10 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
         "--concurrency=8",
         "--lease-duration=20",
         "--service-name=platform-cards",
+        "--route-kind=HTTPRoute",
+        "--gateway=infra/public/https",
+        "--gateway-allowed-sections=web",
+        "--service-port=8080",
     ] {
         assert!(
             args.iter().any(|a| a == flag),

@@ -11,110 +11,39 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agentcard_operator::crd::AgentCard;
 use k8s_openapi::api::core::v1::{Namespace, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::Client;
 use serde_json::json;
 use support::cluster::card;
+use support::netns;
 use support::operator::{wait_card, Operator};
 use support::plane::{client_for, dedicated_kubeconfig, wait_for};
 use support::ready;
 
-const ADDR: &str = "192.0.2.10";
 const OPERATOR_PORT: u16 = 18080;
 const AGENT_PORT: u16 = 19000;
 const TRAEFIK_PORT: u16 = 18000;
 
 #[test]
 fn traefik_routes_cards_jwks_and_agent_traffic_to_what_the_operator_wrote() {
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("unshare")
-        .args(["--net", "--"])
-        .arg(exe)
-        .args([
-            "--exact",
-            "inside_a_private_network_namespace",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("AGENTCARD_IN_NETNS", "1")
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("running unshare --net (needs root and util-linux)");
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    netns::run_inside(
+        "inside_a_private_network_namespace",
+        "served through Traefik: card, JWKS, agent path; 404 after deletion",
     );
-    eprintln!("{text}");
-    assert!(
-        out.status.success(),
-        "the scenario inside the network namespace failed"
-    );
-    assert!(
-        text.contains("served through Traefik: card, JWKS, agent path; 404 after deletion")
-            && text.contains("test result: ok. 1 passed"),
-        "the inner test did not run to its end"
-    );
-}
-
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn sh(cmd: &str, args: &[&str]) {
-    let st = Command::new(cmd).args(args).status().unwrap();
-    assert!(st.success(), "{cmd} {args:?} failed");
-}
-
-async fn endpoint_slice(client: &Client, ns: &str, service: &str, port_name: &str, port: u16) {
-    let slice: EndpointSlice = serde_json::from_value(json!({
-        "metadata": {"name": format!("{service}-test"), "labels": {
-            "kubernetes.io/service-name": service,
-            "endpointslice.kubernetes.io/managed-by": "agentcard-tests",
-        }},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ADDR], "conditions": {"ready": true}}],
-        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
-    }))
-    .unwrap();
-    Api::<EndpointSlice>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &slice)
-        .await
-        .unwrap();
 }
 
 fn through_traefik(host: &str, path: &str) -> support::http::Resp {
-    support::http::request(
-        format!("127.0.0.1:{TRAEFIK_PORT}").parse().unwrap(),
-        "GET",
-        path,
-        &[("Host", host)],
-    )
+    netns::get(TRAEFIK_PORT, host, path)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "runs inside the network namespace the outer test makes"]
 async fn inside_a_private_network_namespace() {
-    assert_eq!(
-        std::env::var("AGENTCARD_IN_NETNS").as_deref(),
-        Ok("1"),
-        "run by the outer test"
-    );
-    sh("ip", &["link", "set", "lo", "up"]);
-    sh("ip", &["addr", "add", &format!("{ADDR}/32"), "dev", "lo"]);
+    netns::setup_loopback();
     let kubeconfig = dedicated_kubeconfig();
     let client = client_for(kubeconfig).await;
 
@@ -144,7 +73,7 @@ async fn inside_a_private_network_namespace() {
         "{}",
         String::from_utf8_lossy(&helm.stderr)
     );
-    endpoint_slice(&client, ns, "rel-agentcard-operator", "http", OPERATOR_PORT).await;
+    netns::endpoint_slice(&client, ns, "rel-agentcard-operator", "http", OPERATOR_PORT).await;
     let listen = format!("0.0.0.0:{OPERATOR_PORT}");
     let op = Operator::start_on(
         kubeconfig,
@@ -164,24 +93,7 @@ async fn inside_a_private_network_namespace() {
 
     // A stand-in agent: a static HTTP server answering its A2A path.
     let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("a2a")).unwrap();
-    std::fs::write(root.path().join("a2a/v1"), "hello from the agent").unwrap();
-    let _agent = Proc(
-        Command::new("python3")
-            .args([
-                "-m",
-                "http.server",
-                &AGENT_PORT.to_string(),
-                "--bind",
-                "0.0.0.0",
-                "--directory",
-            ])
-            .arg(root.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _agent = netns::agent(root.path(), AGENT_PORT, "hello from the agent");
     let tenant = "team";
     Api::<Namespace>::all(client.clone())
         .create(
@@ -199,11 +111,11 @@ async fn inside_a_private_network_namespace() {
         .create(&PostParams::default(), &svc)
         .await
         .unwrap();
-    endpoint_slice(&client, tenant, "agent", "a2a", AGENT_PORT).await;
+    netns::endpoint_slice(&client, tenant, "agent", "a2a", AGENT_PORT).await;
 
     // Traefik, watching Ingresses with the plane's kubeconfig.
     let log = root.path().join("traefik.log");
-    let _traefik = Proc(
+    let _traefik = netns::Proc(
         Command::new(support::tools::traefik())
             .args([
                 "--global.checkNewVersion=false",

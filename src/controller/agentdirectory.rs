@@ -22,6 +22,7 @@ use serde_json::json;
 use super::agentcard::apply::{self, Rules};
 use super::agentcard::build::{Settings, MAX_INGRESS_NAME};
 use super::claims::Claim;
+use super::routing::RouteKind;
 use super::{Context, Error};
 use crate::contract::{hashed_name, normalize_prefix, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::agentdirectory::DirectoryRoute;
@@ -140,6 +141,12 @@ pub async fn reconcile(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Ac
 
 async fn remove_ingress(ctx: &Context, dir: &AgentDirectory) -> Result<(), Error> {
     let name = ingress_name(&dir.name_any());
+    if ctx.settings.routing.kind == RouteKind::HttpRoute {
+        apply::delete_route_if_ours(&ctx.client, &ctx.settings.operator_namespace, &name, |m| {
+            written_for(m, dir)
+        })
+        .await?;
+    }
     if ctx
         .ingress(&ctx.settings.operator_namespace, &name)
         .is_some_and(|i| written_for(&i.metadata, dir))
@@ -242,7 +249,36 @@ fn next_status(
 
 async fn apply_directory(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Action, Error> {
     let outcome = publish(&dir, &ctx).await;
-    let next = next_status(&dir, &outcome, listed_count(&dir, &ctx));
+    let mut next = next_status(&dir, &outcome, listed_count(&dir, &ctx));
+    if ctx.settings.routing.kind == RouteKind::HttpRoute && next.served.is_some() {
+        let route = ctx.route(
+            &ctx.settings.operator_namespace,
+            &ingress_name(&dir.name_any()),
+        );
+        let routes: Vec<&kube::api::DynamicObject> = route.as_deref().into_iter().collect();
+        let (state, reason, message) =
+            super::routing::routed(&routes, &ctx.settings.routing.parents);
+        let since = dir
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == "Routed" && c.status == state)
+            })
+            .map_or_else(
+                || Time(jiff::Timestamp::now()),
+                |c| c.last_transition_time.clone(),
+            );
+        next.conditions.push(Condition {
+            type_: "Routed".into(),
+            status: state,
+            reason,
+            message,
+            observed_generation: dir.metadata.generation,
+            last_transition_time: since,
+        });
+    }
     let uid = dir.uid().unwrap_or_default();
     if dir.status.as_ref() != Some(&next) {
         let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
@@ -291,6 +327,7 @@ mod tests {
             service_name: "svc".into(),
             service_port_name: "http".into(),
             ingress: IngressPolicy::default(),
+            routing: crate::controller::routing::Routing::default(),
         };
         let ing = serde_json::to_value(build_ingress(&dir, &settings).unwrap()).unwrap();
         assert_eq!(ing["metadata"]["namespace"], "ops");

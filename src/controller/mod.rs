@@ -14,6 +14,7 @@ pub mod error;
 pub mod keys;
 pub mod metrics;
 pub mod policy;
+pub mod routing;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
@@ -113,6 +114,8 @@ pub struct Context {
     pub signing_secret: String,
     /// The Ingresses this operator wrote (every namespace).
     pub ingresses: Store<Ingress>,
+    /// The HTTPRoutes this operator wrote (with HTTPRoute routing).
+    pub routes: Option<Store<DynamicObject>>,
     /// Every AgentDirectory.
     pub directories: Store<AgentDirectory>,
     /// Cards to re-check because a peer on their host changed.
@@ -275,6 +278,12 @@ impl Context {
         self.ingresses.get(&ObjectRef::new(name).within(namespace))
     }
 
+    /// The HTTPRoute `namespace/name` as last seen, if routes are watched and it exists.
+    pub fn route(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        let store = self.routes.as_ref()?;
+        store.get(&ObjectRef::new_with(name, routing::httproute_resource()).within(namespace))
+    }
+
     /// Annotations of namespace `ns` (empty when unknown).
     pub fn namespace_annotations(&self, ns: &str) -> BTreeMap<String, String> {
         self.namespaces
@@ -413,6 +422,57 @@ pub async fn run(
     .reflect(ingress_writer)
     .touched_objects();
 
+    // With HTTPRoute routing: the routes we write, for repair, and for the Gateways' verdicts
+    // (their status) that the cards' Routed condition reports.
+    let (route_refs_tx, route_refs_rx) =
+        futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
+    let (dir_route_tx, dir_route_rx) =
+        futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
+    let mut route_store = None;
+    let mut _route_task = None;
+    if config.settings.routing.kind == routing::RouteKind::HttpRoute {
+        let ar = routing::httproute_resource();
+        let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+        route_store = Some(writer.as_reader());
+        let feed = watcher(
+            Api::<DynamicObject>::all_with(client.clone(), &ar),
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        let operator_ns = opns.clone();
+        let tx = route_refs_tx.clone();
+        let dir_tx = dir_route_tx.clone();
+        _route_task = Some(AbortOnDrop(tokio::spawn(async move {
+            futures::pin_mut!(feed);
+            while let Some(ev) = feed.next().await {
+                let Ok(route) = ev else { continue };
+                let route_ns = route.metadata.namespace.clone().unwrap_or_default();
+                let annotations = route.metadata.annotations.clone().unwrap_or_default();
+                if let Some(dir) = annotations.get(agentdirectory::ANN_DIRECTORY) {
+                    if route_ns == operator_ns {
+                        let _ = dir_tx.unbounded_send(ObjectRef::new(dir));
+                    }
+                    continue;
+                }
+                let Some((ns, name)) = route
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANN_CARD))
+                    .and_then(|c| c.split_once('/'))
+                else {
+                    continue;
+                };
+                if route_ns == operator_ns || route_ns == ns {
+                    let _ = tx.unbounded_send(ObjectRef::new(name).within(ns));
+                }
+            }
+        })));
+    }
+    drop(route_refs_tx);
+    drop(dir_route_tx);
     let (peers_tx, peers_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let (dir_peers_tx, dir_peers_rx) =
         futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
@@ -423,6 +483,7 @@ pub async fn run(
     let directories = directory_controller.store();
     let ctx = Arc::new(Context {
         peers: peers_tx,
+        routes: route_store,
         directory_peers: dir_peers_tx,
         directories: directories.clone(),
         ingresses: ingress_store.clone(),
@@ -470,7 +531,7 @@ pub async fn run(
             watcher::Config::default(),
             move |_ns| all_dirs(&dirs_for_ns),
         )
-        .reconcile_on(dir_peers_rx)
+        .reconcile_on(futures::stream::select(dir_peers_rx, dir_route_rx))
         .run(
             agentdirectory::reconcile,
             agentdirectory::error_policy,
@@ -495,7 +556,7 @@ pub async fn run(
                 "{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}"
             )),
         )
-        .reconcile_on(peers_rx)
+        .reconcile_on(futures::stream::select(peers_rx, route_refs_rx))
         .watches_stream(ingress_feed, move |ing: Ingress| {
             // Someone deleted or edited an Ingress we write: put it back. An Ingress outside
             // the operator's namespace only ever names a card of its own namespace.

@@ -64,6 +64,10 @@ pub struct Publish {
     /// Ingress settings for the public route.
     #[serde(default)]
     pub ingress: IngressSettings,
+    /// With HTTPRoute routing: the Gateway listener to attach to, when the platform allows
+    /// cards to pick one (the Gateways themselves are the platform's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
     /// `Cache-Control: max-age` in seconds (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0 && self <= 86400").message("must be between 0 and 86400"))]
@@ -144,6 +148,9 @@ pub struct AgentCardStatus {
     /// Lint warnings about the card (published anyway).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What routes the card (`Ingress`, `HTTPRoute` or `None`), as last written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_kind: Option<String>,
     /// Where the card is served, as the operator decided it. The card server routes by this
     /// alone (never by anything a tenant can write); absent when the card is served nowhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]

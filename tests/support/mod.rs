@@ -4,6 +4,7 @@
 pub mod cards;
 pub mod cluster;
 pub mod http;
+pub mod netns;
 pub mod operator;
 pub mod plane;
 pub mod tools;

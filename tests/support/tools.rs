@@ -52,3 +52,9 @@ pub fn helm_command(kubeconfig: &std::path::Path) -> Command {
         .env("HELM_DATA_HOME", tmp.join("agentcard-helm-data"));
     cmd
 }
+
+/// The directory of the Gateway API standard CRDs (from the module Traefik uses).
+pub fn gateway_api_crds() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| build("gateway-api"))
+}

@@ -13,11 +13,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 
 use super::build::{backend_ingress_name, card_key, ingress_name, Built, Settings};
 use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
+use crate::controller::routing::{httproute_resource, RouteKind};
 use crate::controller::Error;
 use crate::crd::AgentCard;
 
@@ -30,6 +31,10 @@ pub struct Existing<'a> {
     pub ingress: Option<Arc<Ingress>>,
     /// The backend Ingress in the card's namespace.
     pub backend: Option<Arc<Ingress>>,
+    /// The HTTPRoute in the operator's namespace (when routes are watched).
+    pub route: Option<Arc<DynamicObject>>,
+    /// The backend HTTPRoute in the card's namespace (when routes are watched).
+    pub backend_route: Option<Arc<DynamicObject>>,
 }
 
 fn ssa() -> PatchParams {
@@ -185,9 +190,9 @@ where
     }
 }
 
-fn name_in_use<K: Resource<DynamicType = ()>>(obj: &K) -> Error {
+fn name_in_use<K: Resource>(obj: &K, dt: &K::DynamicType) -> Error {
     Error::NameInUse {
-        kind: K::kind(&()).into_owned(),
+        kind: K::kind(dt).into_owned(),
         namespace: obj.meta().namespace.clone().unwrap_or_default(),
         name: obj.meta().name.clone().unwrap_or_default(),
     }
@@ -247,7 +252,7 @@ where
         }
     };
     if !(rules.ours)(existing.meta()) {
-        return Err(name_in_use(want));
+        return Err(name_in_use(want, &()));
     }
     if (rules.current)(Some(&existing)) {
         return Ok(());
@@ -261,6 +266,97 @@ where
     }
     api.patch(&name, &ssa(), &Patch::Apply(want)).await?;
     Ok(())
+}
+
+/// Whether `have` holds every field `want` sets, with the same value (fields the API server
+/// defaults, such as a backendRef's `weight`, are not compared).
+fn json_holds(have: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, wv)| h.get(k).is_some_and(|hv| json_holds(hv, wv))),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| json_holds(hv, wv))
+        }
+        (h, w) => h == w,
+    }
+}
+
+/// Write HTTPRoute `want` (server-side apply when ours and different, create when absent,
+/// `NameInUse` when someone else's).
+pub async fn write_route(
+    client: &Client,
+    want: &DynamicObject,
+    have: Option<&DynamicObject>,
+    ours: impl Fn(&ObjectMeta) -> bool,
+) -> Result<(), Error> {
+    let ar = httproute_resource();
+    let ns = want.metadata.namespace.clone().unwrap_or_default();
+    let name = want.metadata.name.clone().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    let existing = match have {
+        Some(h) => h.clone(),
+        None => {
+            let create = PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            };
+            match api.create(&create, want).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&name).await? {
+                    Some(found) => found,
+                    None => {
+                        return Err(Error::Internal(format!(
+                            "{name}: conflicting create, then not found"
+                        )))
+                    }
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    if !ours(&existing.metadata) {
+        return Err(name_in_use(want, &ar));
+    }
+    if json_holds(&existing.data["spec"], &want.data["spec"])
+        && meta_holds(&existing.metadata, &want.metadata)
+    {
+        return Ok(());
+    }
+    if let Some(patch) = removals(&existing.metadata, &want.metadata, serde_json::Map::new()) {
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        api.patch(&name, &params, &Patch::Merge(&patch)).await?;
+    }
+    api.patch(&name, &ssa(), &Patch::Apply(want)).await?;
+    Ok(())
+}
+
+/// Delete HTTPRoute `namespace/name` when it is ours (`ours` judges what a GET returns).
+pub async fn delete_route_if_ours(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    ours: impl Fn(&ObjectMeta) -> bool,
+) -> Result<(), Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &httproute_resource());
+    match api.get_opt(name).await {
+        Ok(Some(r)) if ours(&r.metadata) => delete_if_present(&api, name).await,
+        Ok(_) => Ok(()),
+        // Without the Gateway API installed there is nothing to delete.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether the card's status says HTTPRoutes route it.
+fn routed_by_routes(card: &AgentCard) -> bool {
+    card.status.as_ref().and_then(|s| s.route_kind.as_deref())
+        == Some(RouteKind::HttpRoute.as_str())
 }
 
 /// Write the ConfigMap, the Ingress and the backend Ingress (or delete a stale one).
@@ -285,17 +381,25 @@ pub async fn apply(
     )
     .await?;
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
-    write(
-        &ingresses,
-        &built.ingress,
-        existing.ingress.as_deref(),
-        Rules {
-            ours: |m: &ObjectMeta| written_for_card(m, card),
-            current: |h: Option<&Ingress>| ingress_current(h, &built.ingress),
-            removals: |h: &Ingress| ingress_removals(h, &built.ingress),
-        },
-    )
-    .await?;
+    if let Some(ing) = &built.ingress {
+        write(
+            &ingresses,
+            ing,
+            existing.ingress.as_deref(),
+            Rules {
+                ours: |m: &ObjectMeta| written_for_card(m, card),
+                current: |h: Option<&Ingress>| ingress_current(h, ing),
+                removals: |h: &Ingress| ingress_removals(h, ing),
+            },
+        )
+        .await?;
+    }
+    if let Some(route) = &built.route {
+        write_route(client, route, existing.route.as_deref(), |m| {
+            written_for_card(m, card)
+        })
+        .await?;
+    }
     let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
     match &built.backend_ingress {
         Some(b) => {
@@ -320,6 +424,43 @@ pub async fn apply(
                 delete_if_present(&local, &backend_ingress_name(card)).await?
             }
         }
+    }
+    match &built.backend_route {
+        Some(r) => {
+            write_route(client, r, existing.backend_route.as_deref(), |m| {
+                owned_by_card(m, card)
+            })
+            .await?
+        }
+        None if existing.backend_route.is_some() => {
+            delete_route_if_ours(client, &ns, &backend_ingress_name(card), |m| {
+                owned_by_card(m, card)
+            })
+            .await?
+        }
+        None => {}
+    }
+    // Switching what routes the card: the new routes exist now, the old ones go.
+    if built.ingress.is_none()
+        && existing
+            .ingress
+            .as_deref()
+            .is_some_and(|i| written_for_card(i.meta(), card))
+    {
+        delete_if_present(&ingresses, &ingress_name(&ns, &card.name_any())).await?;
+    }
+    if built.route.is_none() && (routed_by_routes(card) || existing.route.is_some()) {
+        delete_route_if_ours(
+            client,
+            &settings.operator_namespace,
+            &ingress_name(&ns, &card.name_any()),
+            |m| written_for_card(m, card),
+        )
+        .await?;
+        delete_route_if_ours(client, &ns, &backend_ingress_name(card), |m| {
+            owned_by_card(m, card)
+        })
+        .await?;
     }
     Ok(())
 }
@@ -348,26 +489,38 @@ pub async fn unpublish(
         let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
         delete_if_present(&local, &backend_ingress_name(card)).await?;
     }
-    cleanup(client, card, settings, existing.ingress.as_deref()).await
+    let routes =
+        existing.route.is_some() || existing.backend_route.is_some() || routed_by_routes(card);
+    if routes {
+        delete_route_if_ours(client, &ns, &backend_ingress_name(card), |m| {
+            owned_by_card(m, card)
+        })
+        .await?;
+    }
+    cleanup(client, card, settings, existing.ingress.as_deref(), routes).await
 }
 
-/// Remove what garbage collection cannot: the Ingress in the operator's namespace (when it is
-/// the one written for this card).
+/// Remove what garbage collection cannot: the Ingress (and HTTPRoute, when `routes`) in the
+/// operator's namespace, when written for this card.
 pub async fn cleanup(
     client: &Client,
     card: &AgentCard,
     settings: &Settings,
     ingress: Option<&Ingress>,
+    routes: bool,
 ) -> Result<(), Error> {
+    let name = ingress_name(&card.namespace().unwrap_or_default(), &card.name_any());
+    if routes || routed_by_routes(card) {
+        delete_route_if_ours(client, &settings.operator_namespace, &name, |m| {
+            written_for_card(m, card)
+        })
+        .await?;
+    }
     if !ingress.is_some_and(|i| written_for_card(i.meta(), card)) {
         return Ok(());
     }
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
-    delete_if_present(
-        &ingresses,
-        &ingress_name(&card.namespace().unwrap_or_default(), &card.name_any()),
-    )
-    .await
+    delete_if_present(&ingresses, &name).await
 }
 
 #[cfg(test)]

@@ -19,8 +19,11 @@ use crate::a2a::publish::{published_bytes, PublishOptions};
 use crate::contract::*;
 use crate::controller::keys::Keys;
 use crate::controller::policy::IngressPolicy;
+use crate::controller::routing::{RouteKind, Routing};
 use crate::controller::Error;
 use crate::crd::{AgentCard, ServedRoute};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::DynamicObject;
 
 /// What the operator's own deployment looks like.
 #[derive(Clone, Debug)]
@@ -33,6 +36,8 @@ pub struct Settings {
     pub service_port_name: String,
     /// What tenants' Ingress settings may do.
     pub ingress: IngressPolicy,
+    /// Ingresses, HTTPRoutes or nothing.
+    pub routing: Routing,
 }
 
 /// Everything one reconcile writes, and what it reports.
@@ -40,10 +45,14 @@ pub struct Settings {
 pub struct Built {
     /// The ConfigMap with the served bytes.
     pub configmap: ConfigMap,
-    /// The Ingress routing the well-known paths to the card server.
-    pub ingress: Ingress,
-    /// The Ingress routing the agent's traffic to its Service.
+    /// The Ingress routing the well-known paths to the card server (Ingress routing).
+    pub ingress: Option<Ingress>,
+    /// The Ingress routing the agent's traffic to its Service (Ingress routing).
     pub backend_ingress: Option<Ingress>,
+    /// The HTTPRoute routing the well-known paths to the card server (HTTPRoute routing).
+    pub route: Option<DynamicObject>,
+    /// The HTTPRoute routing the agent's traffic to its Service (HTTPRoute routing).
+    pub backend_route: Option<DynamicObject>,
     /// Hash of the served bytes.
     pub content_hash: String,
     /// Key that signed.
@@ -188,15 +197,25 @@ pub fn build(
     })?;
     let body = String::from_utf8(bytes).unwrap_or_default();
     let hash = content_hash(body.as_bytes());
-    // The publication time moves only with the bytes; it comes from the status (written by
-    // the operator alone), never from the tenant-writable ConfigMap.
+    // The publication time moves only with the bytes: taken from the status (written by the
+    // operator alone) when it confirms these bytes, else from the ConfigMap already holding
+    // them (a status write that failed must not make every retry a new ConfigMap version).
     let status = card.status.as_ref();
+    let previous_ann = previous
+        .map(|cm| cm.annotations().clone())
+        .unwrap_or_default();
     let published_at = match (
         status.and_then(|s| s.content_hash.as_ref()),
         status.and_then(|s| s.served.as_ref()),
     ) {
         (Some(h), Some(served)) if *h == hash => served.published_at.clone(),
-        _ => now.to_string(),
+        _ => match (
+            previous_ann.get(ANN_CONTENT_HASH),
+            previous_ann.get(ANN_PUBLISHED_AT),
+        ) {
+            (Some(h), Some(at)) if *h == hash => at.clone(),
+            _ => now.to_string(),
+        },
     };
     let max_age = publish
         .cache_max_age_seconds
@@ -243,47 +262,87 @@ pub fn build(
     if publish.legacy_path {
         paths.push(format!("{prefix}{PATH_LEGACY}"));
     }
-    let backend = json!({"service": {"name": settings.service_name, "port": {"name": settings.service_port_name}}});
-    let rule_paths: Vec<_> = paths
-        .iter()
-        .map(|p| json!({"path": p, "pathType": "Exact", "backend": backend}))
-        .collect();
-    let ingress = ingress_object(
-        IngressTarget {
-            name: &ingress_name(&ns, &name),
-            namespace: &settings.operator_namespace,
-            labels: &labels,
-            card: &card_ref,
-            owner: &[],
-            tls_secret: settings
-                .ingress
-                .tls_secret(&publish.host.to_ascii_lowercase()),
-        },
-        card,
-        &settings.ingress,
-        rule_paths,
-    )?;
-
-    let backend_ingress = match &card.spec.backend {
-        Some(b) => Some(ingress_object(
-            IngressTarget {
-                name: &backend_ingress_name(card),
-                namespace: &ns,
-                labels: &labels,
-                card: &card_ref,
-                owner: &owner,
-                tls_secret: publish.ingress.tls_secret_name.clone(),
-            },
-            card,
-            &settings.ingress,
-            vec![json!({
-                "path": backend_path(card),
-                "pathType": "Prefix",
-                "backend": {"service": {"name": b.service_name, "port": {"number": b.port}}},
-            })],
-        )?),
-        None => None,
+    let host = publish.host.to_ascii_lowercase();
+    let routing = &settings.routing;
+    let section = publish.section_name.as_deref();
+    let route_meta = |name: &str, namespace: &str, owner: &[OwnerReference]| {
+        json!({"name": name, "namespace": namespace, "labels": labels,
+               "annotations": {ANN_CARD: card_ref}, "ownerReferences": owner})
     };
+    let internal = |e: serde_json::Error| Error::Internal(format!("HTTPRoute: {e}"));
+    let (mut ingress, mut route, mut backend_ingress, mut backend_route) = (None, None, None, None);
+    match routing.kind {
+        RouteKind::Ingress => {
+            let backend = json!({"service": {"name": settings.service_name, "port": {"name": settings.service_port_name}}});
+            let rule_paths: Vec<_> = paths
+                .iter()
+                .map(|p| json!({"path": p, "pathType": "Exact", "backend": backend}))
+                .collect();
+            ingress = Some(ingress_object(
+                IngressTarget {
+                    name: &ingress_name(&ns, &name),
+                    namespace: &settings.operator_namespace,
+                    labels: &labels,
+                    card: &card_ref,
+                    owner: &[],
+                    tls_secret: settings.ingress.tls_secret(&host),
+                },
+                card,
+                &settings.ingress,
+                rule_paths,
+            )?);
+            if let Some(b) = &card.spec.backend {
+                backend_ingress = Some(ingress_object(
+                    IngressTarget {
+                        name: &backend_ingress_name(card),
+                        namespace: &ns,
+                        labels: &labels,
+                        card: &card_ref,
+                        owner: &owner,
+                        tls_secret: publish.ingress.tls_secret_name.clone(),
+                    },
+                    card,
+                    &settings.ingress,
+                    vec![json!({
+                        "path": backend_path(card),
+                        "pathType": "Prefix",
+                        "backend": {"service": {"name": b.service_name, "port": {"number": b.port}}},
+                    })],
+                )?);
+            }
+        }
+        RouteKind::HttpRoute => {
+            let matches: Vec<(&str, String)> = paths.iter().map(|p| ("Exact", p.clone())).collect();
+            route = Some(
+                routing
+                    .route(
+                        route_meta(&ingress_name(&ns, &name), &settings.operator_namespace, &[]),
+                        &host,
+                        section,
+                        &matches,
+                        &settings.service_name,
+                        routing.service_port,
+                    )
+                    .map_err(internal)?,
+            );
+            if let Some(b) = &card.spec.backend {
+                let port = u16::try_from(b.port).unwrap_or(0);
+                backend_route = Some(
+                    routing
+                        .route(
+                            route_meta(&backend_ingress_name(card), &ns, &owner),
+                            &host,
+                            section,
+                            &[("PathPrefix", backend_path(card))],
+                            &b.service_name,
+                            port,
+                        )
+                        .map_err(internal)?,
+                );
+            }
+        }
+        RouteKind::None => {}
+    }
 
     let served = ServedRoute {
         host: publish.host.to_ascii_lowercase(),
@@ -297,6 +356,8 @@ pub fn build(
         configmap,
         ingress,
         backend_ingress,
+        route,
+        backend_route,
         content_hash: hash,
         key_id: keys.active.kid().to_string(),
         url,
@@ -377,6 +438,7 @@ mod tests {
                 allowed_classes: vec!["nginx".into()],
                 ..Default::default()
             },
+            routing: Routing::default(),
         }
     }
 
@@ -457,7 +519,7 @@ mod tests {
             "ingress": {"className": "nginx", "tlsSecretName": "tls", "annotations": {"cert-manager.io/issuer": "b"}}}}}),
         );
         let b = build(&c, &keys(), &settings(), None, now(), now()).unwrap();
-        let ing = serde_json::to_value(&b.ingress).unwrap();
+        let ing = serde_json::to_value(b.ingress.as_ref().unwrap()).unwrap();
         assert_eq!(ing["metadata"]["name"], ingress_name("agents", "weather"));
         assert!(ing["metadata"]["name"]
             .as_str()

@@ -52,7 +52,18 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
                     &ctx.settings.operator_namespace,
                     &build::ingress_name(&ns, &card.name_any()),
                 );
-                apply::cleanup(&ctx.client, &card, &ctx.settings, ingress.as_deref()).await?;
+                let route = ctx.route(
+                    &ctx.settings.operator_namespace,
+                    &build::ingress_name(&ns, &card.name_any()),
+                );
+                apply::cleanup(
+                    &ctx.client,
+                    &card,
+                    &ctx.settings,
+                    ingress.as_deref(),
+                    route.is_some(),
+                )
+                .await?;
                 ctx.metrics.set_ready(object_key(&card), None);
                 let freed = ctx.retain_claims(&card, None);
                 ctx.recheck_hosts(&freed, &card);
@@ -94,7 +105,7 @@ async fn publish(
         validate::host_allowance(&served.host, &ns, &ctx.allowed_hosts, &annotations)?;
     }
     let warnings = validate::card(card)?;
-    validate::routing(card, &ctx.settings.ingress)?;
+    validate::routing(card, &ctx.settings.ingress, &ctx.settings.routing)?;
     validate::host_allowance(
         &card.spec.publish.host,
         &ns,
@@ -127,9 +138,30 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
             &build::ingress_name(&ns, &card.name_any()),
         ),
         backend: ctx.ingress(&ns, &build::backend_ingress_name(&card)),
+        route: ctx.route(
+            &ctx.settings.operator_namespace,
+            &build::ingress_name(&ns, &card.name_any()),
+        ),
+        backend_route: ctx.route(&ns, &build::backend_ingress_name(&card)),
     };
     let outcome = publish(&card, &ctx, &existing).await;
-    let next = status::next(&card, &outcome, Time(jiff::Timestamp::now()));
+    // With HTTPRoute routing, what the Gateways say of the routes as last seen.
+    let routed = (ctx.settings.routing.kind == super::routing::RouteKind::HttpRoute).then(|| {
+        let routes: Vec<&kube::api::DynamicObject> =
+            [existing.route.as_deref(), existing.backend_route.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect();
+        super::routing::routed(&routes, &ctx.settings.routing.parents)
+    });
+    let mut next = status::next(&card, &outcome, Time(jiff::Timestamp::now()));
+    status::set_routing(
+        &mut next,
+        &card,
+        ctx.settings.routing.kind,
+        routed,
+        Time(jiff::Timestamp::now()),
+    );
     let before = status::ready_state(card.status.as_ref());
     let after = status::ready_state(Some(&next));
     ctx.metrics.set_ready(

@@ -169,3 +169,42 @@ pub fn ready_state(status: Option<&AgentCardStatus>) -> Option<(String, String)>
         .find(|c| c.type_ == READY)
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
+
+/// Condition type: the Gateways accepted the card's HTTPRoutes (HTTPRoute routing only).
+pub const ROUTED: &str = "Routed";
+
+/// Record what routes the card and, with HTTPRoutes, the Gateways' verdict as `Routed`
+/// (`routed` = `(status, reason, message)`); a card served nowhere has no routes to report.
+pub fn set_routing(
+    status: &mut AgentCardStatus,
+    card: &AgentCard,
+    kind: crate::controller::routing::RouteKind,
+    routed: Option<(String, String, String)>,
+    now: Time,
+) {
+    let prev = card
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    status.conditions.retain(|c| c.type_ != ROUTED);
+    if status.url.is_none() {
+        status.route_kind = None;
+        return;
+    }
+    status.route_kind = Some(kind.as_str().to_string());
+    if let Some((state, reason, message)) = routed {
+        let since = prev
+            .iter()
+            .find(|c| c.type_ == ROUTED && c.status == state)
+            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+        status.conditions.push(Condition {
+            type_: ROUTED.into(),
+            status: state,
+            reason,
+            message,
+            observed_generation: card.metadata.generation,
+            last_transition_time: since,
+        });
+    }
+}

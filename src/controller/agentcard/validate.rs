@@ -12,6 +12,7 @@ use super::build::{backend_path, effective_card, prefix};
 use crate::a2a::validate::{lint, validate as validate_card, LintOptions};
 use crate::a2a::{Problem, Problems};
 use crate::controller::policy::IngressPolicy;
+use crate::controller::routing::{RouteKind, Routing};
 use crate::controller::Error;
 use crate::crd::AgentCard;
 
@@ -106,8 +107,19 @@ fn has_dot_segment(path: &str) -> bool {
 /// The routing the card asks for, against the ownership model and the Ingress policy: the
 /// backend path lies inside the card's subtree, no dot segments, tenant Ingress settings
 /// within the operator's policy. Every problem names its field.
-pub fn routing(card: &AgentCard, policy: &IngressPolicy) -> Result<(), Error> {
+pub fn routing(card: &AgentCard, policy: &IngressPolicy, routes: &Routing) -> Result<(), Error> {
     let mut problems = policy.check(&card.spec.publish.ingress).0;
+    if let Some(section) = &card.spec.publish.section_name {
+        if routes.kind == RouteKind::HttpRoute && !routes.section_allowed(section) {
+            problems.push(Problem::error(
+                "spec.publish.sectionName",
+                format!(
+                    "{section:?} is not a Gateway listener cards may pick (allowed: {:?})",
+                    routes.allowed_sections
+                ),
+            ));
+        }
+    }
     let prefix = prefix(card);
     if has_dot_segment(&card.spec.publish.path_prefix) {
         problems.push(Problem::error(
@@ -171,22 +183,22 @@ mod tests {
             .unwrap()
         };
         let policy = IngressPolicy::default();
-        assert!(routing(&card("/x", "/x/a2a"), &policy).is_ok());
-        let err = routing(&card("/x", "/a2a/v1"), &policy)
+        assert!(routing(&card("/x", "/x/a2a"), &policy, &Routing::default()).is_ok());
+        let err = routing(&card("/x", "/a2a/v1"), &policy, &Routing::default())
             .unwrap_err()
             .to_string();
         assert!(
             err.starts_with("spec.backend.path: /a2a/v1 is outside"),
             "{err}"
         );
-        let err = routing(&card("/x", "/x/../a2a"), &policy)
+        let err = routing(&card("/x", "/x/../a2a"), &policy, &Routing::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("spec.backend.path: must not contain"), "{err}");
         // The default backend path is inside.
         let mut c = card("/x", "");
         c.spec.backend.as_mut().unwrap().path = None;
-        assert!(routing(&c, &policy).is_ok());
+        assert!(routing(&c, &policy, &Routing::default()).is_ok());
     }
 
     #[test]

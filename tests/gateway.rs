@@ -1,0 +1,332 @@
+//! Gateway API routing end to end: the operator run with `--route-kind HTTPRoute` attaches its
+//! HTTPRoutes to a Gateway served by Traefik's Gateway provider (Traefik v3.6.12 and the
+//! Gateway API standard CRDs of the version it uses, both from Go modules). Through Traefik:
+//! the card, the JWKS and the agent's path; the Python SDK verifies the card; a card whose
+//! namespace the Gateway's listener does not allow reports `Routed=False` with the Gateway's
+//! reason; deleting a card makes Traefik answer 404; switching an Ingress-routed card to
+//! HTTPRoutes replaces its Ingress. Runs in a private network namespace (see
+//! `support::netns`).
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use agentcard_operator::crd::AgentCard;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+use support::cluster::card;
+use support::netns;
+use support::operator::{wait_card, Operator};
+use support::plane::{client_for, dedicated_kubeconfig, wait_for};
+use support::{condition, ready};
+
+const OPERATOR_PORT: u16 = 18080;
+const AGENT_PORT: u16 = 19000;
+const GATEWAY_PORT: u16 = 18000;
+
+#[test]
+fn traefik_gateway_routes_what_the_operators_httproutes_say() {
+    netns::run_inside(
+        "inside_a_private_network_namespace",
+        "gateway: card, JWKS and agent served; refused route reported; 404 after deletion",
+    );
+}
+
+async fn namespace(client: &Client, name: &str, labels: Value) {
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+async fn apply_dynamic(client: &Client, obj: Value) {
+    let api_version = obj["apiVersion"].as_str().unwrap().to_string();
+    let kind = obj["kind"].as_str().unwrap().to_string();
+    let (group, version) = api_version.split_once('/').unwrap();
+    let ar =
+        kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, &kind));
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+    api.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap();
+}
+
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn agent_service(client: &Client, ns: &str) {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"ports": [{"name": "a2a", "port": AGENT_PORT, "targetPort": AGENT_PORT}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    netns::endpoint_slice(client, ns, "agent", "a2a", AGENT_PORT).await;
+}
+
+fn with_backend(name: &str, host: &str) -> Value {
+    let mut m = card(name, host, "");
+    m["spec"]["backend"] = json!({"serviceName": "agent", "port": AGENT_PORT, "path": "/a2a/v1"});
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs inside the network namespace the outer test makes"]
+async fn inside_a_private_network_namespace() {
+    netns::setup_loopback();
+    let kubeconfig = dedicated_kubeconfig();
+    let client = client_for(kubeconfig).await;
+    kubectl(
+        kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            support::tools::gateway_api_crds().to_str().unwrap(),
+        ],
+    );
+    kubectl(
+        kubeconfig,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/httproutes.gateway.networking.k8s.io",
+            "crd/gateways.gateway.networking.k8s.io",
+            "--timeout=60s",
+        ],
+    );
+
+    let ns = "agentcard-system";
+    namespace(&client, ns, json!({"gateway-access": "true"})).await;
+    let helm = support::tools::helm_command(kubeconfig)
+        .args([
+            "install",
+            "rel",
+            "charts/agentcard-operator",
+            "--namespace",
+            ns,
+            "--set",
+            "routing.kind=HTTPRoute",
+            "--set",
+            "routing.gateways={agentcard-system/public}",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        helm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&helm.stderr)
+    );
+    netns::endpoint_slice(&client, ns, "rel-agentcard-operator", "http", OPERATOR_PORT).await;
+
+    // The platform's Gateway: routes only from namespaces labelled gateway-access=true.
+    apply_dynamic(
+        &client,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "traefik"},
+            "spec": {"controllerName": "traefik.io/gateway-controller"}
+        }),
+    )
+    .await;
+    apply_dynamic(&client, json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "public", "namespace": ns},
+        "spec": {"gatewayClassName": "traefik", "listeners": [{
+            "name": "web", "port": GATEWAY_PORT, "protocol": "HTTP",
+            "allowedRoutes": {"namespaces": {"from": "Selector", "selector": {"matchLabels": {"gateway-access": "true"}}}}
+        }]}
+    })).await;
+
+    let root = tempfile::tempdir().unwrap();
+    let _agent = netns::agent(root.path(), AGENT_PORT, "hello through the gateway");
+    let log = root.path().join("traefik.log");
+    let _traefik = netns::Proc(
+        Command::new(support::tools::traefik())
+            .args([
+                "--global.checkNewVersion=false",
+                "--global.sendAnonymousUsage=false",
+                &format!("--entryPoints.web.address=:{GATEWAY_PORT}"),
+                "--providers.kubernetesGateway=true",
+                "--providers.kubernetesIngress=true",
+                "--log.level=INFO",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let traefik_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let through = |host: &str, path: &str| netns::get(GATEWAY_PORT, host, path);
+
+    // First with Ingress routing: a card published, routed by an Ingress Traefik also reads.
+    let team = "team";
+    namespace(&client, team, json!({"gateway-access": "true"})).await;
+    agent_service(&client, team).await;
+    let listen = format!("0.0.0.0:{OPERATOR_PORT}");
+    let common = [
+        "--listen",
+        listen.as_str(),
+        "--admin-listen",
+        "0.0.0.0:18081",
+        "--service-name",
+        "rel-agentcard-operator",
+        "--ingress-tls",
+        "none",
+    ];
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), team);
+    let host = "weather.agents.test";
+    {
+        let op = Operator::start_on(kubeconfig, ns, None, &common);
+        cards
+            .patch(
+                "weather",
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(with_backend("weather", host)),
+            )
+            .await
+            .unwrap();
+        wait_card(&cards, "weather", &op, "Ready with an Ingress", ready).await;
+        let ingresses: Api<Ingress> = Api::namespaced(client.clone(), ns);
+        assert_eq!(
+            ingresses
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            1
+        );
+    }
+
+    // Then the operator switches to HTTPRoutes on the Gateway: routes written, Ingress gone.
+    let mut flags = common.to_vec();
+    flags.extend_from_slice(&[
+        "--route-kind",
+        "HTTPRoute",
+        "--gateway",
+        "agentcard-system/public",
+    ]);
+    let op = Operator::start_on(kubeconfig, ns, None, &flags);
+    let c = wait_card(&cards, "weather", &op, "Routed by the Gateway", |c| {
+        ready(c) && condition(c, "Routed").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    let hash = c.status.as_ref().unwrap().content_hash.clone().unwrap();
+    assert_eq!(
+        c.status.as_ref().unwrap().route_kind.as_deref(),
+        Some("HTTPRoute")
+    );
+    wait_for(Duration::from_secs(20), || async {
+        Api::<Ingress>::namespaced(client.clone(), ns)
+            .list(&Default::default())
+            .await
+            .is_ok_and(|l| l.items.is_empty())
+    })
+    .await
+    .expect("the Ingress goes once the HTTPRoutes are written");
+    let served = wait_for(Duration::from_secs(60), || {
+        let r = through(host, "/.well-known/agent-card.json");
+        std::future::ready(
+            r.status == 200 && agentcard_operator::contract::content_hash(&r.body) == hash,
+        )
+    })
+    .await;
+    assert!(
+        served.is_ok(),
+        "not served through the Gateway: {:?}\n{}",
+        through(host, "/.well-known/agent-card.json").status,
+        traefik_log()
+    );
+    let jwks = through(host, "/.well-known/jwks.json");
+    assert_eq!(jwks.status, 200);
+    let reached = wait_for(Duration::from_secs(20), || {
+        std::future::ready(through(host, "/a2a/v1").body == b"hello through the gateway")
+    })
+    .await;
+    assert!(
+        reached.is_ok(),
+        "agent path: {}",
+        through(host, "/a2a/v1").status
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (card_file, jwks_file) = (dir.path().join("card.json"), dir.path().join("jwks.json"));
+    std::fs::write(
+        &card_file,
+        through(host, "/.well-known/agent-card.json").body,
+    )
+    .unwrap();
+    std::fs::write(&jwks_file, &jwks.body).unwrap();
+    let verdicts = support::sdk_verify(support::Sdk::Python, &jwks_file, &[card_file]);
+    assert!(verdicts[0].valid, "{:?}", verdicts[0].error);
+
+    // A namespace the listener does not allow: its backend route is refused, and says so.
+    let outsider = "outsider";
+    namespace(&client, outsider, json!({})).await;
+    agent_service(&client, outsider).await;
+    let theirs: Api<AgentCard> = Api::namespaced(client.clone(), outsider);
+    theirs
+        .patch(
+            "blocked",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(with_backend("blocked", "blocked.agents.test")),
+        )
+        .await
+        .unwrap();
+    let blocked = wait_card(
+        &theirs,
+        "blocked",
+        &op,
+        "Routed=False from the Gateway",
+        |c| condition(c, "Routed").is_some_and(|(s, _, _)| s == "False"),
+    )
+    .await;
+    let (_, reason, message) = condition(&blocked, "Routed").unwrap();
+    assert_eq!(reason, "NotAllowedByListeners", "{message}");
+    assert!(message.contains("outsider/"), "{message}");
+
+    // Deleted, the card's routes go: Traefik answers 404.
+    cards
+        .delete("weather", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = wait_for(Duration::from_secs(60), || {
+        std::future::ready(through(host, "/.well-known/agent-card.json").status == 404)
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "still routed after deletion:\n{}",
+        traefik_log()
+    );
+    println!("gateway: card, JWKS and agent served; refused route reported; 404 after deletion");
+}

@@ -1,0 +1,126 @@
+//! Tests that route real traffic through an ingress controller run in a private network
+//! namespace: the Kubernetes API refuses loopback addresses in EndpointSlices, so there the
+//! loopback device also carries [`ADDR`], every process listens on all addresses, and
+//! hand-made EndpointSlices point Services at [`ADDR`]. The outer test re-runs its own binary
+//! under `unshare --net` (root) for an inner, ignored test that does the work.
+
+use std::process::{Child, Command, Stdio};
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, PostParams};
+use kube::Client;
+use serde_json::json;
+
+/// The address the namespace's processes are reached at through EndpointSlices.
+pub const ADDR: &str = "192.0.2.10";
+
+/// Re-run this test binary's `inner` test inside a new network namespace; its output, after
+/// asserting it passed and printed `done`.
+pub fn run_inside(inner: &str, done: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("unshare")
+        .args(["--net", "--"])
+        .arg(exe)
+        .args([
+            "--exact",
+            inner,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("AGENTCARD_IN_NETNS", "1")
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("running unshare --net (needs root and util-linux)");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "the scenario inside the network namespace failed"
+    );
+    assert!(
+        text.contains(done) && text.contains("test result: ok. 1 passed"),
+        "the inner test did not run to its end"
+    );
+    text
+}
+
+/// Inside the namespace: bring loopback up with [`ADDR`] on it.
+pub fn setup_loopback() {
+    assert_eq!(
+        std::env::var("AGENTCARD_IN_NETNS").as_deref(),
+        Ok("1"),
+        "run by the outer test"
+    );
+    for args in [
+        vec!["link", "set", "lo", "up"],
+        vec!["addr", "add", "192.0.2.10/32", "dev", "lo"],
+    ] {
+        let st = Command::new("ip").args(&args).status().unwrap();
+        assert!(st.success(), "ip {args:?} failed");
+    }
+}
+
+/// A child process killed on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An EndpointSlice of Service `ns/service` with one endpoint, [`ADDR`]:`port`.
+pub async fn endpoint_slice(client: &Client, ns: &str, service: &str, port_name: &str, port: u16) {
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": format!("{service}-test"), "labels": {
+            "kubernetes.io/service-name": service,
+            "endpointslice.kubernetes.io/managed-by": "agentcard-tests",
+        }},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [ADDR], "conditions": {"ready": true}}],
+        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &slice)
+        .await
+        .unwrap();
+}
+
+/// A stand-in agent: a static HTTP server on `port` answering `/a2a/v1` with `body`.
+pub fn agent(root: &std::path::Path, port: u16, body: &str) -> Proc {
+    std::fs::create_dir_all(root.join("a2a")).unwrap();
+    std::fs::write(root.join("a2a/v1"), body).unwrap();
+    Proc(
+        Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "0.0.0.0",
+                "--directory",
+            ])
+            .arg(root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// GET `path` for `host` on `127.0.0.1:port`.
+pub fn get(port: u16, host: &str, path: &str) -> super::http::Resp {
+    super::http::request(
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        "GET",
+        path,
+        &[("Host", host)],
+    )
+}
