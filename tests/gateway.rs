@@ -192,12 +192,27 @@ async fn inside_a_private_network_namespace() {
     let team = "team";
     namespace(&client, team, json!({"gateway-access": "true"})).await;
     agent_service(&client, team).await;
-    let listen = format!("0.0.0.0:{OPERATOR_PORT}");
+    // Serving stays up whatever the operators do: a `serve --from-cluster` process behind the
+    // Service; the operators below only reconcile, one after the other (a restart that
+    // switches the route kind).
+    let _server = netns::Proc(
+        Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
+            .args(["serve", "--from-cluster", "--namespace", ns])
+            .args(["--listen", &format!("0.0.0.0:{OPERATOR_PORT}")])
+            .args(["--admin-listen", "0.0.0.0:18083"])
+            .env("KUBECONFIG", kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let common = [
         "--listen",
-        listen.as_str(),
+        "127.0.0.1:0",
         "--admin-listen",
-        "0.0.0.0:18081",
+        "127.0.0.1:0",
+        "--lease-duration",
+        "3",
         "--service-name",
         "rel-agentcard-operator",
         "--ingress-tls",
@@ -228,7 +243,37 @@ async fn inside_a_private_network_namespace() {
         );
     }
 
-    // Then the operator switches to HTTPRoutes on the Gateway: routes written, Ingress gone.
+    // Then the operator switches to HTTPRoutes on the Gateway: routes written, Ingress gone
+    // once the Gateway accepted them, and the card served through Traefik all along.
+    let before = wait_for(Duration::from_secs(60), || {
+        std::future::ready(through(host, "/.well-known/agent-card.json").status == 200)
+    })
+    .await;
+    assert!(
+        before.is_ok(),
+        "not served through the Ingress: Traefik {}, the server directly {}\n{}",
+        through(host, "/.well-known/agent-card.json").status,
+        netns::get(OPERATOR_PORT, host, "/.well-known/agent-card.json").status,
+        traefik_log()
+    );
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let gaps = {
+        let watching = watching.clone();
+        let host = host.to_string();
+        std::thread::spawn(move || {
+            let mut failures = Vec::new();
+            let mut probes = 0;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = netns::get(GATEWAY_PORT, &host, "/.well-known/agent-card.json");
+                probes += 1;
+                if r.status != 200 {
+                    failures.push(r.status);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (probes, failures)
+        })
+    };
     let mut flags = common.to_vec();
     flags.extend_from_slice(&[
         "--route-kind",
@@ -253,7 +298,17 @@ async fn inside_a_private_network_namespace() {
             .is_ok_and(|l| l.items.is_empty())
     })
     .await
-    .expect("the Ingress goes once the HTTPRoutes are written");
+    .expect("the Ingress goes once the HTTPRoutes are accepted");
+    // A moment more of traffic on the routes alone, then the verdict on the switch.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (probes, failures) = gaps.join().unwrap();
+    assert!(probes > 20, "too few probes: {probes}");
+    assert!(
+        failures.is_empty(),
+        "served with gaps during the switch: {failures:?} of {probes}"
+    );
+    println!("switch Ingress -> HTTPRoute: {probes} probes through Traefik, none failed");
     let served = wait_for(Duration::from_secs(60), || {
         let r = through(host, "/.well-known/agent-card.json");
         std::future::ready(

@@ -203,14 +203,16 @@ pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> (String, Stri
                             ),
                         )
                     }
-                    None => return (
-                        "Unknown".into(),
-                        "Pending".into(),
-                        format!(
+                    None => {
+                        return (
+                            "Unknown".into(),
+                            "Pending".into(),
+                            format!(
                             "HTTPRoute {ns}/{name}: Gateway {}/{} reported no {wanted} condition",
                             parent.namespace, parent.name
                         ),
-                    ),
+                        )
+                    }
                 }
             }
         }

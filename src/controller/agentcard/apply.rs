@@ -35,6 +35,9 @@ pub struct Existing<'a> {
     pub route: Option<Arc<DynamicObject>>,
     /// The backend HTTPRoute in the card's namespace (when routes are watched).
     pub backend_route: Option<Arc<DynamicObject>>,
+    /// Whether the Gateways accepted the card's HTTPRoutes (an Ingress being replaced by
+    /// routes stays until then, so the switch leaves no gap).
+    pub routes_accepted: bool,
 }
 
 fn ssa() -> PatchParams {

@@ -143,8 +143,8 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
             &build::ingress_name(&ns, &card.name_any()),
         ),
         backend_route: ctx.route(&ns, &build::backend_ingress_name(&card)),
+        routes_accepted: false,
     };
-    let outcome = publish(&card, &ctx, &existing).await;
     // With HTTPRoute routing, what the Gateways say of the routes as last seen.
     let routed = (ctx.settings.routing.kind == super::routing::RouteKind::HttpRoute).then(|| {
         let routes: Vec<&kube::api::DynamicObject> =
@@ -154,6 +154,11 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
                 .collect();
         super::routing::routed(&routes, &ctx.settings.routing.parents)
     });
+    let existing = apply::Existing {
+        routes_accepted: routed.as_ref().is_some_and(|(s, _, _)| s == "True"),
+        ..existing
+    };
+    let outcome = publish(&card, &ctx, &existing).await;
     let mut next = status::next(&card, &outcome, Time(jiff::Timestamp::now()));
     status::set_routing(
         &mut next,
