@@ -219,6 +219,19 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
         "CustomResourceDefinition"
     )
     .is_empty());
+    // HTTPRoute RBAC only when that routing is on, and never without a Gateway.
+    let grants_routes = |docs: &[Value]| {
+        of_kind(docs, "ClusterRole")
+            .iter()
+            .any(|r| r.to_string().contains("httproutes"))
+    };
+    assert!(!grants_routes(&render(&[])));
+    assert!(grants_routes(&all));
+    let out = helm(&["template", "rel", CHART, "--set", "routing.kind=HTTPRoute"]);
+    assert!(
+        !out.status.success(),
+        "HTTPRoute routing without a Gateway was accepted"
+    );
     let unkept = render(&["--set", "crds.keep=false"]);
     assert!(of_kind(&unkept, "CustomResourceDefinition")[0]["metadata"]["annotations"].is_null());
 }

@@ -443,8 +443,11 @@ pub async fn apply(
         }
         None => {}
     }
-    // Switching what routes the card: the new routes exist now, the old ones go.
+    // Switching what routes the card: the old routes go once the new ones carry traffic (an
+    // Ingress replaced by HTTPRoutes waits until the Gateways accepted them).
+    let replaced = built.route.is_none() || existing.routes_accepted;
     if built.ingress.is_none()
+        && replaced
         && existing
             .ingress
             .as_deref()
