@@ -268,6 +268,57 @@ fn method_error() -> ApiError {
     }
 }
 
+/// Whether a GET prefers a page: the browser's `Accept` names HTML.
+fn wants_html(req: &HeaderMap) -> bool {
+    req.get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/html"))
+}
+
+/// `/agents/{namespace}/{name}` (a card page; an ARD identifier has no `/`).
+fn html_card_path(rest: &str) -> Option<(String, String)> {
+    let (ns, name) = rest.strip_prefix("/agents/")?.split_once('/')?;
+    (!ns.is_empty() && !name.is_empty() && !name.contains('/'))
+        .then(|| (percent_decode(ns), percent_decode(name)))
+}
+
+/// A page or asset with its caching, validators and the Content-Security-Policy.
+fn page_response(
+    body: Vec<u8>,
+    content_type: &'static str,
+    method: &Method,
+    req: &HeaderMap,
+    mode: AccessMode,
+) -> Response<Body> {
+    let mut resp = response(Answer { status: 200, body }, method, req, mode);
+    let h = resp.headers_mut();
+    if h.contains_key(http::header::CONTENT_TYPE) {
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(content_type),
+        );
+    }
+    h.insert(
+        http::header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(super::html::CSP),
+    );
+    h.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        http::header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    let vary = match mode {
+        AccessMode::Public => "Accept",
+        AccessMode::Kubernetes => "Accept, Authorization",
+    };
+    h.insert(VARY, HeaderValue::from_static(vary));
+    resp
+}
+
 fn header(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
@@ -350,6 +401,7 @@ pub fn response(
 pub async fn handle<B>(
     site: Arc<Site>,
     authorizer: Option<Arc<Authorizer>>,
+    jwks: Option<Bytes>,
     req: http::Request<B>,
     max_body: usize,
 ) -> (Route, Response<Body>)
@@ -362,6 +414,33 @@ where
         return (Route::Preflight, preflight_for(&parts.headers, METHODS));
     }
     let mode = site.mode;
+    let get = parts.method == Method::GET || parts.method == Method::HEAD;
+    let path = parts.uri.path();
+    let rest = path.strip_prefix(site.prefix.as_str()).unwrap_or(path);
+    if get {
+        if let Some(asset) = rest.strip_prefix("/assets/") {
+            let found = match asset {
+                "style.css" => Some(("text/css; charset=utf-8", super::html::STYLE)),
+                "app.js" => Some(("text/javascript; charset=utf-8", super::html::SCRIPT)),
+                _ => None,
+            };
+            if let Some((content_type, text)) = found {
+                return (
+                    Route::Directory,
+                    page_response(
+                        text.as_bytes().to_vec(),
+                        content_type,
+                        &parts.method,
+                        &parts.headers,
+                        AccessMode::Public,
+                    ),
+                );
+            }
+        }
+    }
+    let html = get
+        && wants_html(&parts.headers)
+        && (rest == "/" || rest.is_empty() || html_card_path(rest).is_some());
     let fail = |e: ApiError| {
         (
             Route::Directory,
@@ -403,6 +482,48 @@ where
             }
         }
     };
+    if html {
+        let visible = visible.as_ref();
+        let page = match html_card_path(rest) {
+            Some((ns, name)) => match site.catalog.get_card(&ns, &name, visible) {
+                Some(e) => Ok(super::html::card(&site, &e, jwks.as_deref())),
+                None => Err(ApiError::not_found(format!("no agent {ns}/{name}"))),
+            },
+            None => super::html::catalog(&site, &params(parts.uri.query()), visible),
+        };
+        return match page {
+            Ok(doc) => (
+                Route::Directory,
+                page_response(
+                    doc.into_bytes(),
+                    "text/html; charset=utf-8",
+                    &parts.method,
+                    &parts.headers,
+                    mode,
+                ),
+            ),
+            Err(e) => {
+                let doc = format!(
+                    "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title></head><body><main><h1>{}</h1><p>{}</p></main></body></html>",
+                    e.status,
+                    e.code,
+                    super::html::esc(&e.message)
+                );
+                let mut resp = page_response(
+                    doc.into_bytes(),
+                    "text/html; charset=utf-8",
+                    &parts.method,
+                    &parts.headers,
+                    mode,
+                );
+                *resp.status_mut() =
+                    StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+                resp.headers_mut()
+                    .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                (Route::Directory, resp)
+            }
+        };
+    }
     let a = answer(
         &site,
         &parts.method,

@@ -11,6 +11,7 @@
 pub mod access;
 pub mod ard;
 pub mod entry;
+pub mod html;
 pub mod http;
 pub mod native;
 pub mod query;

@@ -99,7 +99,8 @@ pub async fn serve_public(
                         (Route::TooLarge, too_large())
                     } else if let Some(site) = site {
                         let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
-                        crate::directory::http::handle(site, authorizer, req, max).await
+                        let jwks = index.jwks().map(|j| j.body.clone());
+                        crate::directory::http::handle(site, authorizer, jwks, req, max).await
                     } else {
                         respond(&index, req.method(), req.uri(), req.headers())
                     };

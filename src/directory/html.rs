@@ -1,0 +1,418 @@
+//! The directory's web page: the catalog (`/`) and one card (`/agents/{namespace}/{name}`),
+//! server-rendered from the same query engine as the APIs, for browsers that ask for HTML.
+//!
+//! Pure: a site snapshot, the request's query and the caller's visibility give an HTML
+//! document. Everything a tenant wrote is escaped ([`esc`]); links are made only of `http(s)`
+//! URLs (a `javascript:` URL renders as inert text). The page works without JavaScript (the
+//! filters are a GET form, paging is links); the only script, served from `/assets/` under a
+//! strict Content-Security-Policy, adds a copy button. Assets are embedded in the binary.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::entry::{Entry, Field};
+use super::native;
+use super::query::Visibility;
+use super::site::Site;
+use super::token;
+use crate::a2a::card::AgentCard as A2aCard;
+use crate::a2a::jws::verify_card;
+use crate::a2a::Jwks;
+
+/// The Content-Security-Policy of every page: nothing from elsewhere, no inline script.
+pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// The stylesheet (`/assets/style.css`).
+pub const STYLE: &str = include_str!("assets/style.css");
+/// The progressive enhancement script (`/assets/app.js`).
+pub const SCRIPT: &str = include_str!("assets/app.js");
+
+/// Escape text for HTML element content and quoted attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A link when `url` is an http(s) URL, else the URL as plain text.
+fn link(url: &str, text: &str) -> String {
+    let lower = url.trim().to_ascii_lowercase();
+    if lower.starts_with("https://") || lower.starts_with("http://") {
+        format!(
+            "<a href=\"{}\" rel=\"noopener noreferrer nofollow\">{}</a>",
+            esc(url.trim()),
+            esc(text)
+        )
+    } else {
+        format!("<span class=\"inert\">{}</span>", esc(text))
+    }
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key].as_str().unwrap_or_default()
+}
+
+fn layout(title: &str, site: &Site, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>{title}</title><link rel=\"stylesheet\" href=\"{prefix}/assets/style.css\">\
+<script src=\"{prefix}/assets/app.js\" defer></script></head><body>\
+<a class=\"skip\" href=\"#main\">Skip to content</a>\
+<header><p class=\"brand\"><a href=\"{prefix}/\">{name}</a></p>{desc}</header>\
+<main id=\"main\">{body}</main>\
+<footer><p>Machine-readable: <a href=\"{prefix}/.well-known/ard.json\">ARD manifest</a> · \
+<a href=\"{prefix}/v1/agents\">JSON API</a></p></footer></body></html>\n",
+        title = esc(title),
+        prefix = esc(&site.prefix),
+        name = esc(&site.display_name),
+        desc = site
+            .description
+            .as_deref()
+            .map(|d| format!("<p class=\"lead\">{}</p>", esc(d)))
+            .unwrap_or_default(),
+    )
+}
+
+/// The fields the catalog filters on, with their labels.
+const FILTERS: [(Field, &str); 5] = [
+    (Field::Skill, "Skill"),
+    (Field::Tag, "Tag"),
+    (Field::Provider, "Provider"),
+    (Field::Capability, "Capability"),
+    (Field::Binding, "Binding"),
+];
+
+/// The catalog page for query `params` (native parameters; invalid ones answer 400 in JSON
+/// before this is called).
+pub fn catalog(
+    site: &Site,
+    params: &BTreeMap<String, Vec<String>>,
+    visible: Visibility<'_>,
+) -> Result<String, super::ApiError> {
+    let req = native::request(params, true)?;
+    let page = site
+        .catalog
+        .list(&req.query, visible, req.after.as_deref(), req.limit);
+    let fields: Vec<Field> = FILTERS.iter().map(|(f, _)| *f).collect();
+    let counts = site.catalog.facets(&req.query, visible, &fields);
+    let q = req.query.text.clone().unwrap_or_default();
+    let mut html = String::new();
+    html.push_str(
+        "<h1>Agents</h1><form class=\"search\" method=\"get\" action=\"\" role=\"search\">",
+    );
+    html.push_str(&format!(
+        "<label for=\"q\">Search agents</label><div class=\"row\"><input id=\"q\" name=\"q\" type=\"search\" value=\"{}\" placeholder=\"What should the agent do?\"><button type=\"submit\">Search</button></div>",
+        esc(&q)
+    ));
+    html.push_str("<div class=\"filters\">");
+    for (field, label) in FILTERS {
+        let selected: Vec<String> = req.query.filters.get(&field).cloned().unwrap_or_default();
+        let buckets = counts.get(&field).cloned().unwrap_or_default();
+        let mut shown: Vec<(String, usize)> = buckets.into_iter().take(12).collect();
+        for s in &selected {
+            if !shown.iter().any(|(v, _)| v.eq_ignore_ascii_case(s)) {
+                shown.push((s.clone(), 0));
+            }
+        }
+        if shown.is_empty() {
+            continue;
+        }
+        html.push_str(&format!("<fieldset><legend>{label}</legend>"));
+        for (i, (value, count)) in shown.iter().enumerate() {
+            let id = format!("f-{}-{i}", field.param());
+            let checked = selected.iter().any(|s| s.eq_ignore_ascii_case(value));
+            html.push_str(&format!(
+                "<div class=\"opt\"><input type=\"checkbox\" id=\"{id}\" name=\"{param}\" value=\"{v}\"{c}><label for=\"{id}\">{v} <span class=\"count\">{count}</span></label></div>",
+                param = field.param(),
+                v = esc(value),
+                c = if checked { " checked" } else { "" },
+            ));
+        }
+        html.push_str("</fieldset>");
+    }
+    html.push_str("</div><p><button type=\"submit\">Apply filters</button></p></form>");
+    html.push_str(&format!(
+        "<p class=\"summary\" aria-live=\"polite\">{} agent{} found</p><ul class=\"results\">",
+        page.total,
+        if page.total == 1 { "" } else { "s" }
+    ));
+    for e in &page.items {
+        html.push_str(&result(site, e));
+    }
+    html.push_str("</ul>");
+    let mut nav = String::new();
+    if req.after.is_some() {
+        let mut first = params.clone();
+        first.remove("cursor");
+        nav.push_str(&format!(
+            "<a href=\"?{}\">First page</a> ",
+            esc(&encode(&first))
+        ));
+    }
+    if let Some(after) = &page.next_after {
+        let mut next = params.clone();
+        next.insert("cursor".into(), vec![token::encode_after(after)]);
+        nav.push_str(&format!(
+            "<a href=\"?{}\" rel=\"next\">Next page</a>",
+            esc(&encode(&next))
+        ));
+    }
+    if !nav.is_empty() {
+        html.push_str(&format!(
+            "<nav aria-label=\"Pagination\" class=\"pages\">{nav}</nav>"
+        ));
+    }
+    Ok(layout(&site.display_name, site, &html))
+}
+
+fn encode(params: &BTreeMap<String, Vec<String>>) -> String {
+    let mut s = url::form_urlencoded::Serializer::new(String::new());
+    for (k, vs) in params {
+        for v in vs {
+            s.append_pair(k, v);
+        }
+    }
+    s.finish()
+}
+
+fn result(site: &Site, e: &Entry) -> String {
+    let provider = e.facet_values(Field::Provider).next().unwrap_or_default();
+    let skills: String = e
+        .skill_ids()
+        .iter()
+        .map(|s| format!("<li class=\"chip\">{}</li>", esc(s)))
+        .collect();
+    format!(
+        "<li class=\"result\"><h2><a href=\"{prefix}/agents/{ns}/{name}\">{title}</a></h2>\
+<p class=\"meta\">{provider}<span class=\"host\">{host}</span></p><p class=\"desc\">{desc}</p>\
+<ul class=\"chips\" aria-label=\"Skills\">{skills}</ul></li>",
+        prefix = esc(&site.prefix),
+        ns = esc(&url_segment(&e.placement.namespace)),
+        name = esc(&url_segment(&e.placement.name)),
+        title = esc(if e.display_name.is_empty() {
+            &e.placement.name
+        } else {
+            &e.display_name
+        }),
+        provider = if provider.is_empty() {
+            String::new()
+        } else {
+            format!("{} · ", esc(provider))
+        },
+        host = esc(&e.placement.host),
+        desc = esc(&e.description),
+    )
+}
+
+fn url_segment(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// What a signature check against the served JWKS found, for the card page.
+fn signature(e: &Entry, jwks: Option<&[u8]>) -> String {
+    let card = match A2aCard::from_json_lenient(&e.body) {
+        Ok(c) => c,
+        Err(err) => {
+            return format!(
+                "<p class=\"bad\">The card cannot be read: {}</p>",
+                esc(&err.to_string())
+            )
+        }
+    };
+    let Some(jwks) = jwks.and_then(|b| Jwks::from_slice(b).ok()) else {
+        return "<p class=\"bad\" data-verified=\"false\">✗ Not verified: no JWKS is published.</p>".into();
+    };
+    match verify_card(&card, &jwks) {
+        Ok(v) => format!(
+            "<p class=\"good\" data-verified=\"true\">✓ Signature verified against the served JWKS: key <code>{}</code>, algorithm <code>{}</code>.</p>",
+            esc(&v.kid),
+            esc(v.alg.name())
+        ),
+        Err(err) => format!(
+            "<p class=\"bad\" data-verified=\"false\">✗ Does not verify against the served JWKS: {}</p>",
+            esc(&err.to_string())
+        ),
+    }
+}
+
+fn list_section(title: &str, items: Vec<String>) -> String {
+    if items.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<section><h2>{}</h2><ul>{}</ul></section>",
+        esc(title),
+        items
+            .into_iter()
+            .map(|i| format!("<li>{i}</li>"))
+            .collect::<String>()
+    )
+}
+
+/// One card's page, with its signature checked against `jwks` (the JWKS served on its host).
+pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
+    let v: Value = serde_json::from_slice(&e.body).unwrap_or(Value::Null);
+    let mut html = String::new();
+    let title = if e.display_name.is_empty() {
+        e.placement.name.as_str()
+    } else {
+        &e.display_name
+    };
+    html.push_str(&format!(
+        "<nav aria-label=\"Breadcrumb\"><a href=\"{}/\">All agents</a></nav>",
+        esc(&site.prefix)
+    ));
+    html.push_str(&format!("<h1>{}</h1>", esc(title)));
+    html.push_str(&format!("<p class=\"desc\">{}</p>", esc(&e.description)));
+    let provider = &v["provider"];
+    html.push_str("<dl class=\"facts\">");
+    for (k, val) in [
+        ("Version", esc(&e.version)),
+        (
+            "Provider",
+            if provider.is_object() {
+                link(str_of(provider, "url"), str_of(provider, "organization"))
+            } else {
+                String::new()
+            },
+        ),
+        ("Namespace", esc(&e.placement.namespace)),
+        ("Card URL", link(&e.placement.url, &e.placement.url)),
+        (
+            "Documentation",
+            link(
+                str_of(&v, "documentationUrl"),
+                str_of(&v, "documentationUrl"),
+            ),
+        ),
+    ] {
+        if !val.is_empty() && val != "<span class=\"inert\"></span>" {
+            html.push_str(&format!("<dt>{k}</dt><dd>{val}</dd>"));
+        }
+    }
+    html.push_str("</dl>");
+    html.push_str(&format!(
+        "<section><h2>Signature</h2>{}</section>",
+        signature(e, jwks)
+    ));
+    let skills: Vec<String> = v["skills"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let tags: String = s["tags"].as_array().into_iter().flatten().filter_map(Value::as_str)
+                .map(|t| format!("<li class=\"chip\">{}</li>", esc(t))).collect();
+            let examples: String = s["examples"].as_array().into_iter().flatten().filter_map(Value::as_str)
+                .map(|x| format!("<li>{}</li>", esc(x))).collect();
+            format!(
+                "<h3>{} <code>{}</code></h3><p>{}</p><ul class=\"chips\" aria-label=\"Tags\">{tags}</ul>{}",
+                esc(str_of(s, "name")),
+                esc(str_of(s, "id")),
+                esc(str_of(s, "description")),
+                if examples.is_empty() { String::new() } else { format!("<p>Examples:</p><ul class=\"examples\">{examples}</ul>") }
+            )
+        })
+        .collect();
+    html.push_str(&list_section("Skills", skills));
+    let interfaces: Vec<String> = v["supportedInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            format!(
+                "{} <code>{}</code> {}",
+                link(str_of(i, "url"), str_of(i, "url")),
+                esc(str_of(i, "protocolBinding")),
+                esc(str_of(i, "protocolVersion"))
+            )
+        })
+        .collect();
+    html.push_str(&list_section("Interfaces", interfaces));
+    let schemes: Vec<String> = v["securitySchemes"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, scheme)| {
+            let kind = scheme
+                .as_object()
+                .and_then(|o| o.keys().next().cloned())
+                .unwrap_or_default();
+            format!("<code>{}</code> ({})", esc(name), esc(&kind))
+        })
+        .collect();
+    html.push_str(&list_section("Security schemes", schemes));
+    let requirements: Vec<String> = v["securityRequirements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| esc(&r["schemes"].to_string()))
+        .collect();
+    html.push_str(&list_section("Security requirements", requirements));
+    let caps = &v["capabilities"];
+    let mut capabilities: Vec<String> = ["streaming", "pushNotifications", "extendedAgentCard"]
+        .iter()
+        .map(|f| {
+            format!(
+                "{f}: {}",
+                if caps[*f].as_bool() == Some(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+            )
+        })
+        .collect();
+    for ext in caps["extensions"].as_array().into_iter().flatten() {
+        capabilities.push(format!(
+            "extension {}{}",
+            link(str_of(ext, "uri"), str_of(ext, "uri")),
+            if ext["required"].as_bool() == Some(true) {
+                " (required)"
+            } else {
+                ""
+            }
+        ));
+    }
+    html.push_str(&list_section("Capabilities", capabilities));
+    let pretty = serde_json::to_string_pretty(&v).unwrap_or_default();
+    let jwks_url = e
+        .placement
+        .url
+        .replace("/.well-known/agent-card.json", "/.well-known/jwks.json");
+    html.push_str(&format!(
+        "<section><h2>Check it yourself</h2><pre class=\"cmd\"><code>curl {url}\nagentcard-operator verify {url} --jwks {jwks}</code></pre></section>",
+        url = esc(&e.placement.url),
+        jwks = esc(&jwks_url)
+    ));
+    html.push_str(&format!(
+        "<section><h2>Card JSON</h2><button type=\"button\" class=\"copy\" data-copy=\"card-json\" hidden>Copy JSON</button><pre id=\"card-json\" class=\"json\" tabindex=\"0\"><code>{}</code></pre></section>",
+        esc(&pretty)
+    ));
+    layout(title, site, &html)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_text_is_escaped_and_only_web_urls_become_links() {
+        assert_eq!(esc("<script>\"'&"), "&lt;script&gt;&quot;&#39;&amp;");
+        assert!(link("https://example.com/x?a=1&b=2", "docs")
+            .starts_with("<a href=\"https://example.com/x?a=1&amp;b=2\""));
+        let inert = link("javascript:alert(1)", "javascript:alert(1)");
+        assert!(!inert.contains("href"), "{inert}");
+        assert!(!link(" JavaScript:alert(1)", "x").contains("href"));
+    }
+}

@@ -1,0 +1,234 @@
+//! The directory's web page in a real browser: Debian's headless Chromium driven by
+//! playwright-core (`tests/oracle/browse.mjs`) against the operator on a plane of this suite's
+//! own. Search narrows results, filters combine, paging walks every result once, a card page
+//! shows a verified signature and, once its key is gone from the JWKS, says it no longer
+//! verifies; a hostile card (script in text fields, a `javascript:` URI, a very long string,
+//! right-to-left text) runs no script and breaks no layout at desktop and phone widths; axe-core
+//! finds no WCAG A/AA violation. Screenshots go to `target/tmp/webui-shots/`.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use agentcard_operator::crd::AgentDirectory;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{json, Value};
+use support::cluster::*;
+use support::plane::wait_for;
+use support::ready;
+
+const SKILLS: [&str; 4] = ["translate", "summarize", "forecast", "schedule"];
+const TAGS: [&str; 3] = ["language", "weather", "office"];
+const PROVIDERS: [&str; 2] = ["Acme", "Globex"];
+
+fn agent(i: usize, host: &str) -> Value {
+    let mut c = card(&format!("agent-{i:02}"), host, "");
+    c["spec"]["card"]["name"] = json!(format!("Agent {i:02}"));
+    c["spec"]["card"]["provider"] =
+        json!({"organization": PROVIDERS[i % 2], "url": "https://example.com"});
+    c["spec"]["card"]["skills"] = json!([{
+        "id": SKILLS[i % 4], "name": format!("{} skill", SKILLS[i % 4]),
+        "description": "Does its job.", "tags": [TAGS[i % 3]],
+        "examples": [format!("{} this", SKILLS[i % 4]), "and that"]
+    }]);
+    c
+}
+
+fn hostile(host: &str) -> Value {
+    let mut c = card("hostile", host, "");
+    let long = "W".repeat(3000);
+    c["spec"]["card"]["name"] = json!("<script>window.__pwned=1</script>Evil \u{202E}gnp.exe");
+    c["spec"]["card"]["description"] = json!(format!(
+        "<img src=x onerror=\"window.__pwned=1;alert(1)\"> עברית العربية \u{202E}override {long}"
+    ));
+    c["spec"]["card"]["capabilities"] =
+        json!({"extensions": [{"uri": "javascript:alert(document.cookie)"}]});
+    c["spec"]["card"]["skills"] = json!([{
+        "id": "evil", "name": "\"><svg onload=alert(1)>", "description": "</pre><script>alert(1)</script>",
+        "tags": ["</style><script>window.__pwned=1</script>"],
+        "examples": ["javascript:alert(1)", "{{7*7}} ${7*7}"]
+    }]);
+    c
+}
+
+/// Run one browse.mjs command; its JSON verdict.
+fn browse(host: &str, addr: std::net::SocketAddr, shots: &PathBuf, args: &[&str]) -> Value {
+    let oracle = support::oracle();
+    let out = Command::new("node")
+        .arg(support::root().join("tests/oracle/browse.mjs"))
+        .args(["--resolve", &format!("{host}={addr}"), "--shots"])
+        .arg(shots)
+        .args(args)
+        .env("NODE_PATH", oracle.join("node/node_modules"))
+        .output()
+        .expect("running node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .rfind(|l| l.starts_with('{'))
+        .unwrap_or_else(|| {
+            panic!(
+                "browse.mjs {args:?} printed nothing: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let v: Value = serde_json::from_str(line).unwrap();
+    assert!(
+        v.get("error").is_none(),
+        "browse.mjs {args:?}: {}",
+        v["error"]
+    );
+    v
+}
+
+fn names(v: &Value) -> BTreeSet<String> {
+    v["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let a = Tenant::new(&p, &format!("web-a-{t}")).await;
+    let b = Tenant::new(&p, &format!("web-b-{t}")).await;
+    let n = 24;
+    for i in 0..n {
+        let tenant = if i % 2 == 0 { &a } else { &b };
+        tenant
+            .apply(&agent(i, &format!("a{i}-{t}.open.test")))
+            .await
+            .unwrap();
+    }
+    b.apply(&hostile(&format!("evil-{t}.open.test")))
+        .await
+        .unwrap();
+    for i in 0..n {
+        let ns = if i % 2 == 0 { &a.ns } else { &b.ns };
+        wait_card(&p, ns, &format!("agent-{i:02}"), "Ready", ready).await;
+    }
+    wait_card(&p, &b.ns, "hostile", "Ready", ready).await;
+    let host = format!("web-{t}.open.test");
+    let dir = json!({
+        "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDirectory",
+        "metadata": {"name": format!("web-{t}")},
+        "spec": {"publish": {"host": host}, "displayName": "Example agents",
+                 "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [a.ns, b.ns]}]}}
+    });
+    let dirs: Api<AgentDirectory> = Api::all(p.admin.clone());
+    dirs.patch(
+        &format!("web-{t}"),
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&dir),
+    )
+    .await
+    .unwrap();
+    wait_for(Duration::from_secs(30), || async {
+        dirs.get(&format!("web-{t}"))
+            .await
+            .is_ok_and(|d| d.status.is_some_and(|s| s.cards == n as i64 + 1))
+    })
+    .await
+    .expect("the directory lists every card");
+    let addr = p.op.server.addr;
+    let base = format!("http://{host}/");
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webui-shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let go = |args: &[&str]| browse(&host, addr, &shots, args);
+    // The page sees what the server serves: wait for the snapshot to list them all.
+    wait_for(Duration::from_secs(15), || {
+        std::future::ready(
+            go(&["search", &base, "Agent"])["summary"] == format!("{} agents found", n),
+        )
+    })
+    .await
+    .expect("the catalog lists every agent");
+
+    // Search narrows: the skill name "translate" is in every fourth card.
+    let want: BTreeSet<String> = (0..n)
+        .filter(|i| i % 4 == 0)
+        .map(|i| format!("Agent {i:02}"))
+        .collect();
+    let r = go(&["search", &base, "translate"]);
+    assert_eq!(names(&r), want, "{r}");
+    assert_eq!(r["summary"], format!("{} agents found", want.len()));
+
+    // Filters combine: OR within one, AND across.
+    let r = go(&[
+        "filter",
+        &base,
+        "tag=weather",
+        "tag=office",
+        "provider=Acme",
+    ]);
+    let want: BTreeSet<String> = (0..n)
+        .filter(|i| TAGS[i % 3] != "language" && PROVIDERS[i % 2] == "Acme")
+        .map(|i| format!("Agent {i:02}"))
+        .collect();
+    assert_eq!(names(&r), want, "{r}");
+
+    // Paging walks every result once.
+    let walk = go(&["walk", &format!("{base}?limit=7")]);
+    let pages: Vec<Vec<String>> = serde_json::from_value(walk["pages"].clone()).unwrap();
+    assert!(pages.iter().all(|p| p.len() <= 7) && pages.len() == (n + 1).div_ceil(7));
+    let all: Vec<String> = pages.concat();
+    let unique: BTreeSet<&String> = all.iter().collect();
+    assert_eq!((all.len(), unique.len()), (n + 1, n + 1), "{pages:?}");
+
+    // A card page shows its signature verified against the served JWKS.
+    let page = format!("{base}agents/{}/agent-00", a.ns);
+    let c = go(&["card", &page]);
+    assert_eq!(c["verified"], "true", "{c}");
+    assert!(c["signature"].as_str().unwrap().contains("ES256"));
+
+    // The hostile card: no script runs, no javascript: link, no horizontal overflow, and the
+    // pages pass axe-core.
+    let evil = format!("{base}agents/{}/hostile", b.ns);
+    for (url, shot) in [
+        (evil.as_str(), "hostile-card"),
+        (base.as_str(), "catalog"),
+        (page.as_str(), "card"),
+    ] {
+        let r = go(&["audit", url, shot]);
+        assert_eq!(r["dialogs"], json!([]), "{shot}: {r}");
+        for width in ["desktop", "phone"] {
+            assert_eq!(r[width]["pwned"], false, "{shot} {width}: {r}");
+            assert_eq!(r[width]["scriptLinks"], 0, "{shot} {width}: {r}");
+            assert_eq!(
+                r[width]["overflow"], 0,
+                "{shot} {width}: the layout overflows: {r}"
+            );
+        }
+        assert_eq!(r["violations"], json!([]), "{shot}: axe-core: {r}");
+    }
+
+    // The key leaves the JWKS: the same page now says the signature does not verify.
+    let jwks: Api<ConfigMap> = Api::namespaced(p.admin.clone(), &p.opns);
+    let patch = json!({"data": {"jwks.json": "{\"keys\":[]}"}});
+    jwks.patch(
+        "agentcard-jwks",
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    wait_for(Duration::from_secs(15), || {
+        std::future::ready(go(&["card", &page])["verified"] == "false")
+    })
+    .await
+    .expect("the card page says the signature no longer verifies");
+    let c = go(&["card", &page]);
+    assert!(
+        c["signature"].as_str().unwrap().contains("Does not verify"),
+        "{c}"
+    );
+    eprintln!("screenshots in {}", shots.display());
+}
