@@ -201,6 +201,28 @@ fn name_in_use<K: Resource>(obj: &K, dt: &K::DynamicType) -> Error {
     }
 }
 
+/// Create `want` with a plain create (`None`: created). When the name is taken, what holds it
+/// (ours behind a watch that has not caught up, or someone else's) is returned instead.
+async fn create_or_find<K>(api: &Api<K>, want: &K, name: &str) -> Result<Option<K>, Error>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let create = PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&create, want).await {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(name).await? {
+            Some(found) => Ok(Some(found)),
+            None => Err(Error::Internal(format!(
+                "{name}: conflicting create, then not found"
+            ))),
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// How one kind of object is compared and cleaned.
 pub struct Rules<Ours, Current, Removals> {
     /// Whether an existing object is ours to write.
@@ -234,25 +256,10 @@ where
     let name = want.meta().name.clone().unwrap_or_default();
     let existing = match have {
         Some(h) => h.clone(),
-        None => {
-            let create = PostParams {
-                field_manager: Some(MANAGER.into()),
-                ..Default::default()
-            };
-            match api.create(&create, want).await {
-                Ok(_) => return Ok(()),
-                // Taken: ours (a watch that has not caught up) or someone else's.
-                Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&name).await? {
-                    Some(found) => found,
-                    None => {
-                        return Err(Error::Internal(format!(
-                            "{name}: conflicting create, then not found"
-                        )))
-                    }
-                },
-                Err(e) => return Err(e.into()),
-            }
-        }
+        None => match create_or_find(api, want, &name).await? {
+            None => return Ok(()),
+            Some(found) => found,
+        },
     };
     if !(rules.ours)(existing.meta()) {
         return Err(name_in_use(want, &()));
@@ -300,24 +307,10 @@ pub async fn write_route(
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
     let existing = match have {
         Some(h) => h.clone(),
-        None => {
-            let create = PostParams {
-                field_manager: Some(MANAGER.into()),
-                ..Default::default()
-            };
-            match api.create(&create, want).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&name).await? {
-                    Some(found) => found,
-                    None => {
-                        return Err(Error::Internal(format!(
-                            "{name}: conflicting create, then not found"
-                        )))
-                    }
-                },
-                Err(e) => return Err(e.into()),
-            }
-        }
+        None => match create_or_find(&api, want, &name).await? {
+            None => return Ok(()),
+            Some(found) => found,
+        },
     };
     if !ours(&existing.metadata) {
         return Err(name_in_use(want, &ar));
