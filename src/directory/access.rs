@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -143,10 +144,24 @@ impl Authorizer {
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ApiError::unauthenticated("a bearer token is required"))?;
         let user = self.user(token).await?;
+        // Cached answers are immediate; the others are asked at most 8 at a time.
+        let asks: Vec<_> = namespaces
+            .iter()
+            .cloned()
+            .map(|ns| {
+                let user = user.clone();
+                async move { self.may_get(&user, &ns).await.map(|ok| (ns, ok)) }
+            })
+            .collect();
+        let answers: Vec<Result<(String, bool), ApiError>> = futures::stream::iter(asks)
+            .buffer_unordered(8)
+            .collect()
+            .await;
         let mut visible = HashSet::new();
-        for ns in namespaces {
-            if self.may_get(&user, ns).await? {
-                visible.insert(ns.clone());
+        for answer in answers {
+            let (ns, ok) = answer?;
+            if ok {
+                visible.insert(ns);
             }
         }
         Ok(visible)
