@@ -70,9 +70,18 @@ struct RenderArgs {
 struct VerifyArgs {
     /// Signed card: a file, `-` for stdin, or an http(s) URL.
     card: String,
-    /// JWKS: a file or an http(s) URL.
+    /// JWKS: a file or an https URL (http only with --allow-http-jwks).
     #[arg(long)]
     jwks: String,
+    /// Accept a JWKS fetched over plain http (anyone on the path could swap the keys).
+    #[arg(long)]
+    allow_http_jwks: bool,
+    /// Seconds each fetch may take, connection included.
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
+    /// Largest document fetched, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    max_bytes: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -241,20 +250,64 @@ fn render(args: RenderArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn fetch(source: &str) -> Result<Vec<u8>> {
+/// How `verify` fetches URLs.
+struct FetchLimits {
+    timeout: std::time::Duration,
+    max_bytes: usize,
+}
+
+/// Read `source` (a file, `-`, or an http(s) URL fetched within `limits`: timeouts, a size
+/// limit, at most 5 redirects and none to another scheme).
+fn fetch(source: &str, limits: &FetchLimits) -> Result<Vec<u8>> {
     if source.starts_with("https://") || source.starts_with("http://") {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         rt.block_on(async {
-            let resp = reqwest::get(source)
+            let policy = reqwest::redirect::Policy::custom(|attempt| {
+                let from = attempt.previous().last().map(|u| u.scheme().to_string());
+                if attempt.previous().len() > 5 {
+                    attempt.error("more than 5 redirects")
+                } else if from.as_deref() != Some(attempt.url().scheme()) {
+                    let to = attempt.url().to_string();
+                    attempt.error(format!("redirect to another scheme ({to}) refused"))
+                } else {
+                    attempt.follow()
+                }
+            });
+            let client = reqwest::Client::builder()
+                .timeout(limits.timeout)
+                .connect_timeout(limits.timeout)
+                .redirect(policy)
+                .build()?;
+            let mut resp = client
+                .get(source)
+                .send()
                 .await
                 .with_context(|| format!("fetching {source}"))?;
             let status = resp.status();
             if !status.is_success() {
                 return Err(anyhow!("fetching {source}: HTTP {status}"));
             }
-            Ok(resp.bytes().await?.to_vec())
+            let too_large = || anyhow!("fetching {source}: larger than {} bytes", limits.max_bytes);
+            if resp
+                .content_length()
+                .is_some_and(|n| n > limits.max_bytes as u64)
+            {
+                return Err(too_large());
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = resp
+                .chunk()
+                .await
+                .with_context(|| format!("reading {source}"))?
+            {
+                body.extend_from_slice(&chunk);
+                if body.len() > limits.max_bytes {
+                    return Err(too_large());
+                }
+            }
+            Ok(body)
         })
     } else if source == "-" {
         Ok(read_input(Path::new("-"))?.into_bytes())
@@ -265,8 +318,18 @@ fn fetch(source: &str) -> Result<Vec<u8>> {
 
 fn verify(args: VerifyArgs) -> Result<ExitCode> {
     let outcome = (|| -> Result<String> {
-        let jwks = Jwks::from_slice(&fetch(&args.jwks)?)?;
-        let card = AgentCard::from_json_lenient(&fetch(&args.card)?)
+        if args.jwks.starts_with("http://") && !args.allow_http_jwks {
+            return Err(anyhow!(
+                "the JWKS URL {} is plain http: anyone on the path could swap the keys (use https, or --allow-http-jwks)",
+                args.jwks
+            ));
+        }
+        let limits = FetchLimits {
+            timeout: std::time::Duration::from_secs(args.timeout.max(1)),
+            max_bytes: args.max_bytes,
+        };
+        let jwks = Jwks::from_slice(&fetch(&args.jwks, &limits)?)?;
+        let card = AgentCard::from_json_lenient(&fetch(&args.card, &limits)?)
             .map_err(|p| anyhow!("not an Agent Card: {p}"))?;
         let v = verify_card(&card, &jwks)?;
         Ok(format!(

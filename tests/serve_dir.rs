@@ -423,7 +423,8 @@ fn verify_fetches_the_card_and_the_jwks_by_url() {
     cmd.arg("verify")
         .arg(format!("{base}{CARD}"))
         .arg("--jwks")
-        .arg(format!("{base}/.well-known/jwks.json"));
+        .arg(format!("{base}/.well-known/jwks.json"))
+        .arg("--allow-http-jwks");
     let out = support::run(cmd, None);
     assert_eq!(
         out.status.code(),
@@ -441,7 +442,8 @@ fn verify_fetches_the_card_and_the_jwks_by_url() {
         cmd.arg("verify")
             .arg(format!("{base}{CARD}"))
             .arg("--jwks")
-            .arg(format!("{base}/.well-known/jwks.json"));
+            .arg(format!("{base}/.well-known/jwks.json"))
+            .arg("--allow-http-jwks");
         let out = support::run(cmd, None);
         (out.status.code() == Some(1)).then_some(out)
     });
@@ -453,10 +455,81 @@ fn verify_fetches_the_card_and_the_jwks_by_url() {
     cmd.arg("verify")
         .arg(format!("{base}/nope"))
         .arg("--jwks")
-        .arg(format!("{base}/.well-known/jwks.json"));
+        .arg(format!("{base}/.well-known/jwks.json"))
+        .arg("--allow-http-jwks");
     let out = support::run(cmd, None);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("HTTP 404"));
+
+    // A plain-http JWKS needs the explicit flag; documents are size-bounded.
+    let verify = |extra: &[&str]| {
+        let mut cmd = support::bin();
+        cmd.arg("verify")
+            .arg(format!("{base}{CARD}"))
+            .arg("--jwks")
+            .arg(format!("{base}/.well-known/jwks.json"))
+            .args(extra);
+        let out = support::run(cmd, None);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = verify(&[]);
+    assert_eq!(code, Some(1));
+    assert!(text.contains("plain http"), "{text}");
+    let (code, text) = verify(&["--allow-http-jwks", "--max-bytes", "100"]);
+    assert_eq!(code, Some(1));
+    assert!(text.contains("larger than 100 bytes"), "{text}");
+}
+
+/// A one-shot HTTP server answering every connection with `response`; its address.
+fn canned(response: &'static str) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            if !response.is_empty() {
+                let _ = stream.write_all(response.as_bytes());
+            } else {
+                // Never answer: hold the connection until the client gives up.
+                std::thread::sleep(Duration::from_secs(30));
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn verify_by_url_refuses_scheme_changing_redirects_and_gives_up_on_silent_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let jwks = dir.path().join("jwks.json");
+    std::fs::copy(support::vectors().join("keys/jwks.json"), &jwks).unwrap();
+    let redirect = canned("HTTP/1.1 302 Found\r\nLocation: https://127.0.0.1:9/card.json\r\nContent-Length: 0\r\n\r\n");
+    let mut cmd = support::bin();
+    cmd.arg("verify")
+        .arg(format!("http://{redirect}/card.json"))
+        .arg("--jwks")
+        .arg(&jwks);
+    let out = support::run(cmd, None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text.contains("another scheme"), "{text}");
+    let silent = canned("");
+    let mut cmd = support::bin();
+    cmd.arg("verify")
+        .arg(format!("http://{silent}/card.json"))
+        .args(["--timeout", "1"])
+        .arg("--jwks")
+        .arg(&jwks);
+    let out = support::run(cmd, None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text.contains("fetching"), "{text}");
 }
 
 #[test]
