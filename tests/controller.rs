@@ -641,3 +641,92 @@ async fn of_two_operators_one_reconciles_and_the_other_takes_over() {
         .unwrap();
     wait_card(&cards, "after", &follower, "Ready after takeover", ready).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jwks_is_repaired_and_its_last_modified_follows_its_bytes() {
+    let s = setup("jwks", &[]).await;
+    let h = host("j", &s.ns.name);
+    apply(&s.cards, &example("one", &h)).await.unwrap();
+    wait_card(&s.cards, "one", &s.operator, "Ready", ready).await;
+    let served = || s.operator.get(&h, PATH_JWKS);
+    let first = served();
+    assert_eq!(first.status, 200);
+    let (etag, modified) = (
+        first.header("etag").unwrap().to_string(),
+        first.header("last-modified").unwrap().to_string(),
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+
+    // Deleted: written again, same bytes, same Last-Modified.
+    cms.delete("agentcard-jwks", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(20), || async {
+        cms.get_opt("agentcard-jwks").await.ok().flatten().is_some()
+    })
+    .await
+    .expect("the JWKS ConfigMap is written again");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = served();
+    assert_eq!(again.header("etag"), Some(etag.as_str()));
+    assert_eq!(again.header("last-modified"), Some(modified.as_str()));
+
+    // Edited by hand: repaired.
+    let patch = json!({"data": {"jwks.json": "{\"keys\":[]}"}});
+    cms.patch(
+        "agentcard-jwks",
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    wait_for(Duration::from_secs(20), || {
+        std::future::ready(served().header("etag") == Some(etag.as_str()))
+    })
+    .await
+    .expect("an edited JWKS is repaired");
+
+    // New keys: new bytes, and Last-Modified moves with them.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let key = agentcard_operator::a2a::SigningKey::generate(
+        agentcard_operator::a2a::Algorithm::ES256,
+        Some("added-1"),
+    )
+    .unwrap();
+    let old_kid = s
+        .cards
+        .get("one")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .key_id
+        .unwrap();
+    merge_secret(
+        &secrets,
+        &json!({
+            "metadata": {"annotations": {"agentcard.dev/active-key": old_kid}},
+            "stringData": {"added-1.jwk.json": key.private_jwk_json()},
+        }),
+    )
+    .await;
+    wait_for(Duration::from_secs(20), || {
+        std::future::ready(served().header("etag").is_some_and(|e| e != etag))
+    })
+    .await
+    .unwrap_or_else(|()| {
+        panic!(
+            "the JWKS with the added key is not served: {}\n{}",
+            String::from_utf8_lossy(&served().body),
+            s.operator.logs()
+        )
+    });
+    let later = served();
+    let parse = |v: &str| httpdate::parse_http_date(v).unwrap();
+    assert!(
+        parse(later.header("last-modified").unwrap()) > parse(&modified),
+        "Last-Modified did not move with the bytes: {modified} then {:?}",
+        later.header("last-modified")
+    );
+}

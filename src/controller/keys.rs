@@ -146,8 +146,8 @@ pub async fn ensure_secret(
 }
 
 /// The JWKS ConfigMap for `keys`.
-pub fn jwks_configmap(keys: &Keys, namespace: &str) -> ConfigMap {
-    let body = String::from_utf8(jcs(&keys.jwks.to_value())).unwrap_or_default();
+pub fn jwks_configmap(keys: &Keys, namespace: &str, published_at: &str) -> ConfigMap {
+    let body = jwks_body(keys);
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -155,25 +155,68 @@ pub fn jwks_configmap(keys: &Keys, namespace: &str) -> ConfigMap {
             "name": JWKS_CONFIGMAP,
             "namespace": namespace,
             "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_JWKS},
-            "annotations": {ANN_CONTENT_HASH: content_hash(body.as_bytes())},
+            "annotations": {
+                ANN_CONTENT_HASH: content_hash(body.as_bytes()),
+                ANN_PUBLISHED_AT: published_at,
+            },
         },
         "data": {KEY_JWKS: body},
     }))
     .unwrap_or_default()
 }
 
-/// Publish the JWKS of `keys` (server-side apply).
+fn jwks_body(keys: &Keys) -> String {
+    String::from_utf8(jcs(&keys.jwks.to_value())).unwrap_or_default()
+}
+
+/// Publish the JWKS of `keys` (server-side apply), unless the ConfigMap already holds exactly
+/// it. Its publication time (the served `Last-Modified`) moves only with its bytes.
+///
+/// `last` remembers the publisher's own last publication (`(hash, time)`), so a JWKS ConfigMap
+/// deleted by someone comes back with the same time for the same bytes.
 pub async fn publish_jwks(
     client: &kube::Client,
     keys: &Keys,
     namespace: &str,
+    last: &mut Option<(String, String)>,
 ) -> Result<(), kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let cm = jwks_configmap(keys, namespace);
+    let body = jwks_body(keys);
+    let existing = api.get_opt(JWKS_CONFIGMAP).await?;
+    let same_bytes = existing
+        .as_ref()
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get(KEY_JWKS))
+        .is_some_and(|b| *b == body);
+    let previous_time = existing
+        .as_ref()
+        .and_then(|cm| cm.annotations().get(ANN_PUBLISHED_AT).cloned())
+        .filter(|_| same_bytes);
+    let hash = content_hash(body.as_bytes());
+    let remembered = last
+        .as_ref()
+        .filter(|(h, _)| *h == hash)
+        .map(|(_, at)| at.clone());
+    let published_at = previous_time
+        .clone()
+        .or(remembered)
+        .unwrap_or_else(|| jiff::Timestamp::now().to_string());
+    *last = Some((hash, published_at.clone()));
+    let want = jwks_configmap(keys, namespace, &published_at);
+    let current = existing.as_ref().is_some_and(|cm| {
+        same_bytes
+            && previous_time.is_some()
+            && cm.annotations().get(ANN_CONTENT_HASH) == want.annotations().get(ANN_CONTENT_HASH)
+            && cm.labels().get(LABEL_CONTENT).map(String::as_str) == Some(CONTENT_JWKS)
+            && cm.labels().get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGER)
+    });
+    if current {
+        return Ok(());
+    }
     api.patch(
         JWKS_CONFIGMAP,
         &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&cm),
+        &Patch::Apply(&want),
     )
     .await
     .map(|_| ())

@@ -388,27 +388,76 @@ pub async fn run(
     .default_backoff()
     .reflect(secret_writer)
     .touched_objects();
-    let jwks_client = client.clone();
-    let jwks_ns = opns.clone();
     let mut all_tx2 = all_tx.clone();
-    // One parse per Secret version, shared with the reconciles.
+    // One parse per Secret version, shared with the reconciles and the JWKS publisher.
     let key_cache = Arc::new(KeyCache::default());
     let publisher_cache = key_cache.clone();
+    let (jwks_tx, mut jwks_rx) = futures::channel::mpsc::unbounded::<()>();
+    let secret_jwks_tx = jwks_tx.clone();
     let _secret_task = AbortOnDrop(tokio::spawn(async move {
         futures::pin_mut!(secret_feed);
         while let Some(ev) = secret_feed.next().await {
             let Ok(secret) = ev else { continue };
-            match publisher_cache.get(&secret) {
-                Ok(k) => {
-                    if let Err(e) = keys::publish_jwks(&jwks_client, &k, &jwks_ns).await {
-                        tracing::warn!(error = %e, "could not publish the JWKS");
+            if let Err(e) = publisher_cache.get(&secret) {
+                tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures")
+            }
+            let _ = secret_jwks_tx.unbounded_send(());
+            let _ = all_tx2.send(()).await;
+        }
+    }));
+    // The JWKS ConfigMap: deleted or edited by anyone, it is written again.
+    let jwks_feed = watcher(
+        Api::<ConfigMap>::namespaced(client.clone(), &opns),
+        watcher::Config::default().fields(&format!("metadata.name={}", keys::JWKS_CONFIGMAP)),
+    )
+    .default_backoff();
+    let _jwks_watch_task = AbortOnDrop(tokio::spawn(async move {
+        futures::pin_mut!(jwks_feed);
+        while let Some(ev) = jwks_feed.next().await {
+            if matches!(
+                ev,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
+            ) {
+                let _ = jwks_tx.unbounded_send(());
+            }
+        }
+    }));
+    // Publish the JWKS of the current keys after each trigger; a failed write is retried with
+    // backoff (a new trigger retries at once).
+    let (jwks_client, jwks_ns, jwks_secrets, jwks_cache) = (
+        client.clone(),
+        opns.clone(),
+        secret_store.clone(),
+        key_cache.clone(),
+    );
+    let jwks_secret_ref = ObjectRef::<Secret>::new(&config.signing_secret).within(&opns);
+    let _jwks_task = AbortOnDrop(tokio::spawn(async move {
+        let mut failures = 0u32;
+        let mut last = None;
+        while jwks_rx.next().await.is_some() {
+            loop {
+                let Some(keys) = jwks_secrets
+                    .get(&jwks_secret_ref)
+                    .and_then(|s| jwks_cache.get(&s).ok())
+                else {
+                    break;
+                };
+                match keys::publish_jwks(&jwks_client, &keys, &jwks_ns, &mut last).await {
+                    Ok(()) => {
+                        failures = 0;
+                        break;
+                    }
+                    Err(e) => {
+                        failures = failures.saturating_add(1);
+                        let delay = backoff_delay(failures, 0.5);
+                        tracing::warn!(error = %e, retry_in = ?delay, "could not publish the JWKS");
+                        tokio::select! {
+                            () = tokio::time::sleep(delay) => {}
+                            more = jwks_rx.next() => if more.is_none() { return },
+                        }
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures")
-                }
             }
-            let _ = all_tx2.send(()).await;
         }
     }));
 
