@@ -115,12 +115,16 @@ pub fn agent(root: &std::path::Path, port: u16, body: &str) -> Proc {
     )
 }
 
-/// GET `path` for `host` on `127.0.0.1:port`.
+/// GET `path` for `host` on `127.0.0.1:port`; status 0 while nothing listens there yet
+/// (Traefik may still be starting).
 pub fn get(port: u16, host: &str, path: &str) -> super::http::Resp {
-    super::http::request(
-        format!("127.0.0.1:{port}").parse().unwrap(),
-        "GET",
-        path,
-        &[("Host", host)],
-    )
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    if std::net::TcpStream::connect(addr).is_err() {
+        return super::http::Resp {
+            status: 0,
+            headers: Default::default(),
+            body: Vec::new(),
+        };
+    }
+    super::http::request(addr, "GET", path, &[("Host", host)])
 }
