@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{json, Value};
 use support::cluster::*;
-use support::plane::wait_for;
+use support::plane::{dedicated_kubeconfig, wait_for};
 use support::ready;
 
 const SKILLS: [&str; 4] = ["translate", "summarize", "forecast", "schedule"];
@@ -96,7 +96,7 @@ fn names(v: &Value) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() {
-    let p = Platform::start(&[]).await;
+    let mut p = Platform::start(&[]).await;
     let t = rand_tag();
     let a = Tenant::new(&p, &format!("web-a-{t}")).await;
     let b = Tenant::new(&p, &format!("web-b-{t}")).await;
@@ -138,7 +138,14 @@ async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() 
     })
     .await
     .expect("the directory lists every card");
-    let addr = p.op.server.addr;
+    // The pages come from a `serve --from-cluster` process, so they stay up once the operator
+    // is stopped below.
+    let server = support::http::Server::start(
+        &["--from-cluster", "--namespace", &p.opns],
+        &[("KUBECONFIG", dedicated_kubeconfig())],
+    );
+    server.wait_ready(Duration::from_secs(30));
+    let addr = server.addr;
     let base = format!("http://{host}/");
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webui-shots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -210,7 +217,9 @@ async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() 
         assert_eq!(r["violations"], json!([]), "{shot}: axe-core: {r}");
     }
 
-    // The key leaves the JWKS: the same page now says the signature does not verify.
+    // The key leaves the JWKS (edited while no operator runs to repair it): the same page now
+    // says the signature does not verify.
+    p.op.kill();
     let jwks: Api<ConfigMap> = Api::namespaced(p.admin.clone(), &p.opns);
     let patch = json!({"data": {"jwks.json": "{\"keys\":[]}"}});
     jwks.patch(
