@@ -29,3 +29,25 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+/// Drain before exiting: `/readyz` turns 503 at once (load balancers stop sending), responses
+/// ask clients to close their connections, and requests keep being answered for `seconds`
+/// while `serving` (the servers' future) runs; an error of the servers ends it early.
+pub async fn drain<F>(
+    draining: &std::sync::atomic::AtomicBool,
+    seconds: u64,
+    serving: &mut std::pin::Pin<&mut F>,
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    draining.store(true, std::sync::atomic::Ordering::Release);
+    tracing::info!(seconds, "shutting down: draining");
+    tokio::select! {
+        r = serving.as_mut() => r,
+        () = tokio::time::sleep(std::time::Duration::from_secs(seconds)) => {
+            tracing::info!("drained");
+            Ok(())
+        }
+    }
+}

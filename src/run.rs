@@ -100,6 +100,10 @@ pub struct RunArgs {
     /// default: the API server's own).
     #[arg(long, default_value = "")]
     token_audiences: String,
+    /// Seconds to keep answering after SIGTERM (`/readyz` 503, `Connection: close`) before
+    /// giving up the lease and exiting.
+    #[arg(long, default_value_t = 10)]
+    drain_seconds: u64,
     /// Lease holder identity (default: $POD_NAME, else host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -120,10 +124,16 @@ pub fn run(args: RunArgs) -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let client = kube::Client::try_default().await.context("connecting to the cluster")?;
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the cluster")?;
         let identity = args.identity.clone().unwrap_or_else(default_identity);
         let index = Arc::new(Index::new());
-        let feed = tokio::spawn(source_cluster::watch_cluster(client.clone(), args.namespace.clone(), index.clone()));
+        let feed = tokio::spawn(source_cluster::watch_cluster(
+            client.clone(),
+            args.namespace.clone(),
+            index.clone(),
+        ));
 
         let metrics = Arc::new(ControllerMetrics::default());
         let mut registry = prometheus_client::registry::Registry::default();
@@ -189,11 +199,30 @@ pub fn run(args: RunArgs) -> Result<()> {
         };
         tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
         servers.log_addresses();
+        let draining = servers.draining();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let run = servers.run();
+        let leading = lead(
+            client,
+            config,
+            metrics,
+            identity,
+            args.namespace.clone(),
+            args.lease_duration,
+            failed,
+            stop_rx,
+        );
+        tokio::pin!(run, leading);
         tokio::select! {
-            r = servers.run() => r?,
+            r = &mut run => r?,
             r = feed => r.context("card feed stopped")?,
-            r = lead(client, config, metrics, identity, args.namespace.clone(), args.lease_duration, failed) => r?,
-            _ = crate::process::shutdown_signal() => tracing::info!("shutting down"),
+            r = &mut leading => r?,
+            _ = crate::process::shutdown_signal() => {
+                crate::process::drain(&draining, args.drain_seconds, &mut run).await?;
+                // Give the lease up (the controllers stop first), bounded.
+                let _ = stop_tx.send(true);
+                let _ = tokio::time::timeout(Duration::from_secs(5), &mut leading).await;
+            }
         }
         Ok(())
     })
@@ -208,6 +237,7 @@ async fn lead(
     namespace: String,
     lease_duration: u64,
     failed: Arc<AtomicBool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let grace = (lease_duration / 3).max(1);
     let manager = LeaseManagerBuilder::new(client.clone(), "agentcard-operator-leader")
@@ -221,7 +251,13 @@ async fn lead(
     let (mut leader, lease_task) = manager.watch().await;
     loop {
         while !*leader.borrow_and_update() {
-            leader.changed().await.context("lease watch ended")?;
+            tokio::select! {
+                changed = leader.changed() => changed.context("lease watch ended")?,
+                _ = stop.changed() => {
+                    release(leader, lease_task).await;
+                    return Ok(());
+                }
+            }
         }
         tracing::info!("acquired the lease: starting the controllers");
         let mut controllers = tokio::spawn(controller::run(
@@ -238,6 +274,12 @@ async fn lead(
                     }
                 }
                 result = &mut controllers => break Some(result),
+                _ = stop.changed() => {
+                    controllers.abort();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), &mut controllers).await;
+                    release(leader, lease_task).await;
+                    return Ok(());
+                }
             }
         };
         let Some(result) = stopped else {
@@ -256,13 +298,19 @@ async fn lead(
             Err(e) => format!("the controllers panicked: {e}"),
         };
         tracing::error!(reason = %why, "giving up the lease");
-        drop(leader);
-        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-            Ok(Ok(Ok(_))) => tracing::info!("lease released"),
-            other => {
-                tracing::warn!(result = ?other.map(|r| r.map(|r| r.err())), "could not confirm the lease release")
-            }
-        }
+        release(leader, lease_task).await;
         anyhow::bail!(why);
+    }
+}
+
+/// Give the lease up: closing the channel makes the manager release it (bounded wait).
+async fn release(
+    leader: tokio::sync::watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+) {
+    drop(leader);
+    match tokio::time::timeout(Duration::from_secs(5), task).await {
+        Ok(Ok(Ok(_))) => tracing::info!("lease released"),
+        _ => tracing::warn!("could not confirm the lease release"),
     }
 }

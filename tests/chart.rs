@@ -79,6 +79,10 @@ fn the_chart_lints_and_its_schema_refuses_unknown_keys() {
         ("ingress.tls=everything", "/ingress/tls"),
         ("replicaCount=0", "/replicaCount"),
         ("podAntiAffinity=maybe", "/podAntiAffinity"),
+        (
+            "operator.drainSeconds=60",
+            "below terminationGracePeriodSeconds",
+        ),
     ] {
         let out = helm(&["template", "rel", CHART, "--set", set]);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -182,6 +186,7 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
         "--gateway=infra/public/https",
         "--gateway-allowed-sections=web",
         "--service-port=8080",
+        "--drain-seconds=20",
     ] {
         assert!(
             args.iter().any(|a| a == flag),

@@ -730,3 +730,49 @@ async fn the_jwks_is_repaired_and_its_last_modified_follows_its_bytes() {
         later.header("last-modified")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sigterm_the_lease_holder_drains_then_gives_the_lease_up() {
+    let client = client().await;
+    let op_ns = TestNamespace::new(&client, "drain-op").await;
+    let ns = TestNamespace::new(&client, "drain").await;
+    let mut op = Operator::start(
+        &op_ns.name,
+        &ns.name,
+        &["--identity", "draining-one", "--drain-seconds", "2"],
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &op_ns.name);
+    let holder = || async {
+        leases
+            .get_opt("agentcard-operator-leader")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    };
+    wait_for(Duration::from_secs(20), || async {
+        holder().await.as_deref() == Some("draining-one")
+    })
+    .await
+    .expect("it leads");
+    op.terminate();
+    let ready = |op: &Operator| {
+        support::http::request(op.server.admin, "GET", "/readyz", &[("Host", "admin")]).status
+    };
+    wait_for(Duration::from_secs(2), || {
+        std::future::ready(ready(&op) == 503)
+    })
+    .await
+    .expect("/readyz turns 503 at once");
+    let status = op
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("it did not exit:\n{}", op.logs()));
+    assert!(status.success(), "{status}\n{}", op.logs());
+    assert_ne!(
+        holder().await.as_deref(),
+        Some("draining-one"),
+        "the lease was kept:\n{}",
+        op.logs()
+    );
+}

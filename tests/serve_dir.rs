@@ -556,3 +556,60 @@ fn a_second_server_on_the_same_port_is_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn on_sigterm_it_turns_unready_keeps_answering_with_connection_close_then_exits() {
+    let dir = card_dir();
+    let mut s = serve(dir.path(), &["--drain-seconds", "3"]);
+    assert_eq!(s.ready_status(), 200);
+    s.terminate();
+    let unready = eventually(Duration::from_secs(2), || {
+        (s.ready_status() == 503).then_some(())
+    });
+    assert!(unready.is_some(), "/readyz did not turn 503 on SIGTERM");
+    let r = s.get(HOST, CARD, &[]);
+    assert_eq!(r.status, 200, "still answering while draining");
+    assert_eq!(r.header("connection"), Some("close"));
+    let status = s
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits after the drain period");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn idle_keep_alive_connections_outlive_a_pause_shorter_than_the_idle_timeout() {
+    use std::io::{Read, Write};
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--header-read-timeout", "4"]);
+    let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let request = format!("HEAD {CARD} HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+    let read_head = |conn: &mut std::net::TcpStream| -> String {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            match conn.read(&mut byte) {
+                Ok(1) => buf.push(byte[0]),
+                _ => break,
+            }
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    conn.write_all(request.as_bytes()).unwrap();
+    assert!(read_head(&mut conn).starts_with("HTTP/1.1 200"));
+    // Idle for half the idle timeout: the same connection still answers.
+    std::thread::sleep(Duration::from_secs(2));
+    conn.write_all(request.as_bytes()).unwrap();
+    assert!(
+        read_head(&mut conn).starts_with("HTTP/1.1 200"),
+        "the idle connection was closed"
+    );
+    // Idle past it: closed.
+    std::thread::sleep(Duration::from_secs(5));
+    let _ = conn.write_all(request.as_bytes());
+    assert_eq!(
+        read_head(&mut conn),
+        "",
+        "an idle connection outlived the timeout"
+    );
+}

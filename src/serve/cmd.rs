@@ -35,9 +35,14 @@ pub struct ServeArgs {
     /// Most concurrent client connections.
     #[arg(long, default_value_t = 10_000)]
     max_connections: usize,
-    /// Seconds a client has to send its request headers.
-    #[arg(long, default_value_t = 10)]
+    /// Seconds a client has to send its request headers; also how long an idle keep-alive
+    /// connection stays open.
+    #[arg(long, default_value_t = 75)]
     header_read_timeout: u64,
+    /// Seconds to keep answering after SIGTERM (`/readyz` 503, `Connection: close`) before
+    /// exiting, so load balancers stop sending first.
+    #[arg(long, default_value_t = 10)]
+    drain_seconds: u64,
     /// With --from-dir: also serve every card in a public directory (manifest, ARD and native
     /// APIs) on this host.
     #[arg(long, value_name = "HOST")]
@@ -111,10 +116,15 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             servers = servers.with_authorizer(a);
         }
         servers.log_addresses();
+        let draining = servers.draining();
+        let run = servers.run();
+        tokio::pin!(run);
         tokio::select! {
-            r = servers.run() => r?,
+            r = &mut run => r?,
             r = feed => r.context("card feed stopped")?,
-            _ = crate::process::shutdown_signal() => tracing::info!("shutting down"),
+            _ = crate::process::shutdown_signal() => {
+                crate::process::drain(&draining, args.drain_seconds, &mut run).await?;
+            }
         }
         Ok(())
     })

@@ -32,6 +32,7 @@ pub struct Servers {
     admin: Arc<admin::Admin>,
     limits: server::Limits,
     authorizer: Option<Arc<crate::directory::access::Authorizer>>,
+    draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Servers {
@@ -48,6 +49,15 @@ impl Servers {
     ) -> anyhow::Result<Servers> {
         let metrics = Arc::new(metrics::HttpMetrics::default());
         metrics.register(&mut registry);
+        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ready_draining = draining.clone();
+        ready.push(Arc::new(move || {
+            if ready_draining.load(std::sync::atomic::Ordering::Acquire) {
+                Err("draining: this process is shutting down".into())
+            } else {
+                Ok(())
+            }
+        }));
         let ready_index = index.clone();
         ready.insert(
             0,
@@ -81,7 +91,20 @@ impl Servers {
             }),
             limits,
             authorizer: None,
+            draining,
         })
+    }
+
+    /// Start draining: `/readyz` answers 503 and every response asks the client to close its
+    /// connection, while requests keep being answered.
+    pub fn start_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The draining flag (see [`Servers::start_draining`]).
+    pub fn draining(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.draining.clone()
     }
 
     /// Check callers of Kubernetes-mode directories with `authorizer`.
@@ -106,7 +129,7 @@ impl Servers {
     /// Serve both ports until one fails.
     pub async fn run(self) -> anyhow::Result<()> {
         tokio::select! {
-            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits, self.authorizer) => r.context("public server"),
+            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits, self.authorizer, self.draining) => r.context("public server"),
             r = admin::serve_admin(self.admin_listener, self.admin) => r.context("admin server"),
         }
     }

@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +40,9 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 10_000,
-            header_read_timeout: Duration::from_secs(10),
+            // Also how long an idle keep-alive connection stays open (hyper starts the timer
+            // when it waits for the next request): above the 60 s proxies commonly reuse.
+            header_read_timeout: Duration::from_secs(75),
             max_header_bytes: 16 * 1024,
             max_headers: 64,
             max_body_bytes: 16 * 1024,
@@ -55,6 +58,7 @@ pub async fn serve_public(
     metrics: Arc<HttpMetrics>,
     limits: Limits,
     authorizer: Option<Arc<Authorizer>>,
+    draining: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut accept_backoff = Duration::from_millis(5);
@@ -79,6 +83,7 @@ pub async fn serve_public(
         let index = index.clone();
         let metrics = metrics.clone();
         let authorizer = authorizer.clone();
+        let draining = draining.clone();
         tokio::spawn(async move {
             metrics.connections.inc();
             let gauge = metrics.connections.clone();
@@ -86,6 +91,7 @@ pub async fn serve_public(
                 let index = index.clone();
                 let metrics = metrics.clone();
                 let authorizer = authorizer.clone();
+                let draining = draining.clone();
                 async move {
                     let declared = req
                         .headers()
@@ -105,6 +111,14 @@ pub async fn serve_public(
                         respond(&index, req.method(), req.uri(), req.headers())
                     };
                     metrics.observe(route, resp.status().as_u16());
+                    let mut resp = resp;
+                    if draining.load(Ordering::Acquire) {
+                        // Shutting down: clients close this connection after the response.
+                        resp.headers_mut().insert(
+                            ::http::header::CONNECTION,
+                            ::http::HeaderValue::from_static("close"),
+                        );
+                    }
                     Ok::<_, Infallible>(resp)
                 }
             });
@@ -159,6 +173,7 @@ pub async fn serve_public_per_core(
     metrics: Arc<HttpMetrics>,
     limits: Limits,
     authorizer: Option<Arc<Authorizer>>,
+    draining: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Error>();
     let per_worker = Limits {
@@ -168,6 +183,7 @@ pub async fn serve_public_per_core(
     for (i, listener) in listeners.into_iter().enumerate() {
         let (index, metrics, failed) = (index.clone(), metrics.clone(), failed_tx.clone());
         let authorizer = authorizer.clone();
+        let draining = draining.clone();
         std::thread::Builder::new()
             .name(format!("http-{i}"))
             .spawn(move || {
@@ -183,7 +199,7 @@ pub async fn serve_public_per_core(
                 };
                 let result = rt.block_on(async move {
                     let listener = TcpListener::from_std(listener)?;
-                    serve_public(listener, index, metrics, per_worker, authorizer).await
+                    serve_public(listener, index, metrics, per_worker, authorizer, draining).await
                 });
                 let _ = failed.send(
                     result

@@ -121,6 +121,15 @@ impl Operator {
         super::http::request(self.server.addr, "GET", path, &[("Host", host)])
     }
 
+    /// Send SIGTERM, as Kubernetes does to a stopping pod.
+    pub fn terminate(&self) {
+        let st = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
     /// Kill it hard (no lease release), as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
