@@ -17,7 +17,6 @@ pub mod validate;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -129,10 +128,9 @@ async fn publish(
 
 async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = card.namespace().unwrap_or_default();
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-    let previous = cms.get_opt(&build::configmap_name(&card)).await?;
+    let previous = ctx.configmap(&ns, &build::configmap_name(&card)).await;
     let existing = apply::Existing {
-        configmap: previous.as_ref(),
+        configmap: previous.as_deref(),
         ingress: ctx.ingress(
             &ctx.settings.operator_namespace,
             &build::ingress_name(&ns, &card.name_any()),
