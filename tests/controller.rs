@@ -575,12 +575,12 @@ async fn of_two_operators_one_reconciles_and_the_other_takes_over() {
     let a = Operator::start(
         &op_ns.name,
         &ns.name,
-        &["--lease-duration", "4", "--identity", "op-a"],
+        &["--lease-duration", "6", "--identity", "op-a"],
     );
     let b = Operator::start(
         &op_ns.name,
         &ns.name,
-        &["--lease-duration", "4", "--identity", "op-b"],
+        &["--lease-duration", "6", "--identity", "op-b"],
     );
     let leases: Api<Lease> = Api::namespaced(client.clone(), &op_ns.name);
     let holder = std::sync::Mutex::new(String::new());
@@ -633,7 +633,7 @@ async fn of_two_operators_one_reconciles_and_the_other_takes_over() {
     .await
     .expect("takeover");
     eprintln!(
-        "takeover after {:?} (lease duration 4 s)",
+        "takeover after {:?} (lease duration 6 s)",
         started.elapsed()
     );
     apply(&cards, &example("after", &host("after", &ns.name)))
