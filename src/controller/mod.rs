@@ -114,8 +114,6 @@ pub struct Context {
     pub signing_secret: String,
     /// The Ingresses this operator wrote (every namespace).
     pub ingresses: Store<Ingress>,
-    /// The card ConfigMaps this operator wrote.
-    pub configmaps: Store<ConfigMap>,
     /// The HTTPRoutes this operator wrote (with HTTPRoute routing).
     pub routes: Option<Store<DynamicObject>>,
     /// Every AgentDirectory.
@@ -278,12 +276,6 @@ impl Context {
     /// The Ingress `namespace/name` as last seen, if it exists.
     pub fn ingress(&self, namespace: &str, name: &str) -> Option<Arc<Ingress>> {
         self.ingresses.get(&ObjectRef::new(name).within(namespace))
-    }
-
-    /// The card ConfigMap `namespace/name` as last seen (after the first full list).
-    pub async fn configmap(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>> {
-        let _ = self.configmaps.wait_until_ready().await;
-        self.configmaps.get(&ObjectRef::new(name).within(namespace))
     }
 
     /// The HTTPRoute `namespace/name` as last seen, if routes are watched and it exists.
@@ -530,21 +522,6 @@ pub async fn run(
     }
     drop(route_refs_tx);
     drop(dir_route_tx);
-    // The card ConfigMaps we write: a reconcile reads them here instead of asking the API
-    // server, and a change to one (edited, deleted) re-runs its card.
-    let (cm_store, cm_writer) = reflector::store();
-    let cm_feed = watcher(
-        match &config.watch_namespace {
-            Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
-            None => Api::<ConfigMap>::all(client.clone()),
-        },
-        watcher::Config::default().labels(&format!(
-            "{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}"
-        )),
-    )
-    .default_backoff()
-    .reflect(cm_writer)
-    .touched_objects();
     let (peers_tx, peers_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let (dir_peers_tx, dir_peers_rx) =
         futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
@@ -555,7 +532,6 @@ pub async fn run(
     let directories = directory_controller.store();
     let ctx = Arc::new(Context {
         peers: peers_tx,
-        configmaps: cm_store,
         routes: route_store,
         directory_peers: dir_peers_tx,
         directories: directories.clone(),
@@ -620,7 +596,15 @@ pub async fn run(
     let ns_cards = cards.clone();
     let operator_ns = opns.clone();
     let card_run = controller
-        .owns_stream(cm_feed)
+        .owns(
+            match &config.watch_namespace {
+                Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
+                None => Api::<ConfigMap>::all(client.clone()),
+            },
+            watcher::Config::default().labels(&format!(
+                "{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}"
+            )),
+        )
         .reconcile_on(futures::stream::select(peers_rx, route_refs_rx))
         .watches_stream(ingress_feed, move |ing: Ingress| {
             // Someone deleted or edited an Ingress we write: put it back. An Ingress outside

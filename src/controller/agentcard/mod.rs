@@ -17,6 +17,7 @@ pub mod validate;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -128,9 +129,10 @@ async fn publish(
 
 async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = card.namespace().unwrap_or_default();
-    let previous = ctx.configmap(&ns, &build::configmap_name(&card)).await;
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    let previous = cms.get_opt(&build::configmap_name(&card)).await?;
     let existing = apply::Existing {
-        configmap: previous.as_deref(),
+        configmap: previous.as_ref(),
         ingress: ctx.ingress(
             &ctx.settings.operator_namespace,
             &build::ingress_name(&ns, &card.name_any()),
