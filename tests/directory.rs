@@ -523,7 +523,13 @@ async fn in_kubernetes_mode_each_caller_sees_what_its_rbac_allows() {
     let token_both = service_account_token(&p, &b.ns, "reader-both", &[&a.ns, &b.ns]).await;
     let bearer = |t: &str| format!("Bearer {t}");
 
-    // No token, or a bad one: 401 in the ARD error shape.
+    // No token, or a bad one: 401 in the ARD error shape (once every replica serves the
+    // directory: its status can be written a moment before the servers rebuild their sites).
+    wait_for(Duration::from_secs(10), || {
+        std::future::ready(get(&p, &dhost, "/v1/agents", &[]).status == 401)
+    })
+    .await
+    .expect("the directory is served");
     let r = get(&p, &dhost, "/v1/agents", &[]);
     assert_eq!(r.status, 401);
     assert_schema("Error", &json_of(&r));
@@ -615,4 +621,21 @@ async fn in_kubernetes_mode_each_caller_sees_what_its_rbac_allows() {
         x["facets"]["metadata.namespace"]["buckets"],
         json!([{"value": a.ns, "count": 1}])
     );
+
+    // The web page shows the same: reader a's catalog lists alpha only, and beta's page is
+    // not found; without a token the page is refused.
+    let html = [("Accept", "text/html"), ("Authorization", ba.as_str())];
+    let page = get(&p, &dhost, "/", &html);
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("vary"), Some("Accept, Authorization"));
+    let text = String::from_utf8_lossy(&page.body);
+    assert!(
+        text.contains(">Agent alpha<") && !text.contains("beta") && !text.contains("Globex"),
+        "{text}"
+    );
+    assert_eq!(
+        get(&p, &dhost, &format!("/agents/{}/beta", b.ns), &html).status,
+        404
+    );
+    assert_eq!(get(&p, &dhost, "/", &[("Accept", "text/html")]).status, 401);
 }

@@ -98,7 +98,7 @@ fn written_for(meta: &ObjectMeta, dir: &AgentDirectory) -> bool {
 /// Cards the directory lists now, by the lease holder's stores.
 fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
     let count = ctx
-        .cards
+        .directory_cards
         .state()
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -110,7 +110,7 @@ fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
         .filter(|c| {
             let ns = c.namespace().unwrap_or_default();
             let ns_labels = ctx
-                .namespaces
+                .directory_namespaces
                 .get(&kube::runtime::reflector::ObjectRef::new(&ns))
                 .map(|n| n.labels().clone())
                 .unwrap_or_default();

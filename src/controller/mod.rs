@@ -114,6 +114,10 @@ pub struct Context {
     pub signing_secret: String,
     /// The Ingresses this operator wrote (every namespace).
     pub ingresses: Store<Ingress>,
+    /// Every AgentCard, as the directory controller's own watch last saw it.
+    pub directory_cards: Store<AgentCard>,
+    /// Every Namespace, as the directory controller's own watch last saw it.
+    pub directory_namespaces: Store<Namespace>,
     /// The HTTPRoutes this operator wrote (with HTTPRoute routing).
     pub routes: Option<Store<DynamicObject>>,
     /// Every AgentDirectory.
@@ -522,6 +526,25 @@ pub async fn run(
     }
     drop(route_refs_tx);
     drop(dir_route_tx);
+    // What directories count: cards and namespaces from watches of the directory controller's
+    // own, so a change is in these stores before it triggers the directories (a separate store
+    // could still hold the old labels when the directory counts).
+    let (dir_cards, dir_cards_writer) = reflector::store();
+    let dir_card_feed = watcher(
+        Api::<AgentCard>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .reflect(dir_cards_writer)
+    .touched_objects();
+    let (dir_namespaces, dir_ns_writer) = reflector::store();
+    let dir_ns_feed = watcher(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(dir_ns_writer)
+    .touched_objects();
     let (peers_tx, peers_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let (dir_peers_tx, dir_peers_rx) =
         futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
@@ -532,6 +555,8 @@ pub async fn run(
     let directories = directory_controller.store();
     let ctx = Arc::new(Context {
         peers: peers_tx,
+        directory_cards: dir_cards,
+        directory_namespaces: dir_namespaces,
         routes: route_store,
         directory_peers: dir_peers_tx,
         directories: directories.clone(),
@@ -570,16 +595,8 @@ pub async fn run(
             .collect::<Vec<_>>()
     };
     let directory_run = directory_controller
-        .watches(
-            Api::<AgentCard>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
-            move |_card| all_dirs(&dirs_for_cards),
-        )
-        .watches(
-            Api::<Namespace>::all(client.clone()),
-            watcher::Config::default(),
-            move |_ns| all_dirs(&dirs_for_ns),
-        )
+        .watches_stream(dir_card_feed, move |_card| all_dirs(&dirs_for_cards))
+        .watches_stream(dir_ns_feed, move |_ns| all_dirs(&dirs_for_ns))
         .reconcile_on(futures::stream::select(dir_peers_rx, dir_route_rx))
         .run(
             agentdirectory::reconcile,
