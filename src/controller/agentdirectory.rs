@@ -188,6 +188,7 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
             current: |h: Option<&Ingress>| apply::ingress_current(h, &want),
             removals: |h: &Ingress| apply::ingress_removals(h, &want),
         },
+        &(),
     )
     .await?;
     Ok(DirectoryRoute {

@@ -242,16 +242,13 @@ pub async fn write<K, O, C, R>(
     want: &K,
     have: Option<&K>,
     rules: Rules<O, C, R>,
+    dt: &K::DynamicType,
 ) -> Result<(), Error>
 where
     O: Fn(&ObjectMeta) -> bool,
     C: Fn(Option<&K>) -> bool,
     R: Fn(&K) -> Option<serde_json::Value>,
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let name = want.meta().name.clone().unwrap_or_default();
     let existing = match have {
@@ -262,7 +259,7 @@ where
         },
     };
     if !(rules.ours)(existing.meta()) {
-        return Err(name_in_use(want, &()));
+        return Err(name_in_use(want, dt));
     }
     if (rules.current)(Some(&existing)) {
         return Ok(());
@@ -293,8 +290,8 @@ fn json_holds(have: &serde_json::Value, want: &serde_json::Value) -> bool {
     }
 }
 
-/// Write HTTPRoute `want` (server-side apply when ours and different, create when absent,
-/// `NameInUse` when someone else's).
+/// Write HTTPRoute `want` through [`write`]: its spec is current when it holds every field we
+/// set (the API server defaults others).
 pub async fn write_route(
     client: &Client,
     want: &DynamicObject,
@@ -303,32 +300,26 @@ pub async fn write_route(
 ) -> Result<(), Error> {
     let ar = httproute_resource();
     let ns = want.metadata.namespace.clone().unwrap_or_default();
-    let name = want.metadata.name.clone().unwrap_or_default();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-    let existing = match have {
-        Some(h) => h.clone(),
-        None => match create_or_find(&api, want, &name).await? {
-            None => return Ok(()),
-            Some(found) => found,
+    write(
+        &api,
+        want,
+        have,
+        Rules {
+            ours,
+            current: |h: Option<&DynamicObject>| {
+                h.is_some_and(|h| {
+                    json_holds(&h.data["spec"], &want.data["spec"])
+                        && meta_holds(&h.metadata, &want.metadata)
+                })
+            },
+            removals: |h: &DynamicObject| {
+                removals(&h.metadata, &want.metadata, serde_json::Map::new())
+            },
         },
-    };
-    if !ours(&existing.metadata) {
-        return Err(name_in_use(want, &ar));
-    }
-    if json_holds(&existing.data["spec"], &want.data["spec"])
-        && meta_holds(&existing.metadata, &want.metadata)
-    {
-        return Ok(());
-    }
-    if let Some(patch) = removals(&existing.metadata, &want.metadata, serde_json::Map::new()) {
-        let params = PatchParams {
-            field_manager: Some(MANAGER.into()),
-            ..Default::default()
-        };
-        api.patch(&name, &params, &Patch::Merge(&patch)).await?;
-    }
-    api.patch(&name, &ssa(), &Patch::Apply(want)).await?;
-    Ok(())
+        &ar,
+    )
+    .await
 }
 
 /// Delete HTTPRoute `namespace/name` when it is ours (`ours` judges what a GET returns).
@@ -374,6 +365,7 @@ pub async fn apply(
             current: |h: Option<&ConfigMap>| configmap_current(h, &built.configmap),
             removals: |h: &ConfigMap| configmap_removals(h, &built.configmap),
         },
+        &(),
     )
     .await?;
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
@@ -387,6 +379,7 @@ pub async fn apply(
                 current: |h: Option<&Ingress>| ingress_current(h, ing),
                 removals: |h: &Ingress| ingress_removals(h, ing),
             },
+            &(),
         )
         .await?;
     }
@@ -408,6 +401,7 @@ pub async fn apply(
                     current: |h: Option<&Ingress>| ingress_current(h, b),
                     removals: |h: &Ingress| ingress_removals(h, b),
                 },
+                &(),
             )
             .await?
         }
