@@ -333,16 +333,11 @@ async fn inside_a_private_network_namespace() {
         "agent path: {}",
         through(host, "/a2a/v1").status
     );
-    let dir = tempfile::tempdir().unwrap();
-    let (card_file, jwks_file) = (dir.path().join("card.json"), dir.path().join("jwks.json"));
-    std::fs::write(
-        &card_file,
-        through(host, "/.well-known/agent-card.json").body,
-    )
-    .unwrap();
-    std::fs::write(&jwks_file, &jwks.body).unwrap();
-    let verdicts = support::sdk_verify(support::Sdk::Python, &jwks_file, &[card_file]);
-    assert!(verdicts[0].valid, "{:?}", verdicts[0].error);
+    let verdict = support::python_sdk_verdict(
+        &through(host, "/.well-known/agent-card.json").body,
+        &jwks.body,
+    );
+    assert!(verdict.valid, "{:?}", verdict.error);
 
     // A namespace the listener does not allow: its backend route is refused, and says so.
     let outsider = "outsider";

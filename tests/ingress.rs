@@ -180,15 +180,11 @@ async fn inside_a_private_network_namespace() {
         agent.headers,
         String::from_utf8_lossy(&agent.body)
     );
-    let dir = tempfile::tempdir().unwrap();
-    let (card_file, jwks_file) = (dir.path().join("card.json"), dir.path().join("jwks.json"));
-    std::fs::write(&card_file, &card_resp.body).unwrap();
-    std::fs::write(&jwks_file, &jwks.body).unwrap();
-    let verdicts = support::sdk_verify(support::Sdk::Python, &jwks_file, &[card_file]);
+    let verdict = support::python_sdk_verdict(&card_resp.body, &jwks.body);
     assert!(
-        verdicts[0].valid,
+        verdict.valid,
         "the Python SDK rejects the card served through Traefik: {:?}",
-        verdicts[0].error
+        verdict.error
     );
 
     // Deleted, the card's routes go: Traefik answers 404.

@@ -165,23 +165,12 @@ pub fn wait_for_addresses(log: &Path, child: &mut Child) -> (SocketAddr, SocketA
 impl Server {
     /// Send SIGTERM, as Kubernetes does to a stopping pod.
     pub fn terminate(&self) {
-        let st = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        super::terminate(&self.child);
     }
 
     /// Wait up to `within` for the process to exit on its own.
     pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
+        super::wait_exit(&mut self.child, within)
     }
 
     /// Start `serve` with `args` (source flags etc.) on ports the process picks itself, and wait

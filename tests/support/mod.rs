@@ -52,6 +52,32 @@ pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
 }
 
+/// Send SIGTERM to `child`, as Kubernetes does to a stopping pod.
+pub fn terminate(child: &std::process::Child) {
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// Wait up to `within` for `child` to exit on its own.
+pub fn wait_exit(
+    child: &mut std::process::Child,
+    within: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Run a command with `stdin` text, returning its output.
 pub fn run(mut cmd: Command, stdin: Option<&[u8]>) -> Output {
     use std::io::Write;
@@ -138,6 +164,17 @@ pub fn sdk_verify(sdk: Sdk, jwks: &Path, cards: &[PathBuf]) -> Vec<Verdict> {
         String::from_utf8_lossy(&out.stderr)
     );
     verdicts
+}
+
+/// The Python SDK's verdict on served `card` bytes against served `jwks` bytes.
+pub fn python_sdk_verdict(card: &[u8], jwks: &[u8]) -> Verdict {
+    let dir = tempfile::tempdir().unwrap();
+    let (card_file, jwks_file) = (dir.path().join("card.json"), dir.path().join("jwks.json"));
+    std::fs::write(&card_file, card).unwrap();
+    std::fs::write(&jwks_file, jwks).unwrap();
+    sdk_verify(Sdk::Python, &jwks_file, &[card_file])
+        .pop()
+        .expect("one verdict")
 }
 
 /// The Python SDK's canonical bytes of each card (JSON values), or its error.

@@ -99,16 +99,7 @@ impl Operator {
 
     /// Wait up to `timeout` for the process to exit on its own.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if std::time::Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::wait_exit(&mut self.child, timeout)
     }
 
     /// Its log so far.
@@ -123,11 +114,7 @@ impl Operator {
 
     /// Send SIGTERM, as Kubernetes does to a stopping pod.
     pub fn terminate(&self) {
-        let st = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        super::terminate(&self.child);
     }
 
     /// Kill it hard (no lease release), as a crash would.
