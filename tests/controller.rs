@@ -505,6 +505,23 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
     .await;
     assert!(ok.is_ok(), "the JWKS does not list the old and the new key");
 
+    // Back to the old key by the annotation alone (the keys are unchanged): re-signed again.
+    merge_secret(
+        &secrets,
+        &json!({"metadata": {"annotations": {"agentcard.dev/active-key": old_kid}}}),
+    )
+    .await;
+    for name in ["one", "two"] {
+        wait_card(
+            &s.cards,
+            name,
+            &s.operator,
+            "re-signed with the old key",
+            |c| ready(c) && c.status.as_ref().and_then(|st| st.key_id.as_deref()) == Some(&old_kid),
+        )
+        .await;
+    }
+
     // A broken Secret: cards stay as they are, status says why.
     let before = served_bytes(&s.client, &s.ns.name, "one").await.unwrap();
     let patch = json!({"stringData": {"rotated-1.jwk.json": "{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"x\":\"broken\"}"}});

@@ -398,15 +398,29 @@ pub async fn run(
     let publisher_cache = key_cache.clone();
     let (jwks_tx, mut jwks_rx) = futures::channel::mpsc::unbounded::<()>();
     let secret_jwks_tx = jwks_tx.clone();
+    let (keys_store, keys_ref) = (
+        secret_store.clone(),
+        ObjectRef::<Secret>::new(&config.signing_secret).within(&opns),
+    );
     let _secret_task = AbortOnDrop(tokio::spawn(async move {
         futures::pin_mut!(secret_feed);
+        // Every card is signed again only when the keys or the active key change (or the Secret
+        // comes or goes): other label and annotation edits, and relists, leave the cards alone.
+        let mut last_keys = None;
         while let Some(ev) = secret_feed.next().await {
             let Ok(secret) = ev else { continue };
             if let Err(e) = publisher_cache.get(&secret) {
                 tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures")
             }
             let _ = secret_jwks_tx.unbounded_send(());
-            let _ = all_tx2.send(()).await;
+            let keys = Some(keys_store.get(&keys_ref).map(|s| {
+                let active = s.annotations().get(keys::ANN_ACTIVE_KEY).cloned();
+                (s.data.clone(), active)
+            }));
+            if keys != last_keys {
+                last_keys = keys;
+                let _ = all_tx2.send(()).await;
+            }
         }
     }));
     // The JWKS ConfigMap: deleted or edited by anyone, it is written again.
