@@ -131,6 +131,14 @@ pub struct Context {
     shared_hosts: Vec<String>,
     /// Who holds which route; `None` until loaded from the cards' status.
     claims: Mutex<Option<Claims>>,
+    /// How long loading the claims waits for the directories: unbounded when the
+    /// AgentDirectory CRD is installed (a claims table without them would hand their hosts to
+    /// cards), none when it is not, bounded when that could not be told.
+    directories_wait: Option<Duration>,
+    /// True once the directories are listed. Reconciles wait on this rather than on the
+    /// store: a store's `wait_until_ready` wakes only its latest waiter (kube-runtime 5), so
+    /// concurrent reconciles waiting on it could wait forever.
+    directories_listed: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Context {
@@ -198,9 +206,17 @@ impl Context {
             return;
         }
         let _ = self.cards.wait_until_ready().await;
-        // Bounded: without the AgentDirectory CRD its store never fills, and cards must not wait.
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.directories.wait_until_ready())
-            .await;
+        // Without the AgentDirectory CRD its store never fills, and cards must not wait.
+        let mut listed = self.directories_listed.clone();
+        let listed = listed.wait_for(|l| *l);
+        match self.directories_wait {
+            None => {
+                let _ = listed.await;
+            }
+            Some(bound) => {
+                let _ = tokio::time::timeout(bound, listed).await;
+            }
+        }
         let directories = self.directories.state().into_iter().filter_map(|d| {
             let route = d.status.as_ref()?.served.as_ref()?;
             (d.metadata.deletion_timestamp.is_none()).then(|| Claim {
@@ -562,11 +578,32 @@ pub async fn run(
     let (peers_tx, peers_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let (dir_peers_tx, dir_peers_rx) =
         futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
-    let directory_controller = Controller::new(
+    let (directories, directories_writer) = reflector::store();
+    let (listed_tx, directories_listed) = tokio::sync::watch::channel(false);
+    let directory_feed = watcher(
         Api::<AgentDirectory>::all(client.clone()),
         watcher::Config::default().any_semantic(),
-    );
-    let directories = directory_controller.store();
+    )
+    .default_backoff()
+    .reflect(directories_writer)
+    .inspect(move |ev| {
+        if matches!(ev, Ok(watcher::Event::InitDone)) {
+            let _ = listed_tx.send(true);
+        }
+    })
+    .applied_objects();
+    let directory_controller = Controller::for_stream(directory_feed, directories.clone());
+    let directories_wait = match Api::<AgentDirectory>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => None,
+        Err(kube::Error::Api(s)) if s.code == 404 => Some(Duration::ZERO),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not tell whether AgentDirectories are installed");
+            Some(Duration::from_secs(10))
+        }
+    };
     let ctx = Arc::new(Context {
         peers: peers_tx,
         directory_cards: dir_cards,
@@ -594,6 +631,8 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         shared_hosts: config.shared_hosts.clone(),
         claims: Mutex::new(None),
+        directories_wait,
+        directories_listed,
     });
     // Start reconciling only with the stores the reconciler reads.
     let _ = ns_store.wait_until_ready().await;
