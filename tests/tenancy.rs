@@ -646,6 +646,60 @@ async fn moving_a_card_frees_its_old_host_and_a_move_into_a_held_host_unpublishe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_deleted_without_its_finalizer_frees_its_host_and_leaves_nothing_behind() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let host = format!("f-{t}.open.test");
+    let holder = Tenant::new(&p, &format!("holder-{t}")).await;
+    let waiter = Tenant::new(&p, &format!("waiter-{t}")).await;
+    holder.apply(&card("agent", &host, "")).await.unwrap();
+    wait_card(&p, &holder.ns, "agent", "Ready", ready).await;
+    waiter.apply(&card("agent", &host, "")).await.unwrap();
+    wait_card(&p, &waiter.ns, "agent", "conflict", refused("HostConflict")).await;
+    let ingresses: Api<Ingress> = Api::namespaced(p.admin.clone(), &p.opns);
+    let holder_ingress = ingress_name(&holder.ns, "agent");
+    assert!(ingresses.get_opt(&holder_ingress).await.unwrap().is_some());
+
+    // The holder removes the operator's finalizer and deletes the card at once (with its own
+    // rights; the delete is conditional on the version without the finalizer, retried when
+    // the operator put it back in between), so no cleanup reconcile ever runs.
+    let mut vanished = false;
+    for _ in 0..20 {
+        let patch = json!({"metadata": {"finalizers": null}});
+        let cleared = holder
+            .cards
+            .patch("agent", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let mut params = kube::api::DeleteParams::default();
+        params.preconditions = Some(kube::api::Preconditions {
+            resource_version: cleared.resource_version(),
+            uid: None,
+        });
+        match holder.cards.delete("agent", &params).await {
+            Ok(_) => {
+                vanished = holder.cards.get_opt("agent").await.unwrap().is_none();
+                break;
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => panic!("delete: {e}"),
+        }
+    }
+    assert!(vanished, "the card did not vanish without its cleanup");
+
+    // Its host is free for the waiting namespace, and its Ingress in the operator's namespace
+    // is gone with it.
+    let next = wait_card(&p, &waiter.ns, "agent", "Ready on the freed host", ready).await;
+    wait_served(&p, &host, PATH_CARD, hash_of(&next).as_deref()).await;
+    wait_for(Duration::from_secs(20), || async {
+        ingresses.get_opt(&holder_ingress).await.unwrap().is_none()
+    })
+    .await
+    .expect("the vanished card's Ingress is removed");
+    invariant(&p, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_the_operator_did_not_create_are_never_adopted() {
     let p = Platform::start(&[]).await;
     let t = rand_tag();

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use jiff::Timestamp;
 
-use super::agentcard::validate::host_matches;
+use super::agentcard::validate::{host_matches, inside_subtree};
 
 /// One card's claim on a route subtree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,16 +45,21 @@ impl Claim {
             format!("{}/{}", self.namespace, self.name)
         }
     }
+
+    /// The holder as a message names it: `AgentCard namespace/name` or `AgentDirectory name`.
+    pub fn holder(&self) -> String {
+        if self.whole_host {
+            self.card()
+        } else {
+            format!("AgentCard {}", self.card())
+        }
+    }
 }
 
 /// Whether the subtrees under prefixes `a` and `b` (each `""` or `/a/b`) share a path: one is
 /// the other or an ancestor of it, segment by segment (`/a` contains `/a/b`, not `/ab`).
 pub fn prefixes_overlap(a: &str, b: &str) -> bool {
-    let contains = |outer: &str, inner: &str| {
-        inner == outer
-            || (inner.starts_with(outer) && inner.as_bytes().get(outer.len()) == Some(&b'/'))
-    };
-    contains(a, b) || contains(b, a)
+    inside_subtree(a, b) || inside_subtree(b, a)
 }
 
 /// The claims table of the cluster.
@@ -149,7 +154,8 @@ impl Claims {
         self.retain(uid, None)
     }
 
-    /// Every claim (for tests and diagnostics).
+    /// Every claim (for tests).
+    #[cfg(test)]
     pub fn all(&self) -> impl Iterator<Item = &Claim> {
         self.by_host.values().flatten()
     }

@@ -22,7 +22,7 @@ pub enum Error {
         namespace_list: Vec<String>,
     },
     /// Another card holds a claim that overlaps this card's route subtree.
-    #[error("spec.publish: {host}{prefix} overlaps {held}, held by AgentCard {owner}{why}")]
+    #[error("spec.publish: {host}{prefix} overlaps {held}, held by {owner}{why}")]
     HostConflict {
         /// The host.
         host: String,
@@ -30,7 +30,7 @@ pub enum Error {
         prefix: String,
         /// The conflicting claim (`host` + prefix + `/…`).
         held: String,
-        /// `namespace/name` of the card holding it.
+        /// Who holds it: `AgentCard namespace/name` or `AgentDirectory name`.
         owner: String,
         /// Why the claims conflict, for the message.
         why: &'static str,

@@ -263,9 +263,32 @@ impl Context {
         }
     }
 
-    /// Take `want` for its card, or say which card holds a conflicting claim.
+    /// Whether the card or directory holding `claim` still exists (the same object: by uid).
+    fn holder_exists(&self, claim: &Claim) -> bool {
+        let uid = Some(claim.uid.as_str());
+        if claim.whole_host {
+            self.directories
+                .get(&ObjectRef::new(&claim.name))
+                .is_some_and(|d| d.uid().as_deref() == uid)
+        } else {
+            self.cards
+                .get(&ObjectRef::new(&claim.name).within(&claim.namespace))
+                .is_some_and(|c| c.uid().as_deref() == uid)
+        }
+    }
+
+    /// Take `want` for its card, or say which card holds a conflicting claim. A holder that is
+    /// gone (deleted without its cleanup: a tenant may remove the finalizer) holds nothing.
     pub fn acquire_claim(&self, want: Claim) -> Result<Claim, Error> {
-        self.with_claims(|claims| {
+        let mut freed = Vec::new();
+        let result = self.with_claims(|claims| {
+            while let Some(gone) = claims
+                .blocker(&want)
+                .filter(|b| !self.holder_exists(b))
+                .map(|b| b.uid.clone())
+            {
+                freed.extend(claims.release(&gone));
+            }
             let shared = claims.is_shared(&want.host);
             claims
                 .acquire(want.clone())
@@ -273,14 +296,20 @@ impl Context {
                     host: want.host.clone(),
                     prefix: want.prefix.clone(),
                     held: format!("{}{}/…", holder.host, holder.prefix),
-                    owner: holder.card(),
-                    why: if holder.namespace != want.namespace && !shared {
+                    owner: holder.holder(),
+                    why: if holder.namespace != want.namespace
+                        && !shared
+                        && !holder.whole_host
+                        && !want.whole_host
+                    {
                         " (one namespace holds a host that is not shared)"
                     } else {
                         ""
                     },
                 })
-        })
+        });
+        self.recheck_hosts_of(&freed, Some(&want.uid));
+        result
     }
 
     /// Keep only the claim of `card` on `keep` (host, prefix), or none; the hosts freed.
@@ -312,17 +341,9 @@ impl Context {
             .unwrap_or_default()
     }
 
-    fn object_key(card: &AgentCard) -> String {
-        format!(
-            "{}/{}",
-            card.namespace().unwrap_or_default(),
-            card.name_any()
-        )
-    }
-
     /// The next retry delay of `card` (see [`backoff_delay`]).
     pub fn next_backoff(&self, card: &AgentCard) -> Duration {
-        self.next_backoff_for(&Self::object_key(card))
+        self.next_backoff_for(&agentcard::build::card_key(card))
     }
 
     /// The next retry delay of the object `key` (see [`backoff_delay`]).
@@ -338,10 +359,46 @@ impl Context {
 
     /// Forget the failures of `card` after a success.
     pub fn reset_backoff(&self, card: &AgentCard) {
+        self.reset_backoff_for(&agentcard::build::card_key(card));
+    }
+
+    /// Forget the failures of the object `key` (after a success, or when it is gone).
+    pub fn reset_backoff_for(&self, key: &str) {
         self.failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&Self::object_key(card));
+            .remove(key);
+    }
+
+    /// Forget a card that is gone, whether or not its finalizer ran (a tenant may remove it):
+    /// release its claims, and remove what it had in the operator's namespace, unless a card
+    /// of the same name took its place (that one's reconcile owns those names now).
+    pub async fn forget_card(&self, card: &AgentCard) -> Result<(), Error> {
+        let (ns, name) = (card.namespace().unwrap_or_default(), card.name_any());
+        let replaced = self
+            .cards
+            .get(&ObjectRef::new(&name).within(&ns))
+            .is_some_and(|c| c.uid() != card.uid());
+        if !replaced {
+            let opns = &self.settings.operator_namespace;
+            let object = agentcard::build::ingress_name(&ns, &name);
+            let ingress = self.ingress(opns, &object);
+            let route = self.route(opns, &object);
+            agentcard::apply::cleanup(
+                &self.client,
+                card,
+                &self.settings,
+                ingress.as_deref(),
+                route.is_some(),
+            )
+            .await?;
+            let key = agentcard::build::card_key(card);
+            self.metrics.set_ready(key.clone(), None);
+            self.reset_backoff_for(&key);
+        }
+        let freed = self.retain_claims(card, None);
+        self.recheck_hosts(&freed, card);
+        Ok(())
     }
 }
 
@@ -559,14 +616,19 @@ pub async fn run(
     // What directories count: cards and namespaces from watches of the directory controller's
     // own, so a change is in these stores before it triggers the directories (a separate store
     // could still hold the old labels when the directory counts).
+    // Its deletions also tell the sweeper which cards are gone: one whose finalizer was removed
+    // never gets a Cleanup reconcile.
     let (dir_cards, dir_cards_writer) = reflector::store();
-    let dir_card_feed = watcher(
-        Api::<AgentCard>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .reflect(dir_cards_writer)
-    .touched_objects();
+    let (gone_tx, mut gone_rx) = futures::channel::mpsc::unbounded::<AgentCard>();
+    let dir_card_feed = watcher(cards_api.clone(), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(dir_cards_writer)
+        .inspect(move |ev| {
+            if let Ok(watcher::Event::Delete(card)) = ev {
+                let _ = gone_tx.unbounded_send(card.clone());
+            }
+        })
+        .touched_objects();
     let (dir_namespaces, dir_ns_writer) = reflector::store();
     let dir_ns_feed = watcher(
         Api::<Namespace>::all(client.clone()),
@@ -634,6 +696,14 @@ pub async fn run(
         directories_wait,
         directories_listed,
     });
+    let sweeper_ctx = ctx.clone();
+    let _sweeper_task = AbortOnDrop(tokio::spawn(async move {
+        while let Some(card) = gone_rx.next().await {
+            if let Err(e) = sweeper_ctx.forget_card(&card).await {
+                tracing::warn!(card = %agentcard::build::card_key(&card), category = e.category(), error = %e, "could not clean up after a deleted card");
+            }
+        }
+    }));
     // Start reconciling only with the stores the reconciler reads.
     let _ = ns_store.wait_until_ready().await;
     let _ = tokio::time::timeout(Duration::from_secs(30), secret_store.wait_until_ready()).await;

@@ -48,25 +48,7 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
         match event {
             FinalizerEvent::Apply(card) => reconcile_apply(card, ctx.clone()).await,
             FinalizerEvent::Cleanup(card) => {
-                let ingress = ctx.ingress(
-                    &ctx.settings.operator_namespace,
-                    &build::ingress_name(&ns, &card.name_any()),
-                );
-                let route = ctx.route(
-                    &ctx.settings.operator_namespace,
-                    &build::ingress_name(&ns, &card.name_any()),
-                );
-                apply::cleanup(
-                    &ctx.client,
-                    &card,
-                    &ctx.settings,
-                    ingress.as_deref(),
-                    route.is_some(),
-                )
-                .await?;
-                ctx.metrics.set_ready(object_key(&card), None);
-                let freed = ctx.retain_claims(&card, None);
-                ctx.recheck_hosts(&freed, &card);
+                ctx.forget_card(&card).await?;
                 Ok(Action::await_change())
             }
         }
@@ -170,7 +152,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     let before = status::ready_state(card.status.as_ref());
     let after = status::ready_state(Some(&next));
     ctx.metrics.set_ready(
-        object_key(&card),
+        build::card_key(&card),
         Some(if outcome.is_ok() { "True" } else { "False" }),
     );
     if card.status.as_ref() != Some(&next) {
@@ -190,7 +172,6 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     }
     if before != after {
         publish_event(&ctx, &card, &outcome).await;
-        ctx.recheck_hosts(&[card.spec.publish.host.to_ascii_lowercase()], &card);
     }
     ctx.recheck_hosts(&freed, &card);
     match outcome {
@@ -247,14 +228,6 @@ async fn publish_event(
     }
 }
 
-fn object_key(card: &AgentCard) -> String {
-    format!(
-        "{}/{}",
-        card.namespace().unwrap_or_default(),
-        card.name_any()
-    )
-}
-
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
@@ -275,6 +248,6 @@ pub fn error_policy(card: Arc<AgentCard>, error: &Error, ctx: Arc<Context>) -> A
         })
         .inc();
     let delay = ctx.next_backoff(&card);
-    tracing::warn!(card = %format!("{}/{}", card.namespace().unwrap_or_default(), card.name_any()), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
+    tracing::warn!(card = %build::card_key(&card), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
