@@ -70,7 +70,15 @@ pub fn bounded_name(readable: &str, identity: &str, max: usize) -> String {
 /// hex digits of the hash of `identity`: always distinct for distinct identities (up to the
 /// hash), always within `max`.
 pub fn hashed_name(readable: &str, identity: &str, max: usize) -> String {
-    let suffix = &content_hash(identity.as_bytes())[..8];
+    hashed_name_with(readable, identity, max, 8)
+}
+
+/// [`hashed_name`] with `digits` (at most 32) hex digits of the hash. Names in the operator's
+/// namespace use 16: there identities come from tenants of different namespaces, and one must
+/// not find a name colliding with another's by trying 2³² of its own.
+pub fn hashed_name_with(readable: &str, identity: &str, max: usize, digits: usize) -> String {
+    let hash = content_hash(identity.as_bytes());
+    let suffix = &hash[..digits.min(hash.len())];
     let keep = max.saturating_sub(suffix.len() + 1);
     let head: String = readable.chars().take(keep).collect();
     let head = head.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());

@@ -125,13 +125,15 @@ pub fn configmap_name(card: &AgentCard) -> String {
 /// DNS labels from it).
 pub const MAX_INGRESS_NAME: usize = 63;
 
-/// Name of the card's Ingress in the operator's namespace: readable head plus a hash of
-/// `namespace/name`, so `team-a`/`weather` and `team`/`a-weather` never share one.
+/// Name of the card's Ingress (and HTTPRoute) in the operator's namespace: readable head plus
+/// 16 hex digits of the hash of `namespace/name`, so `team-a`/`weather` and `team`/`a-weather`
+/// never share one, and no tenant can search out a name that squats another namespace's.
 pub fn ingress_name(namespace: &str, name: &str) -> String {
-    hashed_name(
+    hashed_name_with(
         &format!("agentcard-{namespace}-{name}"),
         &format!("{namespace}/{name}"),
         MAX_INGRESS_NAME,
+        16,
     )
 }
 
@@ -621,6 +623,8 @@ mod tests {
         let long = "x".repeat(253);
         let n = ingress_name(&"n".repeat(63), &long);
         assert!(n.len() <= MAX_INGRESS_NAME, "{n}");
+        // 64 bits of hash: a tenant cannot search out a name squatting another namespace's.
+        assert_eq!(n.rsplit('-').next().map(str::len), Some(16), "{n}");
         assert_ne!(
             n,
             ingress_name(&"n".repeat(63), &format!("{}y", "x".repeat(252)))
