@@ -27,9 +27,7 @@ pub const JWKS_CONFIGMAP: &str = "agentcard-jwks";
 pub struct Keys {
     /// The key that signs.
     pub active: SigningKey,
-    /// Every key (active included), in entry-name order.
-    pub all: Vec<SigningKey>,
-    /// Public keys of `all`.
+    /// Public keys of every key of the Secret (active included), in entry-name order.
     pub jwks: Jwks,
     /// resourceVersion of the Secret they came from.
     pub version: String,
@@ -81,7 +79,6 @@ pub fn keys_from_secret(secret: &Secret) -> Result<Keys, String> {
     Ok(Keys {
         jwks: Jwks::from_signing_keys(&all),
         active,
-        all,
         version: secret.resource_version().unwrap_or_default(),
     })
 }

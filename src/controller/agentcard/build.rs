@@ -426,7 +426,6 @@ mod tests {
         Keys {
             jwks: crate::a2a::Jwks::from_signing_keys([&k]),
             active: k.clone(),
-            all: vec![k],
             version: "1".into(),
         }
     }
@@ -646,7 +645,6 @@ mod tests {
         let keys_es = Keys {
             jwks: crate::a2a::Jwks::from_signing_keys([&es]),
             active: es.clone(),
-            all: vec![es],
             version: "2".into(),
         };
         for k in [&keys, &keys_es] {
