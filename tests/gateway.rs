@@ -3,8 +3,9 @@
 //! Gateway API standard CRDs of the version it uses, both from Go modules). Through Traefik:
 //! the card, the JWKS and the agent's path; the Python SDK verifies the card; a card whose
 //! namespace the Gateway's listener does not allow reports `Routed=False` with the Gateway's
-//! reason; deleting a card makes Traefik answer 404; switching an Ingress-routed card to
-//! HTTPRoutes replaces its Ingress. Runs in a private network namespace (see
+//! reason; deleting a card removes its routes (Traefik answers 404 for the card and the
+//! agent's path); switching an Ingress-routed card to HTTPRoutes replaces its Ingress; a
+//! directory gets its own HTTPRoute and reports the Gateway's verdict as `Routed`. Runs in a private network namespace (see
 //! `support::netns`).
 
 mod support;
@@ -12,7 +13,9 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agentcard_operator::crd::AgentCard;
+use agentcard_operator::controller::agentcard::build::{backend_ingress_name_of, ingress_name};
+use agentcard_operator::controller::agentdirectory;
+use agentcard_operator::crd::{AgentCard, AgentDirectory};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -90,6 +93,32 @@ async fn agent_service(client: &Client, ns: &str) {
         .await
         .unwrap();
     netns::endpoint_slice(client, ns, "agent", "a2a", AGENT_PORT).await;
+}
+
+/// The HTTPRoute `ns/name`, if it exists.
+async fn route_in(client: &Client, ns: &str, name: &str) -> Option<DynamicObject> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &agentcard_operator::controller::routing::httproute_resource(),
+    );
+    api.get_opt(name).await.unwrap()
+}
+
+/// `(type, value)` of every path match of a route's rules.
+fn matches_of(route: &DynamicObject) -> Vec<(String, String)> {
+    route.data["spec"]["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|r| r["matches"].as_array().cloned().unwrap_or_default())
+        .map(|m| {
+            (
+                m["path"]["type"].as_str().unwrap_or_default().to_string(),
+                m["path"]["value"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
 }
 
 fn with_backend(name: &str, host: &str) -> Value {
@@ -339,6 +368,91 @@ async fn inside_a_private_network_namespace() {
     );
     assert!(verdict.valid, "{:?}", verdict.error);
 
+    // The routes themselves: the well-known paths exactly, in the operator's namespace under
+    // the card's collision-free name; the agent's path by prefix in the card's namespace;
+    // both on the platform's Gateway and the card's host.
+    let public_name = ingress_name(team, "weather");
+    let backend_name = backend_ingress_name_of("weather");
+    let public = route_in(&client, ns, &public_name)
+        .await
+        .expect("the card's HTTPRoute in the operator's namespace");
+    let backend = route_in(&client, team, &backend_name)
+        .await
+        .expect("the backend HTTPRoute in the card's namespace");
+    for r in [&public, &backend] {
+        assert_eq!(
+            r.data["spec"]["parentRefs"],
+            json!([{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": ns, "name": "public"}])
+        );
+        assert_eq!(r.data["spec"]["hostnames"], json!([host]));
+    }
+    assert_eq!(
+        matches_of(&public),
+        [
+            ("Exact", "/.well-known/agent-card.json"),
+            ("Exact", "/.well-known/jwks.json")
+        ]
+        .map(|(t, p)| (t.to_string(), p.to_string()))
+    );
+    assert_eq!(
+        matches_of(&backend),
+        [("PathPrefix".to_string(), "/a2a/v1".to_string())]
+    );
+
+    // A directory is routed the same way: its whole host on the Gateway, Routed from the
+    // Gateway's verdict, its registry answered through Traefik.
+    let dhost = "directory.agents.test";
+    apply_dynamic(
+        &client,
+        json!({"apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDirectory",
+               "metadata": {"name": "everyone"}, "spec": {"publish": {"host": dhost}}}),
+    )
+    .await;
+    let directories: Api<AgentDirectory> = Api::all(client.clone());
+    let routed = wait_for(Duration::from_secs(60), || async {
+        directories.get("everyone").await.is_ok_and(|d| {
+            d.status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Routed" && c.status == "True")
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        })
+    })
+    .await;
+    assert!(
+        routed.is_ok(),
+        "directory not Routed: {:?}",
+        directories.get("everyone").await.map(|d| d.status)
+    );
+    let droute = route_in(&client, ns, &agentdirectory::ingress_name("everyone"))
+        .await
+        .expect("the directory's HTTPRoute");
+    assert_eq!(droute.data["spec"]["hostnames"], json!([dhost]));
+    assert_eq!(
+        matches_of(&droute),
+        [("PathPrefix".to_string(), "/".to_string())]
+    );
+    assert!(Api::<Ingress>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    let listed = wait_for(Duration::from_secs(60), || {
+        let r = through(dhost, "/v1/agents");
+        std::future::ready(r.status == 200 && String::from_utf8_lossy(&r.body).contains(host))
+    })
+    .await;
+    assert!(
+        listed.is_ok(),
+        "directory not answered through the Gateway: {}\n{}",
+        through(dhost, "/v1/agents").status,
+        traefik_log()
+    );
+
     // A namespace the listener does not allow: its backend route is refused, and says so.
     let outsider = "outsider";
     namespace(&client, outsider, json!({})).await;
@@ -377,6 +491,23 @@ async fn inside_a_private_network_namespace() {
         gone.is_ok(),
         "still routed after deletion:\n{}",
         traefik_log()
+    );
+    // The server answers 404 for a deleted card whatever routes remain: the routes themselves
+    // are gone, and the agent's path (which the agent would answer) is no longer routed.
+    let routes_gone = wait_for(Duration::from_secs(30), || async {
+        route_in(&client, ns, &public_name).await.is_none()
+            && route_in(&client, team, &backend_name).await.is_none()
+    })
+    .await;
+    assert!(routes_gone.is_ok(), "the card's HTTPRoutes outlive it");
+    let unrouted = wait_for(Duration::from_secs(60), || {
+        std::future::ready(through(host, "/a2a/v1").status == 404)
+    })
+    .await;
+    assert!(
+        unrouted.is_ok(),
+        "the agent's path is still routed: {}",
+        through(host, "/a2a/v1").status
     );
     println!("gateway: card, JWKS and agent served; refused route reported; 404 after deletion");
 }

@@ -3,8 +3,9 @@
 //!
 //! A directory holds its whole host in the claims table (no card of any namespace may publish
 //! beneath it, and no second directory may share it; whoever became Ready first keeps it). The
-//! lease holder writes one Ingress in the operator's namespace routing the whole host to the
-//! operator's Service, and the status every replica routes by (`status.served`) with the number
+//! lease holder writes what routes the whole host to the operator's Service in the operator's
+//! namespace (an Ingress or an HTTPRoute, by the routing setting; nothing with `None`), and the
+//! status every replica routes by (`status.served`) with the number
 //! of cards listed, counted by the same selection rule the servers answer with
 //! ([`crate::directory::select`]). Card and Namespace changes re-run it, so the count follows.
 
@@ -12,17 +13,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::agentcard::apply::{self, Rules};
-use super::agentcard::build::{Settings, MAX_INGRESS_NAME};
+use super::agentcard::build::{ingress_object, IngressTarget, Settings, MAX_INGRESS_NAME};
+use super::agentcard::status::{condition, condition_with, READY, ROUTED};
 use super::claims::Claim;
-use super::routing::RouteKind;
+use super::routing::{self, RouteKind};
 use super::{Context, Error};
 use crate::contract::{hashed_name, normalize_prefix, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::agentdirectory::DirectoryRoute;
@@ -43,47 +45,74 @@ pub fn ingress_name(directory: &str) -> String {
     )
 }
 
-/// The Ingress routing the whole host of `dir` to the operator's Service.
-pub fn build_ingress(dir: &AgentDirectory, settings: &Settings) -> Result<Ingress, Error> {
+/// What routes a directory's host to the operator's Service, by the operator's routing
+/// setting: one Ingress, one HTTPRoute, or nothing (the platform routes by itself).
+#[derive(Debug, Default)]
+pub struct DirectoryRoutes {
+    /// With Ingress routing.
+    pub ingress: Option<Ingress>,
+    /// With HTTPRoute routing.
+    pub route: Option<DynamicObject>,
+}
+
+/// Build what routes the whole host of `dir` (pure): both kinds carry the directory's name in
+/// [`ANN_DIRECTORY`] and live in the operator's namespace, owned by the directory.
+pub fn build(dir: &AgentDirectory, settings: &Settings) -> Result<DirectoryRoutes, Error> {
     let name = dir.name_any();
     let publish = &dir.spec.publish;
     let host = publish.host.to_ascii_lowercase();
-    let policy = &settings.ingress;
-    let mut spec = json!({"rules": [{"host": host, "http": {"paths": [{
-        "path": "/", "pathType": "Prefix",
-        "backend": {"service": {"name": settings.service_name, "port": {"name": settings.service_port_name}}},
-    }]}}]});
-    if let Some(class) = policy.class_for(&publish.ingress) {
-        spec["ingressClassName"] = json!(class);
+    let object_name = ingress_name(&name);
+    let labels = json!({LABEL_MANAGED_BY: MANAGER});
+    let owner: Vec<_> = dir.controller_owner_ref(&()).into_iter().collect();
+    let mut routes = DirectoryRoutes::default();
+    match settings.routing.kind {
+        RouteKind::Ingress => {
+            routes.ingress = Some(ingress_object(
+                IngressTarget {
+                    name: &object_name,
+                    namespace: &settings.operator_namespace,
+                    labels: &labels,
+                    marker: (ANN_DIRECTORY, &name),
+                    owner: &owner,
+                    tls_secret: settings.ingress.tls_secret(&host),
+                    host: &host,
+                    settings: &publish.ingress,
+                },
+                &settings.ingress,
+                vec![json!({
+                    "path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": settings.service_name, "port": {"name": settings.service_port_name}}},
+                })],
+            )?);
+        }
+        RouteKind::HttpRoute => {
+            let meta = json!({"name": object_name, "namespace": settings.operator_namespace,
+                "labels": labels, "annotations": {ANN_DIRECTORY: name}, "ownerReferences": owner});
+            routes.route = Some(
+                settings
+                    .routing
+                    .route(
+                        meta,
+                        &host,
+                        None,
+                        &[("PathPrefix", "/".to_string())],
+                        &settings.service_name,
+                        settings.routing.service_port,
+                    )
+                    .map_err(|e| Error::Internal(format!("HTTPRoute: {e}")))?,
+            );
+        }
+        RouteKind::None => {}
     }
-    if let Some(tls) = policy.tls_secret(&host) {
-        spec["tls"] = json!([{"hosts": [host], "secretName": tls}]);
-    }
-    let mut annotations: serde_json::Map<String, serde_json::Value> = publish
-        .ingress
-        .annotations
-        .iter()
-        .filter(|(k, _)| policy.annotation_allowed(k))
-        .map(|(k, v)| (k.clone(), json!(v)))
-        .collect();
-    annotations.insert(ANN_DIRECTORY.into(), json!(name));
-    let owner = dir
-        .controller_owner_ref(&())
-        .map(|o| vec![o])
-        .unwrap_or_default();
-    serde_json::from_value(json!({
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "Ingress",
-        "metadata": {
-            "name": ingress_name(&name),
-            "namespace": settings.operator_namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGER},
-            "annotations": annotations,
-            "ownerReferences": owner,
-        },
-        "spec": spec,
-    }))
-    .map_err(|e| Error::Internal(format!("Ingress: {e}")))
+    Ok(routes)
+}
+
+/// Whether HTTPRoutes routed the directory when its status was written (its `Routed`
+/// condition), so a switch to another routing kind removes its route.
+fn routed_by_route(dir: &AgentDirectory) -> bool {
+    dir.status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == ROUTED))
 }
 
 fn written_for(meta: &ObjectMeta, dir: &AgentDirectory) -> bool {
@@ -128,7 +157,8 @@ pub async fn reconcile(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Ac
         match event {
             FinalizerEvent::Apply(dir) => apply_directory(dir, ctx.clone()).await,
             FinalizerEvent::Cleanup(dir) => {
-                remove_ingress(&ctx, &dir).await?;
+                remove_routes(&ctx, &dir).await?;
+                ctx.reset_backoff_for(&backoff_key(&dir));
                 let freed = ctx.retain_claims_of(&dir.uid().unwrap_or_default(), None);
                 ctx.recheck_hosts_of(&freed, dir.uid().as_deref());
                 Ok(Action::await_change())
@@ -139,20 +169,18 @@ pub async fn reconcile(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Ac
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-async fn remove_ingress(ctx: &Context, dir: &AgentDirectory) -> Result<(), Error> {
+/// Delete the directory's Ingress and HTTPRoute, each when it is ours.
+async fn remove_routes(ctx: &Context, dir: &AgentDirectory) -> Result<(), Error> {
     let name = ingress_name(&dir.name_any());
-    if ctx.settings.routing.kind == RouteKind::HttpRoute {
-        apply::delete_route_if_ours(&ctx.client, &ctx.settings.operator_namespace, &name, |m| {
-            written_for(m, dir)
-        })
-        .await?;
+    let opns = &ctx.settings.operator_namespace;
+    if ctx.settings.routing.kind == RouteKind::HttpRoute || routed_by_route(dir) {
+        apply::delete_route_if_ours(&ctx.client, opns, &name, |m| written_for(m, dir)).await?;
     }
     if ctx
-        .ingress(&ctx.settings.operator_namespace, &name)
+        .ingress(opns, &name)
         .is_some_and(|i| written_for(&i.metadata, dir))
     {
-        let api: Api<Ingress> =
-            Api::namespaced(ctx.client.clone(), &ctx.settings.operator_namespace);
+        let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), opns);
         apply::delete_if_present(&api, &name).await?;
     }
     Ok(())
@@ -173,24 +201,43 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
         since: jiff::Timestamp::now(),
         whole_host: true,
     })?;
-    let want = build_ingress(dir, &ctx.settings)?;
-    let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), &ctx.settings.operator_namespace);
-    let have = ctx.ingress(
-        &ctx.settings.operator_namespace,
-        &ingress_name(&dir.name_any()),
-    );
-    apply::write(
-        &api,
-        &want,
-        have.as_deref(),
-        Rules {
-            ours: |m: &ObjectMeta| written_for(m, dir),
-            current: |h: Option<&Ingress>| apply::ingress_current(h, &want),
-            removals: |h: &Ingress| apply::ingress_removals(h, &want),
-        },
-        &(),
-    )
-    .await?;
+    let want = build(dir, &ctx.settings)?;
+    let name = ingress_name(&dir.name_any());
+    let opns = &ctx.settings.operator_namespace;
+    let ours = |m: &ObjectMeta| written_for(m, dir);
+    let have = ctx.ingress(opns, &name);
+    if let Some(ing) = &want.ingress {
+        let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), opns);
+        apply::write(
+            &api,
+            ing,
+            have.as_deref(),
+            Rules {
+                ours,
+                current: |h: Option<&Ingress>| apply::ingress_current(h, ing),
+                removals: |h: &Ingress| apply::ingress_removals(h, ing),
+            },
+            &(),
+        )
+        .await?;
+    }
+    let route = ctx.route(opns, &name);
+    if let Some(r) = &want.route {
+        apply::write_route(&ctx.client, r, route.as_deref(), ours).await?;
+    }
+    // Switching what routes the host: an Ingress replaced by an HTTPRoute goes once the
+    // Gateways accepted the route; a route no longer wanted goes at once.
+    let replaced = want.route.is_none()
+        || route
+            .as_deref()
+            .is_some_and(|r| routing::routed(&[r], &ctx.settings.routing.parents).0 == "True");
+    if want.ingress.is_none() && replaced && have.is_some_and(|i| ours(&i.metadata)) {
+        let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), opns);
+        apply::delete_if_present(&api, &name).await?;
+    }
+    if want.route.is_none() && routed_by_route(dir) {
+        apply::delete_route_if_ours(&ctx.client, opns, &name, ours).await?;
+    }
     Ok(DirectoryRoute {
         host,
         path_prefix: normalize_prefix(&dir.spec.publish.path_prefix),
@@ -216,15 +263,6 @@ fn next_status(
         ),
         Err(e) => (false, e.reason().to_string(), e.to_string()),
     };
-    let status_str = if ok { "True" } else { "False" };
-    let since = prev
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status == status_str)
-        .map_or_else(
-            || Time(jiff::Timestamp::now()),
-            |c| c.last_transition_time.clone(),
-        );
     let served = match outcome {
         Ok(route) => Some(route.clone()),
         Err(e) if e.loses_claim() => None,
@@ -232,14 +270,15 @@ fn next_status(
     };
     AgentDirectoryStatus {
         observed_generation: generation,
-        conditions: vec![Condition {
-            type_: "Ready".into(),
-            status: status_str.into(),
-            reason,
+        conditions: vec![condition(
+            &prev.conditions,
+            READY,
+            ok,
+            &reason,
             message,
-            observed_generation: generation,
-            last_transition_time: since,
-        }],
+            generation,
+            &Time(jiff::Timestamp::now()),
+        )],
         cards: if served.is_some() { cards } else { 0 },
         url: served
             .as_ref()
@@ -256,29 +295,22 @@ async fn apply_directory(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<
             &ctx.settings.operator_namespace,
             &ingress_name(&dir.name_any()),
         );
-        let routes: Vec<&kube::api::DynamicObject> = route.as_deref().into_iter().collect();
-        let (state, reason, message) =
-            super::routing::routed(&routes, &ctx.settings.routing.parents);
-        let since = dir
+        let routes: Vec<&DynamicObject> = route.as_deref().into_iter().collect();
+        let (state, reason, message) = routing::routed(&routes, &ctx.settings.routing.parents);
+        let prev = dir
             .status
             .as_ref()
-            .and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == "Routed" && c.status == state)
-            })
-            .map_or_else(
-                || Time(jiff::Timestamp::now()),
-                |c| c.last_transition_time.clone(),
-            );
-        next.conditions.push(Condition {
-            type_: "Routed".into(),
-            status: state,
-            reason,
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        next.conditions.push(condition_with(
+            prev,
+            ROUTED,
+            &state,
+            &reason,
             message,
-            observed_generation: dir.metadata.generation,
-            last_transition_time: since,
-        });
+            dir.metadata.generation,
+            &Time(jiff::Timestamp::now()),
+        ));
     }
     let uid = dir.uid().unwrap_or_default();
     if dir.status.as_ref() != Some(&next) {
@@ -291,20 +323,28 @@ async fn apply_directory(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<
         .map(|r| (r.host.clone(), String::new()));
     let freed = ctx.retain_claims_of(&uid, keep.as_ref().map(|(h, p)| (h.as_str(), p.as_str())));
     if outcome.as_ref().err().is_some_and(Error::loses_claim) {
-        remove_ingress(&ctx, &dir).await?;
+        remove_routes(&ctx, &dir).await?;
     }
     ctx.recheck_hosts_of(&freed, Some(&uid));
     match outcome {
-        Ok(_) => Ok(Action::requeue(Duration::from_secs(3600))),
+        Ok(_) => {
+            ctx.reset_backoff_for(&backoff_key(&dir));
+            Ok(Action::requeue(Duration::from_secs(3600)))
+        }
         Err(e) if e.waits_for_change() => Ok(Action::await_change()),
         Err(Error::HostConflict { .. }) => Ok(Action::requeue(Duration::from_secs(300))),
         Err(e) => Err(e),
     }
 }
 
+/// The directory's key in the backoff table (cards use `namespace/name`).
+fn backoff_key(dir: &AgentDirectory) -> String {
+    format!("AgentDirectory/{}", dir.name_any())
+}
+
 /// Transient failures: per-object exponential backoff.
 pub fn error_policy(dir: Arc<AgentDirectory>, error: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.next_backoff_for(&format!("AgentDirectory/{}", dir.name_any()));
+    let delay = ctx.next_backoff_for(&backoff_key(&dir));
     tracing::warn!(directory = %dir.name_any(), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -330,7 +370,7 @@ mod tests {
             ingress: IngressPolicy::default(),
             routing: crate::controller::routing::Routing::default(),
         };
-        let ing = serde_json::to_value(build_ingress(&dir, &settings).unwrap()).unwrap();
+        let ing = serde_json::to_value(build(&dir, &settings).unwrap().ingress.unwrap()).unwrap();
         assert_eq!(ing["metadata"]["namespace"], "ops");
         assert!(ing["metadata"]["name"].as_str().unwrap().len() <= MAX_INGRESS_NAME);
         assert_eq!(ing["metadata"]["annotations"][ANN_DIRECTORY], "all");

@@ -568,6 +568,7 @@ pub async fn run(
         futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let (dir_route_tx, dir_route_rx) =
         futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
+    let dir_ingress_tx = dir_route_tx.clone();
     let mut route_store = None;
     let mut _route_task = None;
     if config.settings.routing.kind == routing::RouteKind::HttpRoute {
@@ -749,8 +750,14 @@ pub async fn run(
         .watches_stream(ingress_feed, move |ing: Ingress| {
             // Someone deleted or edited an Ingress we write: put it back. An Ingress outside
             // the operator's namespace only ever names a card of its own namespace.
-            let (ns, name) = ing.annotations().get(ANN_CARD)?.split_once('/')?;
             let ing_ns = ing.namespace().unwrap_or_default();
+            if let Some(dir) = ing.annotations().get(agentdirectory::ANN_DIRECTORY) {
+                if ing_ns == operator_ns {
+                    let _ = dir_ingress_tx.unbounded_send(ObjectRef::new(dir));
+                }
+                return None;
+            }
+            let (ns, name) = ing.annotations().get(ANN_CARD)?.split_once('/')?;
             if ing_ns != operator_ns && ing_ns != ns {
                 return None;
             }

@@ -163,8 +163,16 @@ impl Routing {
 
 /// The `Routed` condition of routes, from their `status.parents` for the platform's parents:
 /// `(status, reason, message)`. True when every parent Accepted the route and ResolvedRefs;
-/// otherwise the first refusal the Gateway reported; Unknown (`Pending`) before it reported.
+/// otherwise the first refusal the Gateway reported; Unknown (`Pending`) before it reported,
+/// or while no route is seen yet (so an Ingress being replaced stays until routes carry).
 pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> (String, String, String) {
+    if routes.is_empty() {
+        return (
+            "Unknown".into(),
+            "Pending".into(),
+            "the HTTPRoutes are not written yet".into(),
+        );
+    }
     for route in routes {
         let name = route.metadata.name.clone().unwrap_or_default();
         let ns = route.metadata.namespace.clone().unwrap_or_default();
@@ -294,5 +302,6 @@ mod tests {
         assert!(message.contains("team/r"), "{message}");
         let pending = route_with(json!([]));
         assert_eq!(routed(&[&pending], &parents).1, "Pending");
+        assert_eq!(routed(&[], &parents).1, "Pending");
     }
 }

@@ -21,6 +21,7 @@ use crate::controller::keys::Keys;
 use crate::controller::policy::IngressPolicy;
 use crate::controller::routing::{RouteKind, Routing};
 use crate::controller::Error;
+use crate::crd::agentcard::IngressSettings;
 use crate::crd::{AgentCard, ServedRoute};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
@@ -285,11 +286,12 @@ pub fn build(
                     name: &ingress_name(&ns, &name),
                     namespace: &settings.operator_namespace,
                     labels: &labels,
-                    card: &card_ref,
+                    marker: (ANN_CARD, &card_ref),
                     owner: &[],
                     tls_secret: settings.ingress.tls_secret(&host),
+                    host: &host,
+                    settings: &publish.ingress,
                 },
-                card,
                 &settings.ingress,
                 rule_paths,
             )?);
@@ -299,11 +301,12 @@ pub fn build(
                         name: &backend_ingress_name(card),
                         namespace: &ns,
                         labels: &labels,
-                        card: &card_ref,
+                        marker: (ANN_CARD, &card_ref),
                         owner: &owner,
                         tls_secret: publish.ingress.tls_secret_name.clone(),
+                        host: &host,
+                        settings: &publish.ingress,
                     },
-                    card,
                     &settings.ingress,
                     vec![json!({
                         "path": backend_path(card),
@@ -367,24 +370,30 @@ pub fn build(
     })
 }
 
-/// Where an Ingress goes and what marks it as the card's.
-struct IngressTarget<'a> {
-    name: &'a str,
-    namespace: &'a str,
-    labels: &'a serde_json::Value,
-    card: &'a str,
-    owner: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-    tls_secret: Option<String>,
+/// Where an Ingress goes, for which host and tenant settings, and what marks it as whose
+/// (cards and directories write their Ingresses through [`ingress_object`]).
+pub(crate) struct IngressTarget<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub labels: &'a serde_json::Value,
+    /// The annotation naming the card or directory the Ingress is written for.
+    pub marker: (&'a str, &'a str),
+    pub owner: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    pub tls_secret: Option<String>,
+    /// The lower-cased host.
+    pub host: &'a str,
+    /// The tenant's Ingress settings (class, annotations), filtered by the operator's policy.
+    pub settings: &'a IngressSettings,
 }
 
-fn ingress_object(
+/// An Ingress for `target` routing `paths`, under the operator's Ingress `policy`.
+pub(crate) fn ingress_object(
     target: IngressTarget<'_>,
-    card: &AgentCard,
     policy: &IngressPolicy,
     paths: Vec<serde_json::Value>,
 ) -> Result<Ingress, Error> {
-    let settings = &card.spec.publish.ingress;
-    let host = card.spec.publish.host.to_ascii_lowercase();
+    let settings = target.settings;
+    let host = target.host;
     let mut spec = json!({"rules": [{"host": host, "http": {"paths": paths}}]});
     if let Some(class) = policy.class_for(settings) {
         spec["ingressClassName"] = json!(class);
@@ -399,7 +408,7 @@ fn ingress_object(
         .filter(|(k, _)| policy.annotation_allowed(k))
         .map(|(k, v)| (k.clone(), json!(v)))
         .collect();
-    annotations.insert(ANN_CARD.into(), json!(target.card));
+    annotations.insert(target.marker.0.into(), json!(target.marker.1));
     serde_json::from_value(json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",

@@ -17,7 +17,9 @@ pub const SIGNED: &str = "Signed";
 /// Condition type: the ConfigMap and Ingress are written.
 pub const PUBLISHED: &str = "Published";
 
-fn condition(
+/// Condition `type_` True (`ok`) or False, keeping its transition time from `prev` when its
+/// status did not change.
+pub(crate) fn condition(
     prev: &[Condition],
     type_: &str,
     ok: bool,
@@ -27,6 +29,20 @@ fn condition(
     now: &Time,
 ) -> Condition {
     let status = if ok { "True" } else { "False" };
+    condition_with(prev, type_, status, reason, message, generation, now)
+}
+
+/// Condition `type_` with `status` (True, False or Unknown), keeping its transition time from
+/// `prev` when its status did not change.
+pub(crate) fn condition_with(
+    prev: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
     let since = prev
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
@@ -194,17 +210,14 @@ pub fn set_routing(
     }
     status.route_kind = Some(kind.as_str().to_string());
     if let Some((state, reason, message)) = routed {
-        let since = prev
-            .iter()
-            .find(|c| c.type_ == ROUTED && c.status == state)
-            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-        status.conditions.push(Condition {
-            type_: ROUTED.into(),
-            status: state,
-            reason,
+        status.conditions.push(condition_with(
+            &prev,
+            ROUTED,
+            &state,
+            &reason,
             message,
-            observed_generation: card.metadata.generation,
-            last_transition_time: since,
-        });
+            card.metadata.generation,
+            &now,
+        ));
     }
 }
