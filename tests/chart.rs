@@ -130,6 +130,39 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
                 }
             }
         }
+        // The operator's own roles: `update` only where owner references need it, Secrets and
+        // the Lease by name (only `create` cannot be limited so).
+        for role in of_kind(&docs, "ClusterRole")
+            .into_iter()
+            .chain(of_kind(&docs, "Role"))
+            .filter(|r| !r["metadata"]["name"].as_str().unwrap().ends_with("-edit"))
+        {
+            for rule in role["rules"].as_array().unwrap() {
+                let strs = |key: &str| -> Vec<&str> {
+                    rule[key]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect()
+                };
+                let (resources, verbs) = (strs("resources"), strs("verbs"));
+                if verbs.contains(&"update") {
+                    assert!(
+                        resources.iter().all(|r| r.ends_with("/finalizers")),
+                        "update beyond finalizers: {rule}"
+                    );
+                }
+                if (resources.contains(&"secrets") || resources.contains(&"leases"))
+                    && verbs != ["create"]
+                {
+                    assert!(
+                        !strs("resourceNames").is_empty(),
+                        "Secrets or Leases not limited by name: {rule}"
+                    );
+                }
+            }
+        }
         let deployment = of_kind(&docs, "Deployment")[0];
         let pod = &deployment["spec"]["template"]["spec"];
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
@@ -270,11 +303,24 @@ async fn can(
     resource: &str,
     namespace: Option<&str>,
 ) -> bool {
+    can_named(client, sa, verb, group, resource, namespace, None).await
+}
+
+/// [`can`] for the object named `object` (None: any object).
+async fn can_named(
+    client: &Client,
+    sa: (&str, &str),
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    object: Option<&str>,
+) -> bool {
     let (ns, name) = sa;
     let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
         "user": format!("system:serviceaccount:{ns}:{name}"),
         "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"],
-        "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "namespace": namespace},
+        "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "namespace": namespace, "name": object},
     }}))
     .unwrap();
     Api::<SubjectAccessReview>::all(client.clone())
@@ -410,6 +456,12 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
         .await
         .unwrap();
     let c = wait_card(&cards, "hello", &op, "Ready under the chart's RBAC", ready).await;
+    // Served once the server's watch saw the status (a moment after Ready, at most).
+    let served = support::plane::wait_for(Duration::from_secs(10), || {
+        std::future::ready(op.get(&host, "/.well-known/agent-card.json").status == 200)
+    })
+    .await;
+    assert!(served.is_ok(), "not served:\n{}", op.logs());
     let r = op.get(&host, "/.well-known/agent-card.json");
     assert_eq!(r.status, 200);
     assert_eq!(
@@ -420,9 +472,23 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
 
     // What that identity may not do.
     let id = (ns.as_str(), sa);
+    let signing = "agentcard-signing-keys";
     assert!(
-        can(&client, id, "get", "", "secrets", Some(&ns)).await,
+        can_named(&client, id, "get", "", "secrets", Some(&ns), Some(signing)).await,
         "its own signing Secret"
+    );
+    assert!(
+        !can_named(
+            &client,
+            id,
+            "get",
+            "",
+            "secrets",
+            Some(&ns),
+            Some("sh.helm.release.v1.rel.v1")
+        )
+        .await,
+        "other Secrets of its namespace (the release's values)"
     );
     assert!(
         !can(&client, id, "get", "", "secrets", Some(&tenant_ns)).await,
@@ -487,7 +553,7 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
         tenant_user("create", "agentcards")
     })
     .await
-    .expect("edit aggregates agentcard-edit");
+    .expect("edit aggregates the chart's <fullname>-edit role");
     assert!(!tenant_user("patch", "agentcards/status").await);
 
     // Upgrade, then uninstall: nothing of the release is left but the CRDs.

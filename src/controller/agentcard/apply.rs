@@ -336,6 +336,16 @@ pub async fn delete_route_if_ours(
         Ok(_) => Ok(()),
         // Without the Gateway API installed there is nothing to delete.
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        // Installed without HTTPRoute rights (routing switched away from HTTPRoute): the routes
+        // are the platform's to remove now; reconciles and deletions go on.
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            tracing::warn!(
+                namespace,
+                name,
+                "no rights on HTTPRoutes: the old route stays until removed by hand"
+            );
+            Ok(())
+        }
         Err(e) => Err(e.into()),
     }
 }
