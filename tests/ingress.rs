@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use agentcard_operator::crd::AgentCard;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::cluster::card;
@@ -200,6 +201,40 @@ async fn inside_a_private_network_namespace() {
         gone.is_ok(),
         "still routed after deletion; Traefik log:\n{}",
         traefik_log()
+    );
+    // The server answers 404 for a deleted card whatever routes remain: the Ingresses
+    // themselves are gone, and the agent's path (which the agent would answer) too.
+    let ingresses_gone = wait_for(Duration::from_secs(30), || async {
+        let left = |namespace: &'static str| {
+            let api: Api<Ingress> = Api::namespaced(client.clone(), namespace);
+            async move { api.list(&Default::default()).await.map(|l| l.items.len()) }
+        };
+        matches!((left(ns).await, left(tenant).await), (Ok(0), Ok(0)))
+    })
+    .await;
+    if ingresses_gone.is_err() {
+        let mut left = Vec::new();
+        for namespace in [ns, tenant] {
+            let api: Api<Ingress> = Api::namespaced(client.clone(), namespace);
+            for i in api.list(&Default::default()).await.unwrap().items {
+                left.push(format!(
+                    "{namespace}/{} {:?} {:?}",
+                    i.metadata.name.unwrap_or_default(),
+                    i.metadata.annotations,
+                    i.metadata.owner_references
+                ));
+            }
+        }
+        panic!("the card's Ingresses outlive it: {left:#?}");
+    }
+    let unrouted = wait_for(Duration::from_secs(60), || {
+        std::future::ready(through_traefik(host, "/a2a/v1").status == 404)
+    })
+    .await;
+    assert!(
+        unrouted.is_ok(),
+        "the agent's path is still routed: {}",
+        through_traefik(host, "/a2a/v1").status
     );
     println!("served through Traefik: card, JWKS, agent path; 404 after deletion");
 }

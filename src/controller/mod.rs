@@ -370,6 +370,27 @@ impl Context {
             .remove(key);
     }
 
+    /// What the operator wrote for `card` as the watches last saw it, with its ConfigMap
+    /// `configmap` (read by the caller when it needs it).
+    pub fn existing<'a>(
+        &self,
+        card: &AgentCard,
+        configmap: Option<&'a ConfigMap>,
+    ) -> agentcard::apply::Existing<'a> {
+        let ns = card.namespace().unwrap_or_default();
+        let opns = &self.settings.operator_namespace;
+        let public = agentcard::build::ingress_name(&ns, &card.name_any());
+        let backend = agentcard::build::backend_ingress_name(card);
+        agentcard::apply::Existing {
+            configmap,
+            ingress: self.ingress(opns, &public),
+            backend: self.ingress(&ns, &backend),
+            route: self.route(opns, &public),
+            backend_route: self.route(&ns, &backend),
+            routes_accepted: false,
+        }
+    }
+
     /// Forget a card that is gone, whether or not its finalizer ran (a tenant may remove it):
     /// release its claims, and remove what it had in the operator's namespace, unless a card
     /// of the same name took its place (that one's reconcile owns those names now).
@@ -380,18 +401,10 @@ impl Context {
             .get(&ObjectRef::new(&name).within(&ns))
             .is_some_and(|c| c.uid() != card.uid());
         if !replaced {
-            let opns = &self.settings.operator_namespace;
-            let object = agentcard::build::ingress_name(&ns, &name);
-            let ingress = self.ingress(opns, &object);
-            let route = self.route(opns, &object);
-            agentcard::apply::cleanup(
-                &self.client,
-                card,
-                &self.settings,
-                ingress.as_deref(),
-                route.is_some(),
-            )
-            .await?;
+            // Its routes go now, the backend's too: garbage collection would take the owned
+            // ones, but only when it gets to them, and the agent's path stays routed meanwhile.
+            let existing = self.existing(card, None);
+            agentcard::apply::unpublish(&self.client, card, &self.settings, &existing).await?;
             let key = agentcard::build::card_key(card);
             self.metrics.set_ready(key.clone(), None);
             self.reset_backoff_for(&key);

@@ -468,8 +468,9 @@ pub async fn apply(
     Ok(())
 }
 
-/// Take the card off the air: delete its ConfigMap and both Ingresses, each only when it is
-/// ours. Used when the card loses (or never gets) its claim.
+/// Take the card off the air: delete its ConfigMap and both Ingresses (and HTTPRoutes), each
+/// only when it is ours. Used when the card loses (or never gets) its claim, and when it is
+/// deleted (then without the ConfigMap: garbage collection takes it, and nothing serves it).
 pub async fn unpublish(
     client: &Client,
     card: &AgentCard,
@@ -505,7 +506,7 @@ pub async fn unpublish(
 
 /// Remove what garbage collection cannot: the Ingress (and HTTPRoute, when `routes`) in the
 /// operator's namespace, when written for this card.
-pub async fn cleanup(
+async fn cleanup(
     client: &Client,
     card: &AgentCard,
     settings: &Settings,

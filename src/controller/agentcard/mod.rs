@@ -113,20 +113,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     let ns = card.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
     let previous = cms.get_opt(&build::configmap_name(&card)).await?;
-    let existing = apply::Existing {
-        configmap: previous.as_ref(),
-        ingress: ctx.ingress(
-            &ctx.settings.operator_namespace,
-            &build::ingress_name(&ns, &card.name_any()),
-        ),
-        backend: ctx.ingress(&ns, &build::backend_ingress_name(&card)),
-        route: ctx.route(
-            &ctx.settings.operator_namespace,
-            &build::ingress_name(&ns, &card.name_any()),
-        ),
-        backend_route: ctx.route(&ns, &build::backend_ingress_name(&card)),
-        routes_accepted: false,
-    };
+    let existing = ctx.existing(&card, previous.as_ref());
     // With HTTPRoute routing, what the Gateways say of the routes as last seen.
     let routed = (ctx.settings.routing.kind == super::routing::RouteKind::HttpRoute).then(|| {
         let routes: Vec<&kube::api::DynamicObject> =
