@@ -2,6 +2,8 @@
 //! served verbatim), where it is published, and the values every filter and the text ranking
 //! look at, lower-cased once when the entry is built.
 
+use std::collections::{HashMap, HashSet};
+
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -128,31 +130,63 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_lowercase)
 }
 
-/// Collects facet values and weighted tokens while an entry is built.
+/// Most distinct words of a text query that count (bounding the work one request causes).
+pub const MAX_QUERY_WORDS: usize = 16;
+
+/// The words a text query is matched and scored by: its first [`MAX_QUERY_WORDS`] distinct
+/// words (a repeated word adds nothing to a score).
+pub fn query_words(text: &str) -> Vec<String> {
+    let mut out = Distinct::default();
+    for w in words(text) {
+        if out.list.len() == MAX_QUERY_WORDS {
+            break;
+        }
+        out.push(&w);
+    }
+    out.list
+}
+
+/// Collects facet values and weighted tokens while an entry is built, in first-seen order
+/// and without repeats (hashed: a large card's words cost linear time, not quadratic).
 #[derive(Default)]
 struct Builder {
     facets: Vec<(Field, Box<str>)>,
+    seen_facets: HashSet<(Field, Box<str>)>,
     tokens: Vec<(String, u8)>,
+    token_at: HashMap<String, usize>,
 }
 
 impl Builder {
     fn facet(&mut self, field: Field, value: &str) {
-        if !value.is_empty()
-            && !self
-                .facets
-                .iter()
-                .any(|(f, v)| *f == field && &**v == value)
-        {
+        if !value.is_empty() && self.seen_facets.insert((field, value.into())) {
             self.facets.push((field, value.into()));
         }
     }
 
     fn text(&mut self, text: &str, weight: u8) {
         for w in words(text) {
-            match self.tokens.iter_mut().find(|(t, _)| *t == w) {
-                Some((_, existing)) => *existing = (*existing).max(weight),
-                None => self.tokens.push((w, weight)),
+            match self.token_at.get(&w) {
+                Some(&i) => self.tokens[i].1 = self.tokens[i].1.max(weight),
+                None => {
+                    self.token_at.insert(w.clone(), self.tokens.len());
+                    self.tokens.push((w, weight));
+                }
             }
+        }
+    }
+}
+
+/// Strings without repeats, in first-seen order.
+#[derive(Default)]
+struct Distinct {
+    list: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl Distinct {
+    fn push(&mut self, v: &str) {
+        if !v.is_empty() && self.seen.insert(v.to_string()) {
+            self.list.push(v.to_string());
         }
     }
 }
@@ -171,16 +205,11 @@ impl Entry {
         let mut b = Builder::default();
         b.text(card["name"].as_str().unwrap_or_default(), 5);
         b.text(card["description"].as_str().unwrap_or_default(), 2);
-        let (mut examples, mut skill_names): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
-        let push = |list: &mut Vec<String>, v: &str| {
-            if !v.is_empty() && !list.iter().any(|x| x == v) {
-                list.push(v.to_string());
-            }
-        };
+        let (mut examples, mut skill_names) = (Distinct::default(), Distinct::default());
         for skill in card["skills"].as_array().into_iter().flatten() {
             let (id, name) = (text(&skill["id"]), text(&skill["name"]));
             b.facet(Field::Skill, &id);
-            push(&mut skill_names, &name);
+            skill_names.push(&name);
             b.text(&name, 3);
             b.text(skill["description"].as_str().unwrap_or_default(), 1);
             for tag in strings(&skill["tags"]) {
@@ -188,7 +217,7 @@ impl Entry {
                 b.text(tag, 3);
             }
             for example in strings(&skill["examples"]) {
-                push(&mut examples, example);
+                examples.push(example);
                 b.text(example, 1);
             }
             for m in strings(&skill["inputModes"]) {
@@ -243,9 +272,9 @@ impl Entry {
             version: text(&card["version"]).into(),
             placement,
             body,
-            examples: boxed(examples),
+            examples: boxed(examples.list),
             facets: b.facets.into_boxed_slice(),
-            skill_names: boxed(skill_names),
+            skill_names: boxed(skill_names.list),
             token_text: token_text.into_boxed_str(),
             token_weights: weights.into_boxed_slice(),
         })
@@ -253,15 +282,12 @@ impl Entry {
 
     /// The values of `field` this entry matches (lower-cased, without repeats).
     pub fn values(&self, field: Field) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
+        let mut out = Distinct::default();
         let names = self.skill_names.iter().filter(|_| field == Field::Skill);
         for v in self.facet_values(field).chain(names.map(|n| &**n)) {
-            let v = v.to_lowercase();
-            if !out.contains(&v) {
-                out.push(v);
-            }
+            out.push(&v.to_lowercase());
         }
-        out
+        out.list
     }
 
     /// The values of `field` counted in facets, as written.

@@ -151,8 +151,9 @@ fn route(
                 })
                 .collect();
             let mut out = json!({"results": results});
-            if ranked.hits.len() > s.offset + s.page_size {
-                out["pageToken"] = json!(token::encode_offset(s.offset + s.page_size));
+            let end = s.offset.saturating_add(s.page_size);
+            if ranked.hits.len() > end {
+                out["pageToken"] = json!(token::encode_offset(end));
             }
             Ok(out)
         }
@@ -167,8 +168,7 @@ fn route(
                     FacetKey::Type => None,
                 })
                 .collect();
-            let counts = catalog.facets(&x.query, visible, &fields);
-            let total = catalog.list(&x.query, visible, None, 0).total;
+            let (counts, total) = catalog.facets_with_total(&x.query, visible, &fields);
             let mut facets = serde_json::Map::new();
             for (path, key, limit, min_count) in &x.facets {
                 let buckets: Vec<(String, usize)> = match key {
@@ -195,22 +195,23 @@ fn route(
         }
         ("/agents", true, _) => {
             let l = ard::list_request(&params)?;
-            let page = catalog.list(&l.query, visible, None, usize::MAX);
+            // In identifier order only the page's entries are needed; another order needs all.
+            let end = l.offset.saturating_add(l.page_size);
+            let wanted = if l.order.is_some() { usize::MAX } else { end };
+            let page = catalog.list(&l.query, visible, None, wanted);
             let mut items = page.items;
             if let Some((field, desc)) = &l.order {
-                items.sort_by(|a, b| {
-                    let key = |e: &super::entry::Entry| match field.as_str() {
+                items.sort_by_cached_key(|e| {
+                    let key = match field.as_str() {
                         "displayName" => e.display_name.to_lowercase(),
                         "updatedAt" => e.placement.updated_at.clone(),
                         _ => e.identifier.clone(),
                     };
-                    let ord = key(a).cmp(&key(b)).then(a.identifier.cmp(&b.identifier));
-                    if *desc {
-                        ord.reverse()
-                    } else {
-                        ord
-                    }
+                    (key, e.identifier.clone())
                 });
+                if *desc {
+                    items.reverse();
+                }
             }
             let shown: Vec<Value> = items
                 .iter()
@@ -219,8 +220,8 @@ fn route(
                 .map(|e| Value::Object(ard::catalog_entry(e)))
                 .collect();
             let mut out = json!({"items": shown, "total": page.total});
-            if page.total > l.offset + l.page_size {
-                out["pageToken"] = json!(token::encode_offset(l.offset + l.page_size));
+            if page.total > end {
+                out["pageToken"] = json!(token::encode_offset(end));
             }
             Ok(out)
         }
@@ -231,8 +232,7 @@ fn route(
         }
         ("/v1/facets", true, _) => {
             let r = native::request(&params, false)?;
-            let counts = catalog.facets(&r.query, visible, &Field::ALL);
-            let total = catalog.list(&r.query, visible, None, 0).total;
+            let (counts, total) = catalog.facets_with_total(&r.query, visible, &Field::ALL);
             Ok(native::facets(&counts, total))
         }
         ("/search" | "/explore", true, _) => Err(method_error()),

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::entry::{words, Entry, Field};
+use super::entry::{query_words, Entry, Field};
 
 /// What a caller asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -100,7 +100,7 @@ impl Catalog {
     /// from the token index: a word scores twice its token's weight on an exact match, the
     /// weight when it only starts the token.
     fn text_scores(&self, text: Option<&str>) -> Option<HashMap<u32, u8>> {
-        let query: Vec<String> = words(text?).collect();
+        let query = query_words(text?);
         if query.is_empty() {
             return None;
         }
@@ -284,21 +284,37 @@ impl Catalog {
         visible: Visibility<'_>,
         fields: &[Field],
     ) -> BTreeMap<Field, Buckets> {
+        self.facets_with_total(query, visible, fields).0
+    }
+
+    /// [`Catalog::facets`] and the number of entries matching `query` (one pass for both).
+    /// A field asked for twice is counted once.
+    pub fn facets_with_total(
+        &self,
+        query: &Query,
+        visible: Visibility<'_>,
+        fields: &[Field],
+    ) -> (BTreeMap<Field, Buckets>, usize) {
+        let mut fields = fields.to_vec();
+        fields.sort_unstable();
+        fields.dedup();
         let scores = self.text_scores(query.text.as_deref());
         let mut counts: BTreeMap<Field, BTreeMap<String, usize>> = BTreeMap::new();
+        let mut total = 0;
         for i in self.matching(query, visible) {
             let e = &self.entries[i as usize];
             if scores.as_ref().is_some_and(|s| !s.contains_key(&i)) {
                 continue;
             }
-            for field in fields {
+            total += 1;
+            for field in &fields {
                 let c = counts.entry(*field).or_default();
                 for v in e.facet_values(*field) {
                     *c.entry(v.to_string()).or_default() += 1;
                 }
             }
         }
-        fields
+        let facets = fields
             .iter()
             .map(|f| {
                 let mut buckets: Buckets =
@@ -306,7 +322,8 @@ impl Catalog {
                 buckets.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 (*f, buckets)
             })
-            .collect()
+            .collect();
+        (facets, total)
     }
 }
 
