@@ -1,15 +1,18 @@
 //! Kubernetes access mode: who is calling (a TokenReview of the bearer token) and which
 //! namespaces' cards it may see (a SubjectAccessReview for `get` on `agentcards.agentcard.dev`
 //! per namespace). Decisions are cached briefly, in bounded maps, so a busy client costs the
-//! API server a few reviews per cache period, not one per request. Locks are never held
-//! across an `.await`.
+//! API server a few reviews per cache period, not one per request. Reviews are bounded too:
+//! at most [`MAX_REVIEWS`] in flight, each given [`REVIEW_TIMEOUT`]; a lost API server makes
+//! requests answer 503 rather than hang. Locks are never held across an `.await`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
+use k8s_openapi::api::authentication::v1::{
+    TokenReview, TokenReviewSpec, TokenReviewStatus, UserInfo,
+};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -20,8 +23,12 @@ use super::ApiError;
 
 /// How long a decision is reused.
 const TTL: Duration = Duration::from_secs(10);
-/// Most cached decisions of each kind; the cache is emptied when full.
+/// Most cached decisions of each kind (expired ones go first when full).
 const MAX_CACHED: usize = 10_000;
+/// Most reviews in flight at once, across callers.
+const MAX_REVIEWS: usize = 32;
+/// How long a review (waiting for a slot included) may take before the request gets 503.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Checks callers against the API server.
 pub struct Authorizer {
@@ -29,14 +36,18 @@ pub struct Authorizer {
     audiences: Vec<String>,
     users: Mutex<HashMap<String, (Instant, Option<UserInfo>)>>,
     grants: Mutex<HashMap<(String, String), (Instant, bool)>>,
+    reviews: tokio::sync::Semaphore,
 }
 
+/// Everything a SubjectAccessReview is asked with: two callers share a decision only when
+/// they would be asked about identically (`extra` included: scoped tokens differ there).
 fn user_key(u: &UserInfo) -> String {
     format!(
-        "{}\u{0}{}\u{0}{:?}",
+        "{}\u{0}{}\u{0}{:?}\u{0}{:?}",
         u.username.as_deref().unwrap_or_default(),
         u.uid.as_deref().unwrap_or_default(),
-        u.groups
+        u.groups,
+        u.extra
     )
 }
 
@@ -53,9 +64,49 @@ fn cached<K: std::hash::Hash + Eq + Clone, V: Clone>(
 fn remember<K: std::hash::Hash + Eq, V>(map: &Mutex<HashMap<K, (Instant, V)>>, key: K, value: V) {
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
     if map.len() >= MAX_CACHED {
+        map.retain(|_, (at, _)| at.elapsed() < TTL);
+    }
+    if map.len() >= MAX_CACHED {
+        // Every entry is fresh: more callers than the cache holds within one TTL.
         map.clear();
     }
     map.insert(key, (Instant::now(), value));
+}
+
+/// The user a TokenReview answer authenticates, if it does. An authenticator that ignores
+/// audiences answers without any: with `audiences` asked for, one of them must be in the
+/// answer (as the TokenReview API asks of its clients).
+fn accepted(status: Option<TokenReviewStatus>, audiences: &[String]) -> Option<UserInfo> {
+    status
+        .filter(|s| s.authenticated == Some(true))
+        .filter(|s| {
+            audiences.is_empty() || s.audiences.iter().flatten().any(|a| audiences.contains(a))
+        })
+        .and_then(|s| s.user)
+}
+
+/// Ask the API server `call` with a slot of `slots` and within [`REVIEW_TIMEOUT`]; `what`
+/// names the review in errors.
+async fn review<T>(
+    slots: &tokio::sync::Semaphore,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ApiError> {
+    let asked = async {
+        let _slot = slots
+            .acquire()
+            .await
+            .map_err(|_| ApiError::unavailable(format!("{what}: closed")))?;
+        call.await
+            .map_err(|e| ApiError::unavailable(format!("{what} failed: {e}")))
+    };
+    tokio::time::timeout(REVIEW_TIMEOUT, asked)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::unavailable(format!(
+                "{what}: the API server did not answer within {REVIEW_TIMEOUT:?}"
+            )))
+        })
 }
 
 impl Authorizer {
@@ -67,6 +118,7 @@ impl Authorizer {
             audiences,
             users: Mutex::new(HashMap::new()),
             grants: Mutex::new(HashMap::new()),
+            reviews: tokio::sync::Semaphore::new(MAX_REVIEWS),
         }
     }
 
@@ -82,14 +134,14 @@ impl Authorizer {
                     },
                     ..Default::default()
                 };
-                let answer = Api::<TokenReview>::all(self.client.clone())
-                    .create(&PostParams::default(), &review)
-                    .await
-                    .map_err(|e| ApiError::internal(format!("token review failed: {e}")))?;
-                let user = answer
-                    .status
-                    .filter(|s| s.authenticated == Some(true))
-                    .and_then(|s| s.user);
+                let api = Api::<TokenReview>::all(self.client.clone());
+                let answer = self::review(
+                    &self.reviews,
+                    "token review",
+                    api.create(&PostParams::default(), &review),
+                )
+                .await?;
+                let user = accepted(answer.status, &self.audiences);
                 remember(&self.users, key, user.clone());
                 user
             }
@@ -119,10 +171,13 @@ impl Authorizer {
             },
             ..Default::default()
         };
-        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| ApiError::internal(format!("access review failed: {e}")))?;
+        let api = Api::<SubjectAccessReview>::all(self.client.clone());
+        let answer = self::review(
+            &self.reviews,
+            "access review",
+            api.create(&PostParams::default(), &review),
+        )
+        .await?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
         remember(&self.grants, key, allowed);
         Ok(allowed)
@@ -165,5 +220,53 @@ impl Authorizer {
             }
         }
         Ok(visible)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(authenticated: bool, audiences: Option<Vec<&str>>) -> Option<TokenReviewStatus> {
+        Some(TokenReviewStatus {
+            authenticated: Some(authenticated),
+            audiences: audiences.map(|a| a.into_iter().map(String::from).collect()),
+            user: Some(UserInfo {
+                username: Some("alice".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn tokens_need_an_asked_audience_in_the_answer() {
+        let ours = vec!["agentcard-directory".to_string()];
+        assert!(accepted(status(true, Some(vec!["agentcard-directory"])), &ours).is_some());
+        // An audience-unaware authenticator (no audiences in its answer), or another audience.
+        assert!(accepted(status(true, None), &ours).is_none());
+        assert!(accepted(status(true, Some(vec!["other"])), &ours).is_none());
+        assert!(accepted(status(false, Some(vec!["agentcard-directory"])), &ours).is_none());
+        // Without audiences asked for, the API server's own judgement stands.
+        assert!(accepted(status(true, None), &[]).is_some());
+    }
+
+    #[test]
+    fn decisions_are_shared_only_by_identical_users() {
+        let user = |extra: &[(&str, &str)]| UserInfo {
+            username: Some("alice".into()),
+            extra: Some(
+                extra
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), vec![v.to_string()]))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        assert_ne!(
+            user_key(&user(&[("scopes", "read")])),
+            user_key(&user(&[("scopes", "admin")]))
+        );
+        assert_eq!(user_key(&user(&[])), user_key(&user(&[])));
     }
 }

@@ -58,6 +58,15 @@ impl ApiError {
         }
     }
 
+    /// 503 `UNAVAILABLE`: the API server did not answer in time (the caller may retry).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 503,
+            code: "UNAVAILABLE",
+            message: message.into(),
+        }
+    }
+
     /// 500 `INTERNAL`.
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError {
