@@ -215,13 +215,11 @@ impl Index {
 
     /// The directory site holding `host`, if any.
     pub fn site(&self, host: &str) -> Option<Arc<Site>> {
-        let sites = self.sites.read().unwrap_or_else(|e| e.into_inner()).clone();
-        sites.get(host).cloned()
-    }
-
-    /// Every directory site.
-    pub fn sites(&self) -> Arc<HashMap<String, Arc<Site>>> {
-        self.sites.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.sites
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(host)
+            .cloned()
     }
 
     /// Mark the first full sync done.

@@ -454,6 +454,218 @@ async fn a_directory_lists_the_served_cards_its_selectors_pick_and_speaks_ard() 
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_answers_under_its_path_prefix_with_caching_cors_paging_and_bounds() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let tenant = Tenant::new(&p, &format!("http-{t}")).await;
+    let names_all: Vec<String> = (0..5).map(|i| format!("agent-{i}")).collect();
+    for (i, name) in names_all.iter().enumerate() {
+        let tags = ["shared", if i % 2 == 0 { "even" } else { "odd" }];
+        tenant
+            .apply(&rich_card(
+                name,
+                &format!("{name}-{t}.open.test"),
+                &format!("skill{i}"),
+                &tags,
+                "Acme",
+            ))
+            .await
+            .unwrap();
+    }
+    for name in &names_all {
+        wait_card(&p, &tenant.ns, name, "Ready", ready).await;
+    }
+    let dname = format!("http-{t}");
+    let dhost = format!("http-{t}.open.test");
+    let only = json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.ns}},
+        "publish": {"host": dhost, "pathPrefix": "/registry"}});
+    apply_directory(&p, &directory(&dname, &dhost, only)).await;
+    wait_directory(&p, &dname, "Ready with 5 cards", dir_ready(5)).await;
+    let listed = wait_for(Duration::from_secs(15), || {
+        std::future::ready(get(&p, &dhost, "/registry/v1/agents", &[]).status == 200)
+    })
+    .await;
+    assert!(
+        listed.is_ok(),
+        "the directory is not served under its prefix"
+    );
+
+    // The lease holder wrote the directory's Ingress: its whole host to the operator.
+    let ing =
+        Api::<k8s_openapi::api::networking::v1::Ingress>::namespaced(p.admin.clone(), &p.opns)
+            .get(&agentcard_operator::controller::agentdirectory::ingress_name(&dname))
+            .await
+            .unwrap();
+    let rule = &ing.spec.unwrap().rules.unwrap()[0];
+    assert_eq!(rule.host.as_deref(), Some(dhost.as_str()));
+    let path = &rule.http.as_ref().unwrap().paths[0];
+    assert_eq!(
+        (path.path.as_deref(), path.path_type.as_str()),
+        (Some("/"), "Prefix")
+    );
+
+    // The APIs live under the prefix; the well-known manifest also at the host's root.
+    assert_eq!(get(&p, &dhost, "/v1/agents", &[]).status, 404);
+    let m = get(&p, &dhost, "/.well-known/ard.json", &[]);
+    assert_eq!(m.status, 200);
+    assert_eq!(
+        get(&p, &dhost, "/registry/.well-known/ard.json", &[]).body,
+        m.body
+    );
+
+    // Every GET has a strong ETag and answers 304 to it; CORS lets browsers read it all.
+    let one = format!("/registry/v1/agents/{}/agent-0", tenant.ns);
+    let id = format!("urn:air:agent-0-{t}.open.test:{}:agent-0", tenant.ns);
+    let by_id = format!("/registry/agents/{id}");
+    for path in [
+        "/registry/v1/agents?tag=shared",
+        "/registry/v1/facets",
+        "/registry/agents",
+        "/registry/.well-known/ai-catalog.json",
+        one.as_str(),
+        by_id.as_str(),
+    ] {
+        let r = get(&p, &dhost, path, &[("Origin", "https://app.example")]);
+        assert_eq!(
+            r.status,
+            200,
+            "{path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(r.header("access-control-allow-origin"), Some("*"), "{path}");
+        assert!(
+            r.header("access-control-expose-headers")
+                .is_some_and(|h| h.contains("ETag")),
+            "{path}"
+        );
+        let etag = r
+            .header("etag")
+            .unwrap_or_else(|| panic!("{path}: no ETag"));
+        assert!(etag.starts_with('"'), "{path}: {etag}");
+        let again = get(&p, &dhost, path, &[("If-None-Match", etag)]);
+        assert_eq!(again.status, 304, "{path}");
+        assert!(again.body.is_empty(), "{path}");
+    }
+    let pre = support::http::request(
+        p.op.server.addr,
+        "OPTIONS",
+        "/registry/search",
+        &[
+            ("Host", &dhost),
+            ("Origin", "https://app.example"),
+            ("Access-Control-Request-Method", "POST"),
+            ("Access-Control-Request-Headers", "content-type"),
+        ],
+    );
+    assert!(pre.status == 204 || pre.status == 200, "{}", pre.status);
+    assert!(pre
+        .header("access-control-allow-methods")
+        .is_some_and(|m| m.contains("POST")));
+
+    // Paging walks every entry once: native cursors, ARD page tokens for search and list.
+    let mut seen = Vec::new();
+    let mut path = "/registry/v1/agents?limit=2".to_string();
+    loop {
+        let page = json_of(&get(&p, &dhost, &path, &[]));
+        assert!(page["agents"].as_array().unwrap().len() <= 2);
+        seen.extend(names(&page));
+        match page["metadata"]["nextCursor"].as_str() {
+            Some(c) => path = format!("/registry/v1/agents?limit=2&cursor={c}"),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, names_all);
+    for (what, first) in [
+        (
+            "search",
+            json!({"query": {"text": "shared"}, "pageSize": 2}),
+        ),
+        ("agents", Value::Null),
+    ] {
+        let mut ids = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = if what == "search" {
+                let mut body = first.clone();
+                if let Some(t) = &token {
+                    body["pageToken"] = json!(t);
+                }
+                json_of(&post(&p, &dhost, "/registry/search", &body, &[]))
+            } else {
+                let q = token
+                    .as_ref()
+                    .map(|t| format!("&pageToken={t}"))
+                    .unwrap_or_default();
+                let page = json_of(&get(
+                    &p,
+                    &dhost,
+                    &format!("/registry/agents?pageSize=2{q}"),
+                    &[],
+                ));
+                assert_eq!(page["total"], 5);
+                page
+            };
+            let key = if what == "search" { "results" } else { "items" };
+            let items = page[key].as_array().unwrap();
+            assert!(items.len() <= 2, "{what}: {page}");
+            ids.extend(
+                items
+                    .iter()
+                    .map(|e| e["identifier"].as_str().unwrap().to_string()),
+            );
+            match page["pageToken"].as_str() {
+                Some(t) => token = Some(t.to_string()),
+                None => break,
+            }
+        }
+        let unique: BTreeSet<&String> = ids.iter().collect();
+        assert_eq!((ids.len(), unique.len()), (5, 5), "{what}: {ids:?}");
+    }
+
+    // A field asked for twice is counted once, not lost.
+    let x = json_of(&post(
+        &p,
+        &dhost,
+        "/registry/explore",
+        &json!({"resultType": {"facets": [{"field": "tags"}, {"field": "tags"}]}}),
+        &[],
+    ));
+    assert_eq!(
+        x["facets"]["tags"]["buckets"][0],
+        json!({"value": "shared", "count": 5}),
+        "{x}"
+    );
+
+    // A page that is not there is a 404 page: not cached, no validator, even to `*`.
+    let missing = get(
+        &p,
+        &dhost,
+        &format!("/registry/agents/{}/nobody", tenant.ns),
+        &[("Accept", "text/html"), ("If-None-Match", "*")],
+    );
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.header("etag"), None);
+    assert_eq!(missing.header("cache-control"), Some("no-store"));
+    assert!(missing
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/html")));
+    assert!(missing.header("content-security-policy").is_some());
+    assert!(String::from_utf8_lossy(&missing.body).contains("NOT_FOUND"));
+
+    // Request bodies are bounded.
+    let big = vec![b' '; 64 * 1024];
+    let r = request_with_body(
+        p.op.server.addr,
+        "POST",
+        "/registry/search",
+        &[("Host", &dhost), ("Content-Type", "application/json")],
+        Some(&big),
+    );
+    assert_eq!(r.status, 413);
+}
+
 async fn service_account_token(p: &Platform, ns: &str, name: &str, may_read: &[&str]) -> String {
     let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     let sas: Api<ServiceAccount> = Api::namespaced(p.admin.clone(), ns);

@@ -199,8 +199,31 @@ async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() 
     // The hostile card: no script runs, no javascript: link, no horizontal overflow, and the
     // pages pass axe-core.
     let evil = format!("{base}agents/{}/hostile", b.ns);
+    let evil_listed = format!("{base}?q=Evil");
+    // Inert by escaping, not only by the CSP: the served pages hold the tenant's markup as
+    // text (the only script element is the page's own), and carry the CSP.
+    for path in [format!("/agents/{}/hostile", b.ns), "/?q=Evil".to_string()] {
+        let r = server.get(&host, &path, &[("Accept", "text/html")]);
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(
+            r.header("content-security-policy"),
+            Some(agentcard_operator::directory::html::CSP),
+            "{path}"
+        );
+        let page = String::from_utf8_lossy(&r.body);
+        assert!(
+            page.contains("Evil"),
+            "{path}: the hostile card is not on it"
+        );
+        assert_eq!(page.matches("<script").count(), 1, "{path}: {page}");
+        assert!(page.contains("<script src="), "{path}");
+        for raw in ["<img", "<svg", "</style><script", "</pre><script"] {
+            assert!(!page.contains(raw), "{path}: {raw} unescaped");
+        }
+    }
     for (url, shot) in [
         (evil.as_str(), "hostile-card"),
+        (evil_listed.as_str(), "catalog-hostile"),
         (base.as_str(), "catalog"),
         (page.as_str(), "card"),
     ] {

@@ -44,8 +44,11 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-/// A link when `url` is an http(s) URL, else the URL as plain text.
+/// A link when `url` is an http(s) URL, else `text` as plain text; nothing without text.
 fn link(url: &str, text: &str) -> String {
+    if text.trim().is_empty() {
+        return String::new();
+    }
     let lower = url.trim().to_ascii_lowercase();
     if lower.starts_with("https://") || lower.starts_with("http://") {
         format!(
@@ -81,6 +84,15 @@ fn layout(title: &str, site: &Site, body: &str) -> String {
             .as_deref()
             .map(|d| format!("<p class=\"lead\">{}</p>", esc(d)))
             .unwrap_or_default(),
+    )
+}
+
+/// The page of an error (a card not found, a bad parameter), in the site's layout.
+pub fn error(site: &Site, e: &super::ApiError) -> String {
+    layout(
+        &format!("{} {}", e.status, e.code),
+        site,
+        &format!("<h1>{}</h1><p>{}</p>", esc(e.code), esc(&e.message)),
     )
 }
 
@@ -297,7 +309,7 @@ pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
             ),
         ),
     ] {
-        if !val.is_empty() && val != "<span class=\"inert\"></span>" {
+        if !val.is_empty() {
             html.push_str(&format!("<dt>{k}</dt><dd>{val}</dd>"));
         }
     }

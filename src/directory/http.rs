@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{
-    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, AUTHORIZATION,
-    CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG, IF_NONE_MATCH, VARY,
+    ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG, IF_NONE_MATCH,
+    RETRY_AFTER, VARY,
 };
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -30,7 +30,7 @@ use super::token;
 use super::ApiError;
 use crate::contract::content_hash;
 use crate::crd::AccessMode;
-use crate::serve::http::{preflight_for, Body, Route};
+use crate::serve::http::{cors, if_none_match, preflight_for, Body, Route};
 
 const METHODS: &str = "GET, HEAD, POST, OPTIONS";
 
@@ -75,11 +75,11 @@ fn no_params(params: &BTreeMap<String, Vec<String>>) -> Result<(), ApiError> {
     }
 }
 
+/// A path segment, percent-decoded (`+` is a plus in a path).
 fn percent_decode(segment: &str) -> String {
-    url::form_urlencoded::parse(format!("x={}", segment.replace('+', "%2B")).as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Answer a request to `site` for `path` (query string `query`, body `body`) from a caller who
@@ -283,15 +283,16 @@ fn html_card_path(rest: &str) -> Option<(String, String)> {
         .then(|| (percent_decode(ns), percent_decode(name)))
 }
 
-/// A page or asset with its caching, validators and the Content-Security-Policy.
+/// A page or asset (`status` 200) or an error page, with the caching and validators of
+/// [`response`] and the Content-Security-Policy.
 fn page_response(
-    body: Vec<u8>,
+    answer: Answer,
     content_type: &'static str,
     method: &Method,
     req: &HeaderMap,
     mode: AccessMode,
 ) -> Response<Body> {
-    let mut resp = response(Answer { status: 200, body }, method, req, mode);
+    let mut resp = response(answer, method, req, mode);
     let h = resp.headers_mut();
     if h.contains_key(http::header::CONTENT_TYPE) {
         h.insert(
@@ -323,14 +324,6 @@ fn header(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-fn cors(h: &mut HeaderMap) {
-    h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    h.insert(
-        ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("ETag"),
-    );
-}
-
 /// The HTTP response of `answer` for a request with `req` headers.
 pub fn response(
     answer: Answer,
@@ -353,6 +346,9 @@ pub fn response(
                 HeaderValue::from_static("Bearer"),
             );
         }
+        if answer.status == 503 {
+            h.insert(RETRY_AFTER, HeaderValue::from_static("5"));
+        }
     } else {
         let etag = format!("\"{}\"", content_hash(&answer.body));
         match mode {
@@ -373,12 +369,7 @@ pub fn response(
         let matched = (method == Method::GET || method == Method::HEAD)
             && req
                 .get(IF_NONE_MATCH)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|list| {
-                    list.split(',')
-                        .map(str::trim)
-                        .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
-                });
+                .is_some_and(|v| if_none_match(v, &[etag.as_str()]));
         h.insert(ETAG, header(&etag));
         if matched {
             h.remove(CONTENT_TYPE);
@@ -428,7 +419,10 @@ where
                 return (
                     Route::Directory,
                     page_response(
-                        text.as_bytes().to_vec(),
+                        Answer {
+                            status: 200,
+                            body: text.as_bytes().to_vec(),
+                        },
                         content_type,
                         &parts.method,
                         &parts.headers,
@@ -491,38 +485,26 @@ where
             },
             None => super::html::catalog(&site, &params(parts.uri.query()), visible),
         };
-        return match page {
-            Ok(doc) => (
-                Route::Directory,
-                page_response(
-                    doc.into_bytes(),
-                    "text/html; charset=utf-8",
-                    &parts.method,
-                    &parts.headers,
-                    mode,
-                ),
-            ),
-            Err(e) => {
-                let doc = format!(
-                    "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title></head><body><main><h1>{}</h1><p>{}</p></main></body></html>",
-                    e.status,
-                    e.code,
-                    super::html::esc(&e.message)
-                );
-                let mut resp = page_response(
-                    doc.into_bytes(),
-                    "text/html; charset=utf-8",
-                    &parts.method,
-                    &parts.headers,
-                    mode,
-                );
-                *resp.status_mut() =
-                    StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
-                resp.headers_mut()
-                    .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-                (Route::Directory, resp)
-            }
+        let answer = match page {
+            Ok(doc) => Answer {
+                status: 200,
+                body: doc.into_bytes(),
+            },
+            Err(e) => Answer {
+                status: e.status,
+                body: super::html::error(&site, &e).into_bytes(),
+            },
         };
+        return (
+            Route::Directory,
+            page_response(
+                answer,
+                "text/html; charset=utf-8",
+                &parts.method,
+                &parts.headers,
+                mode,
+            ),
+        );
     }
     let a = answer(
         &site,

@@ -73,15 +73,15 @@ pub fn request_host(uri: &Uri, headers: &HeaderMap) -> Option<String> {
     (!host.is_empty()).then_some(host)
 }
 
-/// Answer one request.
+/// Answer one request for `host` (its [`request_host`], found once per request).
 pub fn respond(
     index: &Index,
+    host: Option<&str>,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
 ) -> (Route, Response<Body>) {
-    let host = request_host(uri, headers);
-    let hit = host.as_deref().and_then(|h| index.lookup(h, uri.path()));
+    let hit = host.and_then(|h| index.lookup(h, uri.path()));
     match (method, hit) {
         (&Method::GET | &Method::HEAD, Some(hit)) => {
             let (route, doc) = match hit {
@@ -93,14 +93,20 @@ pub fn respond(
         (&Method::OPTIONS, Some(_)) => (Route::Preflight, preflight(headers)),
         (&Method::GET | &Method::HEAD | &Method::OPTIONS, None) => (
             Route::NotFound,
-            not_found(host.as_deref(), uri.path(), method == Method::HEAD),
+            not_found(host, uri.path(), method == Method::HEAD),
         ),
         _ => (Route::MethodNotAllowed, method_not_allowed()),
     }
 }
 
-fn cors(h: &mut HeaderMap) {
+/// CORS for browsers, the same on card and directory hosts: any origin may read, and the
+/// `ETag` is readable to scripts (for their own conditional requests).
+pub(crate) fn cors(h: &mut HeaderMap) {
     h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        http::header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("ETag"),
+    );
 }
 
 fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
@@ -151,20 +157,25 @@ fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
 /// RFC 9110 §13.1.2: `*`, or any listed tag equal to a current representation's tag under
 /// weak comparison (the `W/` prefix ignored).
 fn if_none_match_matches(value: &HeaderValue, doc: &Published) -> bool {
+    let ours: Vec<&str> = [&doc.etag, &doc.etag_gzip]
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if_none_match(value, &ours)
+}
+
+/// Whether an `If-None-Match` list names one of `ours` (quoted entity tags), or is `*`
+/// (weak comparison, as RFC 9110 asks for GET).
+pub(crate) fn if_none_match(value: &HeaderValue, ours: &[&str]) -> bool {
     let Ok(list) = value.to_str() else {
         return false;
     };
-    let ours = [opaque(&doc.etag), opaque(&doc.etag_gzip)];
     list.split(',').map(str::trim).any(|tag| {
         tag == "*" || {
             let t = tag.strip_prefix("W/").unwrap_or(tag);
-            ours.iter().any(|o| *o == Some(t))
+            ours.contains(&t)
         }
     })
-}
-
-fn opaque(v: &HeaderValue) -> Option<&str> {
-    v.to_str().ok()
 }
 
 /// Whether `Accept-Encoding` admits gzip (q > 0), explicitly or by `*`.
@@ -295,7 +306,7 @@ mod tests {
                 HeaderValue::from_str(v).unwrap(),
             );
         }
-        respond(idx, &method, &uri, &h)
+        respond(idx, request_host(&uri, &h).as_deref(), &method, &uri, &h)
     }
 
     #[test]

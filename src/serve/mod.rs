@@ -95,14 +95,9 @@ impl Servers {
         })
     }
 
-    /// Start draining: `/readyz` answers 503 and every response asks the client to close its
-    /// connection, while requests keep being answered.
-    pub fn start_draining(&self) {
-        self.draining
-            .store(true, std::sync::atomic::Ordering::Release);
-    }
-
-    /// The draining flag (see [`Servers::start_draining`]).
+    /// The draining flag: once set (on SIGTERM, by [`crate::process`]), `/readyz` answers 503
+    /// and every response asks the client to close its connection, while requests keep being
+    /// answered.
     pub fn draining(&self) -> Arc<std::sync::atomic::AtomicBool> {
         self.draining.clone()
     }

@@ -99,8 +99,8 @@ pub async fn serve_public(
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.parse::<u64>().ok())
                         .unwrap_or(0);
-                    let site =
-                        request_host(req.uri(), req.headers()).and_then(|host| index.site(&host));
+                    let host = request_host(req.uri(), req.headers());
+                    let site = host.as_deref().and_then(|h| index.site(h));
                     let (route, resp) = if declared > limits.max_body_bytes {
                         (Route::TooLarge, too_large())
                     } else if let Some(site) = site {
@@ -108,7 +108,13 @@ pub async fn serve_public(
                         let jwks = index.jwks().map(|j| j.body.clone());
                         crate::directory::http::handle(site, authorizer, jwks, req, max).await
                     } else {
-                        respond(&index, req.method(), req.uri(), req.headers())
+                        respond(
+                            &index,
+                            host.as_deref(),
+                            req.method(),
+                            req.uri(),
+                            req.headers(),
+                        )
                     };
                     metrics.observe(route, resp.status().as_u16());
                     let mut resp = resp;
