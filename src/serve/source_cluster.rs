@@ -295,8 +295,16 @@ impl Feed {
             // Most card events (spec edits, conditions) change nothing served.
             return;
         }
-        if previous.is_some_and(|p| p.labels != view.labels) {
+        if let Some(p) = previous.filter(|p| p.labels != view.labels) {
             self.dirty = true;
+            let labels_only = CardView {
+                labels: view.labels.clone(),
+                ..p
+            } == view;
+            if labels_only {
+                // What is served is unchanged: only the directories' selections may be.
+                return;
+            }
         }
         self.settle(&uid);
     }
