@@ -665,9 +665,15 @@ async fn the_jwks_is_repaired_and_its_last_modified_follows_its_bytes() {
     let h = host("j", &s.ns.name);
     apply(&s.cards, &example("one", &h)).await.unwrap();
     wait_card(&s.cards, "one", &s.operator, "Ready", ready).await;
+    // The JWKS is published before the first card signed with its keys: once the card is
+    // served, so is the key that verifies it.
+    support::http::eventually(Duration::from_secs(10), || {
+        (s.operator.get(&h, PATH_CARD).status == 200).then_some(())
+    })
+    .expect("the card is served");
     let served = || s.operator.get(&h, PATH_JWKS);
     let first = served();
-    assert_eq!(first.status, 200);
+    assert_eq!(first.status, 200, "a card is served before its JWKS");
     let (etag, modified) = (
         first.header("etag").unwrap().to_string(),
         first.header("last-modified").unwrap().to_string(),

@@ -48,6 +48,10 @@ pub enum Error {
     /// The signing keys cannot be used.
     #[error("signing key unavailable: {0}")]
     KeyUnavailable(String),
+    /// The JWKS with the signing keys is not published yet; a card signed with them would not
+    /// verify for clients, so it is not written until it is.
+    #[error("the JWKS with the signing keys is not published yet: {0}")]
+    JwksPending(String),
     /// Signing failed with a loaded key.
     #[error("signing failed: {0}")]
     Signing(#[from] crate::a2a::keys::KeyError),
@@ -71,6 +75,7 @@ impl Error {
             Error::HostConflict { .. } => "host_conflict",
             Error::NameInUse { .. } => "name_in_use",
             Error::KeyUnavailable(_) => "key_unavailable",
+            Error::JwksPending(_) => "jwks_pending",
             Error::Signing(_) => "signing",
             Error::Internal(_) => "internal",
             Error::Kube(_) => "kube_api",
@@ -90,6 +95,7 @@ impl Error {
             Error::HostConflict { .. } => "HostConflict",
             Error::NameInUse { .. } => "NameInUse",
             Error::KeyUnavailable(_) => "KeyUnavailable",
+            Error::JwksPending(_) => "JwksPending",
             Error::Signing(_) => "SigningFailed",
             Error::Internal(_) => "InternalError",
             Error::Kube(_) | Error::Finalizer(_) => "WriteFailed",

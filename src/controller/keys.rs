@@ -162,6 +162,12 @@ pub fn jwks_configmap(keys: &Keys, namespace: &str, published_at: &str) -> Confi
     .unwrap_or_default()
 }
 
+/// The content hash of the JWKS `keys` publish: cards signed with `keys` are written only once
+/// the JWKS ConfigMap holds this, so no client fetches a card whose key it cannot find.
+pub fn jwks_hash(keys: &Keys) -> String {
+    content_hash(jwks_body(keys).as_bytes())
+}
+
 fn jwks_body(keys: &Keys) -> String {
     String::from_utf8(jcs(&keys.jwks.to_value())).unwrap_or_default()
 }

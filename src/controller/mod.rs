@@ -139,6 +139,8 @@ pub struct Context {
     /// store: a store's `wait_until_ready` wakes only its latest waiter (kube-runtime 5), so
     /// concurrent reconciles waiting on it could wait forever.
     directories_listed: tokio::sync::watch::Receiver<bool>,
+    /// The hash of the JWKS last published (see [`keys::jwks_hash`]).
+    jwks_published: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 impl Context {
@@ -158,6 +160,27 @@ impl Context {
                 self.settings.operator_namespace, self.signing_secret
             ))
         })
+    }
+
+    /// Wait (at most 10 s) until the JWKS of `keys` is published, so that a card signed with
+    /// them never reaches clients before the key that verifies it (at start-up, and after a
+    /// key is added to the Secret).
+    pub async fn jwks_published(&self, keys: &Keys) -> Result<(), Error> {
+        let want = keys::jwks_hash(keys);
+        let mut published = self.jwks_published.clone();
+        let wait = published.wait_for(|h| h.as_deref() == Some(want.as_str()));
+        let outcome = tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .map(|r| r.map(|_| ()));
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(Error::JwksPending("the JWKS publisher stopped".into())),
+            Err(_) => Err(Error::JwksPending(format!(
+                "ConfigMap {}/{} does not hold the current keys after 10 s",
+                self.settings.operator_namespace,
+                keys::JWKS_CONFIGMAP
+            ))),
+        }
     }
 
     /// Re-check the other cards asking for one of `hosts`: `card` may have freed a claim there
@@ -535,6 +558,7 @@ pub async fn run(
         key_cache.clone(),
     );
     let jwks_secret_ref = ObjectRef::<Secret>::new(&config.signing_secret).within(&opns);
+    let (jwks_published_tx, jwks_published) = tokio::sync::watch::channel(None::<String>);
     let _jwks_task = AbortOnDrop(tokio::spawn(async move {
         let mut failures = 0u32;
         let mut last = None;
@@ -548,6 +572,7 @@ pub async fn run(
                 };
                 match keys::publish_jwks(&jwks_client, &keys, &jwks_ns, &mut last).await {
                     Ok(()) => {
+                        jwks_published_tx.send_replace(Some(keys::jwks_hash(&keys)));
                         failures = 0;
                         break;
                     }
@@ -709,6 +734,7 @@ pub async fn run(
         claims: Mutex::new(None),
         directories_wait,
         directories_listed,
+        jwks_published,
     });
     let sweeper_ctx = ctx.clone();
     let _sweeper_task = AbortOnDrop(tokio::spawn(async move {

@@ -97,6 +97,7 @@ async fn publish(
     let now = jiff::Timestamp::now();
     let claim = ctx.acquire_claim(wanted_claim(card, now))?;
     let keys = ctx.keys()?;
+    ctx.jwks_published(&keys).await?;
     let built = build::build(
         card,
         &keys,
