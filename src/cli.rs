@@ -44,7 +44,12 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct RenderArgs {
     /// AgentCard manifest (YAML/JSON) or bare A2A card JSON; `-` reads stdin.
-    file: PathBuf,
+    #[arg(required_unless_present = "from_url", conflicts_with = "from_url")]
+    file: Option<PathBuf>,
+    /// Fetch the card an agent serves (v1.0, or v0.3 converted to v1.0) instead of a file, as
+    /// an AgentCard with spec.source imports it; no redirects to another scheme, 1 MiB at most.
+    #[arg(long, value_name = "URL")]
+    from_url: Option<String>,
     /// Private key file (JWK or PKCS#8 PEM); repeat for one signature per key.
     #[arg(long = "key", required = true)]
     keys: Vec<PathBuf>,
@@ -191,8 +196,12 @@ fn print_problems(problems: &[Problem], prefix: &str) {
 }
 
 fn render(args: RenderArgs) -> Result<ExitCode> {
-    let text = read_input(&args.file)?;
-    let input = match read_card(&text) {
+    let read = match (&args.from_url, &args.file) {
+        (Some(url), _) => import_url(url),
+        (None, Some(file)) => Ok(read_card(&read_input(file)?)),
+        (None, None) => bail!("give a file or --from-url"),
+    };
+    let input = match read? {
         Ok(input) => input,
         Err(Problems(problems)) => {
             print_problems(&problems, "");
@@ -248,6 +257,36 @@ fn render(args: RenderArgs) -> Result<ExitCode> {
     out.write_all(&bytes)?;
     out.write_all(b"\n")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The card served at `url`, read as the operator imports it (v0.3 converted to v1.0, unknown
+/// fields dropped and reported as warnings, its own signatures replaced).
+fn import_url(url: &str) -> Result<std::result::Result<crate::input::CardInput, Problems>> {
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        bail!("--from-url needs an http(s) URL, got {url:?}");
+    }
+    let limits = FetchLimits {
+        timeout: std::time::Duration::from_secs(10),
+        max_bytes: 1024 * 1024,
+    };
+    let body = fetch(url, &limits)?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&body).with_context(|| format!("{url}: not JSON"))?;
+    Ok(crate::a2a::import::import(&value).map(|imported| {
+        if imported.version == crate::a2a::import::CardVersion::V0_3 {
+            eprintln!("note: {url} serves a v0.3 card; converted to v1.0");
+        }
+        print_problems(&imported.notes, "");
+        crate::input::CardInput {
+            parsed: crate::a2a::parse::Parsed {
+                card: imported.card,
+                unknown_fields: Vec::new(),
+            },
+            prefix: "",
+            host: None,
+            manifest: None,
+        }
+    }))
 }
 
 /// How `verify` fetches URLs.

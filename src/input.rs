@@ -43,6 +43,12 @@ pub fn read_card(text: &str) -> Result<CardInput, Problems> {
         });
     }
     let prefix = "spec.card";
+    if doc.pointer("/spec/card").is_none() && doc.pointer("/spec/source").is_some() {
+        return Err(Problems(vec![Problem::error(
+            "spec.source",
+            "the operator imports this card from the agent; render it with --from-url <the agent's card URL>",
+        )]));
+    }
     let card = doc
         .pointer("/spec/card")
         .ok_or_else(|| Problems(vec![Problem::error(prefix, "required")]))?;

@@ -299,7 +299,7 @@ async fn an_invalid_edit_keeps_the_last_good_card_and_says_why() {
 
     let mut m = example("card", &host);
     m["spec"]["card"]["skills"][1]["id"] = json!("forecast");
-    m["spec"]["card"]["defaultOutputModes"] = json!(["json"]);
+    m["spec"]["card"]["description"] = json!("");
     apply(&s.cards, &m).await.unwrap();
     let card = wait_card(&s.cards, "card", &s.operator, "Ready=False", |c| {
         condition(c, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "InvalidSpec")
@@ -311,7 +311,7 @@ async fn an_invalid_edit_keeps_the_last_good_card_and_says_why() {
         "{message}"
     );
     assert!(
-        message.contains("spec.card.defaultOutputModes[0]"),
+        message.contains("spec.card.description: required"),
         "{message}"
     );
     assert!(

@@ -3,11 +3,13 @@
 //! Data flows one way: JSON → [`parse`] (typed [`card::AgentCard`], unknown fields reported)
 //! → [`validate`] (errors and lints with JSON paths) → [`canonical`] (the bytes a signature
 //! covers, identical to the official SDKs) → [`jws`] (detached signatures with [`keys`]) →
-//! [`publish`] (the exact bytes served, optionally with [`compat`] v0.3 fields).
+//! [`publish`] (the exact bytes served, optionally with [`compat`] v0.3 fields). Cards made
+//! elsewhere (served by an agent, v1.0 or v0.3) enter through [`import`].
 
 pub mod canonical;
 pub mod card;
 pub mod compat;
+pub mod import;
 pub mod jws;
 pub mod keys;
 pub mod parse;

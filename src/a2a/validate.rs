@@ -1,14 +1,19 @@
 //! Validation (errors that stop publication) and lints (warnings) of a typed card.
 //!
 //! Validation walks the card once and reports every problem with its JSON path, so a user
-//! sees all of them in one pass. It checks what the protocol requires and what the SDKs would
-//! silently drop (an empty REQUIRED value vanishes from the canonical form and several clients
-//! then reject the card), plus what makes a card unusable in practice: unreachable interface
-//! URLs, undeclared security schemes, malformed media types, a size a ConfigMap cannot hold.
+//! sees all of them in one pass. An error needs a basis in the A2A v1.0 text or proto
+//! (`specification/a2a.proto`): a `REQUIRED` field missing or empty (the SDKs drop empty values
+//! from the canonical form, so an empty REQUIRED value is a missing one), a value the proto
+//! text constrains ("Valid values are …", "Must be a valid absolute HTTPS URL", "unique
+//! identifier", a `oneof`), a security requirement naming an undeclared scheme (OpenAPI 3.2,
+//! which the proto's schemes follow), or a card too large for a ConfigMap. Everything the
+//! protocol allows but that looks wrong (an empty example, a mode that is not a media type, a
+//! custom binding that is not a URI) is a warning: cards imported from running agents must
+//! never be refused for what the protocol and the SDKs accept.
 //!
 //! Lints flag what is legal but probably a mistake in a card published to the world: cluster-
 //! internal addresses, strings that look like credentials, requirements the signature does not
-//! protect.
+//! protect, and the validator's own warnings.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -20,7 +25,7 @@ use url::Url;
 
 use super::canonical::to_value;
 use super::card::*;
-use super::report::{PathBuf, Problem};
+use super::report::{PathBuf, Problem, Severity};
 
 /// The largest signed card we publish, in bytes. A ConfigMap holds 1 MiB; the rest is left
 /// for signatures added later, annotations and other metadata.
@@ -31,6 +36,14 @@ pub const KNOWN_BINDINGS: [&str; 3] = ["JSONRPC", "GRPC", "HTTP+JSON"];
 
 /// Every error in `card`; empty when it can be published.
 pub fn validate(card: &AgentCard) -> Vec<Problem> {
+    findings(card)
+        .into_iter()
+        .filter(|p| p.severity == Severity::Error)
+        .collect()
+}
+
+/// Every finding of the validator, errors and warnings, in card order.
+fn findings(card: &AgentCard) -> Vec<Problem> {
     let mut v = Validator::default();
     v.card(card);
     v.out
@@ -45,7 +58,10 @@ pub struct LintOptions {
 
 /// Warnings about `card`: legal, but probably not what the author meant.
 pub fn lint(card: &AgentCard, opts: LintOptions) -> Vec<Problem> {
-    let mut out = Vec::new();
+    let mut out: Vec<Problem> = findings(card)
+        .into_iter()
+        .filter(|p| p.severity == Severity::Warning)
+        .collect();
     let root = PathBuf::default();
     if opts.public {
         for (i, iface) in card.supported_interfaces.iter().enumerate() {
@@ -85,6 +101,17 @@ fn lint_requirements(reqs: &[SecurityRequirement], path: &PathBuf, out: &mut Vec
             }
         }
     }
+}
+
+/// Whether `url` points inside a cluster, a private network or the local machine (or at a bare
+/// name without a domain, as agents inside a cluster often name themselves): clients outside
+/// cannot reach it.
+pub fn is_internal_url(url: &str) -> bool {
+    let bare = Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(|h| !h.contains('.') && !h.contains(':')))
+        .unwrap_or(false);
+    bare || internal_address(url).is_some()
 }
 
 /// Why `url` points inside a cluster or a private network, if it does.
@@ -187,11 +214,20 @@ impl Validator {
         self.out.push(Problem::error(path.as_str(), message));
     }
 
+    fn warn(&mut self, path: &PathBuf, message: impl Into<String>) {
+        self.out.push(Problem::warning(path.as_str(), message));
+    }
+
+    /// A REQUIRED string: empty is an error; blank (only white space) is allowed by the proto
+    /// but shows as nothing, so it is a warning.
     fn required(&mut self, path: &PathBuf, value: &str) -> bool {
-        if value.trim().is_empty() {
+        if value.is_empty() {
             self.err(path, "required");
             false
         } else {
+            if value.trim().is_empty() {
+                self.warn(path, "blank: only white space");
+            }
             true
         }
     }
@@ -202,10 +238,12 @@ impl Validator {
         }
     }
 
+    /// Entries of a list of strings: the proto allows empty ones (the SDKs drop them from
+    /// the signed form), so they are warnings.
     fn strings(&mut self, path: &PathBuf, items: &[String]) {
         for (i, s) in items.iter().enumerate() {
             if s.trim().is_empty() {
-                self.err(&path.index(i), "must not be empty");
+                self.warn(&path.index(i), "empty: clients show nothing here");
             }
         }
     }
@@ -286,10 +324,10 @@ impl Validator {
         if binding_ok && !KNOWN_BINDINGS.contains(&iface.protocol_binding.as_str()) {
             let is_uri = Url::parse(&iface.protocol_binding).is_ok();
             if !is_uri {
-                self.err(
+                self.warn(
                     &p.field("protocolBinding"),
                     format!(
-                        "{:?} is not a binding: use JSONRPC, GRPC, HTTP+JSON, or a URI naming a custom binding",
+                        "{:?} is not a core binding (JSONRPC, GRPC, HTTP+JSON); a custom binding is best named by a URI",
                         iface.protocol_binding
                     ),
                 );
@@ -301,7 +339,7 @@ impl Validator {
                 && v.split('.')
                     .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_digit()));
             if !ok {
-                self.err(
+                self.warn(
                     &p.field("protocolVersion"),
                     format!("{v:?} is not a protocol version like \"1.0\""),
                 );
@@ -362,16 +400,23 @@ impl Validator {
         let mut seen = HashMap::new();
         for (i, ext) in caps.extensions.iter().enumerate() {
             let ep = p.index(i);
-            if self.required(&ep.field("uri"), &ext.uri) {
-                if Url::parse(&ext.uri).is_err() {
-                    self.err(&ep.field("uri"), format!("{:?} is not a URI", ext.uri));
-                }
-                if let Some(first) = seen.insert(ext.uri.as_str(), i) {
-                    self.err(
-                        &ep.field("uri"),
-                        format!("duplicate of extensions[{first}].uri"),
-                    );
-                }
+            // `uri` is not REQUIRED in the proto; "the unique URI identifying the extension"
+            // makes a malformed one an error, a missing or repeated one a warning.
+            if ext.uri.is_empty() {
+                self.warn(
+                    &ep.field("uri"),
+                    "empty: clients cannot tell which extension this is",
+                );
+                continue;
+            }
+            if Url::parse(&ext.uri).is_err() {
+                self.err(&ep.field("uri"), format!("{:?} is not a URI", ext.uri));
+            }
+            if let Some(first) = seen.insert(ext.uri.as_str(), i) {
+                self.warn(
+                    &ep.field("uri"),
+                    format!("duplicate of extensions[{first}].uri"),
+                );
             }
         }
     }
@@ -399,8 +444,10 @@ impl Validator {
 
     fn media_types(&mut self, p: &PathBuf, modes: &[String]) {
         for (i, m) in modes.iter().enumerate() {
-            if !is_media_type(m) {
-                self.err(
+            if m.trim().is_empty() {
+                self.warn(&p.index(i), "empty: clients show nothing here");
+            } else if !is_media_type(m) {
+                self.warn(
                     &p.index(i),
                     format!("{m:?} is not a media type like \"text/plain\""),
                 );
@@ -417,7 +464,10 @@ impl Validator {
         for (i, req) in reqs.iter().enumerate() {
             let rp = p.index(i).field("schemes");
             if req.schemes.is_empty() {
-                self.err(&rp, "required: name at least one scheme");
+                self.warn(
+                    &rp,
+                    "empty: a requirement naming no scheme asks for nothing",
+                );
             }
             for (name, scopes) in &req.schemes {
                 if !schemes.contains_key(name) {
@@ -439,14 +489,15 @@ impl Validator {
         .into_iter()
         .filter(|b| *b)
         .count();
-        if set != 1 {
-            self.err(
-                p,
-                format!(
-                    "exactly one of apiKeySecurityScheme, httpAuthSecurityScheme, oauth2SecurityScheme, \
-                     openIdConnectSecurityScheme, mtlsSecurityScheme must be set (found {set})"
-                ),
-            );
+        let message = format!(
+            "exactly one of apiKeySecurityScheme, httpAuthSecurityScheme, oauth2SecurityScheme, \
+             openIdConnectSecurityScheme, mtlsSecurityScheme must be set (found {set})"
+        );
+        match set {
+            1 => {}
+            // An empty oneof is a valid message, though it says nothing.
+            0 => self.warn(p, message),
+            _ => self.err(p, message),
         }
         if let Some(k) = &s.api_key_security_scheme {
             let kp = p.field("apiKeySecurityScheme");
@@ -501,13 +552,13 @@ impl Validator {
         if let Some(x) = &f.implicit {
             set += 1;
             let fp = p.field("implicit");
-            self.flow_url(&fp, "authorizationUrl", &x.authorization_url, true);
+            self.flow_url(&fp, "authorizationUrl", &x.authorization_url, false);
             self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
         }
         if let Some(x) = &f.password {
             set += 1;
             let fp = p.field("password");
-            self.flow_url(&fp, "tokenUrl", &x.token_url, true);
+            self.flow_url(&fp, "tokenUrl", &x.token_url, false);
             self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
         }
         if let Some(x) = &f.device_code {
@@ -687,19 +738,91 @@ mod tests {
         );
     }
 
+    fn warnings(card: &AgentCard) -> Vec<String> {
+        lint(card, LintOptions::default())
+            .into_iter()
+            .map(|p| p.to_string())
+            .collect()
+    }
+
     #[test]
-    fn media_types_are_checked() {
+    fn media_types_are_checked_as_warnings() {
         let mut c = minimal();
         c.default_input_modes = vec!["text".into(), "application/json; charset=utf-8".into()];
+        assert_eq!(
+            paths(&c),
+            Vec::<String>::new(),
+            "\"text\" is allowed by the proto"
+        );
+        let w = warnings(&c);
+        assert!(
+            w.iter().any(|p| p.starts_with("defaultInputModes[0]:")),
+            "{w:?}"
+        );
+        assert!(
+            !w.iter().any(|p| p.starts_with("defaultInputModes[1]")),
+            "{w:?}"
+        );
+    }
+
+    /// The audit: what the A2A v1.0 proto allows publishes, with a warning where it looks wrong.
+    #[test]
+    fn what_the_proto_allows_is_a_warning_never_an_error() {
+        let c: AgentCard = serde_json::from_value(serde_json::json!({
+            "name": "A", "description": " ", "version": "1",
+            "supportedInterfaces": [{"url": "https://a.example.com/a2a", "protocolBinding": "my-binding", "protocolVersion": "v1"}],
+            "capabilities": {"extensions": [{"description": "no uri"}, {"uri": "urn:x"}, {"uri": "urn:x"}]},
+            "defaultInputModes": ["text", ""], "defaultOutputModes": ["text/plain"],
+            "securitySchemes": {
+                "empty": {},
+                "implicit": {"oauth2SecurityScheme": {"flows": {"implicit": {"scopes": {}}}}}
+            },
+            "securityRequirements": [{"schemes": {}}, {"schemes": {"implicit": {"list": [""]}}}],
+            "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t", ""],
+                        "examples": ["", "hi"], "inputModes": [""]}]
+        }))
+        .unwrap();
+        assert_eq!(paths(&c), Vec::<String>::new());
+        let w = warnings(&c);
+        for path in [
+            "description: blank",
+            "supportedInterfaces[0].protocolBinding:",
+            "supportedInterfaces[0].protocolVersion:",
+            "capabilities.extensions[0].uri: empty",
+            "capabilities.extensions[2].uri: duplicate",
+            "defaultInputModes[0]:",
+            "defaultInputModes[1]: empty",
+            "securitySchemes.empty: exactly one",
+            "securityRequirements[0].schemes: empty",
+            "securityRequirements[1].schemes.implicit.list[0]: empty",
+            "skills[0].tags[1]: empty",
+            "skills[0].examples[0]: empty",
+            "skills[0].inputModes[0]: empty",
+        ] {
+            assert!(w.iter().any(|p| p.starts_with(path)), "{path}: {w:#?}");
+        }
+    }
+
+    /// And what the proto or its text forbids stays an error.
+    #[test]
+    fn what_the_proto_requires_stays_an_error() {
+        let mut c = minimal();
+        c.description.clear();
+        c.skills[0].tags.clear();
+        c.supported_interfaces[0].protocol_version.clear();
+        c.capabilities.extensions.push(AgentExtension {
+            uri: "not a uri".into(),
+            ..Default::default()
+        });
         let p = paths(&c);
-        assert!(
-            p.iter().any(|p| p.starts_with("defaultInputModes[0]:")),
-            "{p:?}"
-        );
-        assert!(
-            !p.iter().any(|p| p.starts_with("defaultInputModes[1]")),
-            "{p:?}"
-        );
+        for path in [
+            "description: required",
+            "skills[0].tags: required",
+            "supportedInterfaces[0].protocolVersion: required",
+            "capabilities.extensions[0].uri:",
+        ] {
+            assert!(p.iter().any(|e| e.starts_with(path)), "{path}: {p:?}");
+        }
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub enum Error {
     /// verify for clients, so it is not written until it is.
     #[error("the JWKS with the signing keys is not published yet: {0}")]
     JwksPending(String),
+    /// A card with `spec.source` has no card yet: the first fetch failed or gave an invalid
+    /// card (later failures keep the last good card served and only set `SourceReachable`).
+    #[error("{0}")]
+    SourceUnavailable(String),
     /// Signing failed with a loaded key.
     #[error("signing failed: {0}")]
     Signing(#[from] crate::a2a::keys::KeyError),
@@ -76,6 +80,7 @@ impl Error {
             Error::NameInUse { .. } => "name_in_use",
             Error::KeyUnavailable(_) => "key_unavailable",
             Error::JwksPending(_) => "jwks_pending",
+            Error::SourceUnavailable(_) => "source_unavailable",
             Error::Signing(_) => "signing",
             Error::Internal(_) => "internal",
             Error::Kube(_) => "kube_api",
@@ -96,6 +101,7 @@ impl Error {
             Error::NameInUse { .. } => "NameInUse",
             Error::KeyUnavailable(_) => "KeyUnavailable",
             Error::JwksPending(_) => "JwksPending",
+            Error::SourceUnavailable(_) => "SourceUnavailable",
             Error::Signing(_) => "SigningFailed",
             Error::Internal(_) => "InternalError",
             Error::Kube(_) | Error::Finalizer(_) => "WriteFailed",

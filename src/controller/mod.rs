@@ -139,6 +139,10 @@ pub struct Context {
     /// store: a store's `wait_until_ready` wakes only its latest waiter (kube-runtime 5), so
     /// concurrent reconciles waiting on it could wait forever.
     directories_listed: tokio::sync::watch::Receiver<bool>,
+    /// The last good imported card of each card with `spec.source`.
+    pub sources: agentcard::source::SourceCache,
+    /// The HTTP client fetching imported cards (no redirects, timeouts).
+    pub source_http: reqwest::Client,
     /// The hash of the JWKS last published (see [`keys::jwks_hash`]).
     jwks_published: tokio::sync::watch::Receiver<Option<String>>,
 }
@@ -423,6 +427,9 @@ impl Context {
             .cards
             .get(&ObjectRef::new(&name).within(&ns))
             .is_some_and(|c| c.uid() != card.uid());
+        if let Some(uid) = card.uid() {
+            self.sources.forget(&uid);
+        }
         if !replaced {
             // Its routes go now, the backend's too: garbage collection would take the owned
             // ones, but only when it gets to them, and the agent's path stays routed meanwhile.
@@ -735,6 +742,9 @@ pub async fn run(
         directories_wait,
         directories_listed,
         jwks_published,
+        sources: agentcard::source::SourceCache::default(),
+        source_http: agentcard::source::http_client()
+            .map_err(|e| Error::Internal(format!("building the source HTTP client: {e}")))?,
     });
     let sweeper_ctx = ctx.clone();
     let _sweeper_task = AbortOnDrop(tokio::spawn(async move {

@@ -1,7 +1,8 @@
 //! `AgentCard` (agentcard.dev/v1alpha1): one A2A Agent Card and where it is published.
 //!
-//! `spec.card` is the A2A v1.0 card field for field ([`crate::a2a::card`]); `spec.publish`
-//! says where it is served; `spec.backend` optionally routes the agent's own traffic on the same
+//! `spec.card` is the A2A v1.0 card field for field ([`crate::a2a::card`]), or `spec.source`
+//! names the agent's own Service whose served card is imported (with `spec.overrides`);
+//! `spec.publish` says where it is served; `spec.backend` optionally routes the agent's own traffic on the same
 //! host. What the API server can check at admission is in CEL rules here; the rest (the card's
 //! own rules, host allowance, conflicts) is checked by the controller and reported in `status`.
 
@@ -27,18 +28,30 @@ use crate::a2a::card::AgentCard as A2aCard;
     printcolumn = r#"{"name":"Host","type":"string","jsonPath":".spec.publish.host"}"#,
     printcolumn = r#"{"name":"Skills","type":"string","jsonPath":".status.skills"}"#,
     printcolumn = r#"{"name":"Signed","type":"string","jsonPath":".status.keyId"}"#,
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source.service.name"}"#,
+    printcolumn = r#"{"name":"Fetched","type":"date","jsonPath":".status.source.fetchedAt","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[x_kube(validation = Rule::new("has(self.card.skills) && size(self.card.skills) > 0").message("spec.card.skills: at least one skill is required"))]
-#[x_kube(validation = Rule::new("has(self.card.name) && self.card.name != ''").message("spec.card.name: required"))]
-#[x_kube(validation = Rule::new("(has(self.card.supportedInterfaces) && size(self.card.supportedInterfaces) > 0) || has(self.backend)").message("spec.card.supportedInterfaces: at least one interface, or spec.backend, is required"))]
+#[x_kube(validation = Rule::new("has(self.card) != has(self.source)").message("spec: exactly one of card and source is required"))]
+#[x_kube(validation = Rule::new("!has(self.card) || (has(self.card.skills) && size(self.card.skills) > 0)").message("spec.card.skills: at least one skill is required"))]
+#[x_kube(validation = Rule::new("!has(self.card) || (has(self.card.name) && self.card.name != '')").message("spec.card.name: required"))]
+#[x_kube(validation = Rule::new("!has(self.card) || (has(self.card.supportedInterfaces) && size(self.card.supportedInterfaces) > 0) || has(self.backend)").message("spec.card.supportedInterfaces: at least one interface, or spec.backend, is required"))]
+#[x_kube(validation = Rule::new("!has(self.overrides) || has(self.source)").message("spec.overrides: only with spec.source (edit spec.card instead)"))]
 #[x_kube(validation = Rule::new("!has(self.backend) || !has(self.backend.path) || self.backend.path == '' || !has(self.publish.pathPrefix) || self.publish.pathPrefix == '' || self.backend.path == self.publish.pathPrefix || self.backend.path.startsWith(self.publish.pathPrefix + '/')").message("spec.backend.path: must lie inside the card's route subtree spec.publish.pathPrefix (e.g. <pathPrefix>/a2a)"))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentCardSpec {
     /// The A2A v1.0 Agent Card (camelCase, as in the protocol). `signatures` is written by the
-    /// operator, never here.
-    pub card: A2aCard,
+    /// operator, never here. Exactly one of `card` and `source`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card: Option<A2aCard>,
+    /// Import the card the agent already serves, from its Service in this namespace (v1.0 or
+    /// v0.3, converted to v1.0), refreshed periodically. Exactly one of `card` and `source`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    /// With `source`: fields set over the imported card before it is signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<Overrides>,
     /// Where and how the card is served.
     pub publish: Publish,
     /// The agent's own Service: its A2A traffic is routed on the same host, and the public
@@ -95,6 +108,60 @@ pub struct IngressSettings {
     /// Annotations copied onto the Ingress (e.g. for cert-manager or the ingress controller).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// Where the agent serves its own card.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// The agent's Service, in the card's own namespace (reached through its EndpointSlices;
+    /// ExternalName Services are refused).
+    pub service: SourceService,
+    /// Path of the card on the agent (default `/.well-known/agent-card.json`, then the legacy
+    /// `/.well-known/agent.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('/') && size(self) <= 1024").message("must be an absolute path like /.well-known/agent-card.json"))]
+    pub path: Option<String>,
+    /// How often the card is fetched again, in seconds (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 10 && self <= 86400").message("must be between 10 and 86400"))]
+    pub refresh_seconds: Option<i64>,
+}
+
+/// A Service port in the card's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceService {
+    /// Service name (in the card's namespace).
+    #[x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 63").message("must be a Service name (DNS label)"))]
+    pub name: String,
+    /// Service port number.
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("must be a port number"))]
+    pub port: i32,
+}
+
+/// Fields set over an imported card before it is signed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Overrides {
+    /// The card's `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The card's `description`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The card's `provider`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<crate::a2a::card::AgentProvider>,
+    /// The card's `documentationUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documentation_url: Option<String>,
+    /// The card's `iconUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icon_url: Option<String>,
+    /// Tags added to every skill (kept once each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skill_tags: Vec<String>,
 }
 
 /// The agent's own Service.
@@ -155,6 +222,26 @@ pub struct AgentCardStatus {
     /// alone (never by anything a tenant can write); absent when the card is served nowhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served: Option<ServedRoute>,
+    /// With `spec.source`: where the card was fetched and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceStatus>,
+}
+
+/// The last fetches of an imported card.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStatus {
+    /// The URL fetched (`http://<service>.<namespace>.svc:<port><path>`).
+    pub url: String,
+    /// The agent's `ETag` for the card last fetched, sent back as `If-None-Match`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// The protocol version the agent's card is written in (`1.0` or `0.3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// When the card was last fetched successfully (RFC 3339; a `304 Not Modified` counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetched_at: Option<String>,
 }
 
 /// The route a card is served on, written by the operator after its ownership checks.

@@ -4,7 +4,10 @@
 pub mod agentcard;
 pub mod agentdirectory;
 
-pub use agentcard::{AgentCard, AgentCardSpec, AgentCardStatus, ServedRoute};
+pub use agentcard::{
+    AgentCard, AgentCardSpec, AgentCardStatus, Overrides, ServedRoute, Source, SourceService,
+    SourceStatus,
+};
 pub use agentdirectory::{AccessMode, AgentDirectory, AgentDirectorySpec, AgentDirectoryStatus};
 
 use kube::CustomResourceExt;

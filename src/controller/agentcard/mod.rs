@@ -11,6 +11,7 @@
 
 pub mod apply;
 pub mod build;
+pub mod source;
 pub mod status;
 pub mod validate;
 
@@ -128,8 +129,33 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
         routes_accepted: routed.as_ref().is_some_and(|(s, _, _)| s == "True"),
         ..existing
     };
-    let outcome = publish(&card, &ctx, &existing).await;
-    let mut next = status::next(&card, &outcome, Time(jiff::Timestamp::now()));
+    // An imported card: fetch it (or keep the last good one), then the same pipeline.
+    let report = match &card.spec.source {
+        Some(src) => Some(source::look(&card, src, &ctx, previous.as_ref()).await),
+        None => None,
+    };
+    let resolved = report.as_ref().and_then(|r| r.card.clone()).map(|base| {
+        let mut c = (*card).clone();
+        c.spec.card = Some(base);
+        c
+    });
+    let outcome = match (&report, &resolved) {
+        (Some(_), Some(c)) => publish(c, &ctx, &existing).await,
+        (Some(r), None) => Err(Error::SourceUnavailable(
+            r.error
+                .as_ref()
+                .map_or_else(String::new, |e| e.message.clone()),
+        )),
+        (None, _) => publish(&card, &ctx, &existing).await,
+    };
+    let mut next = status::next(
+        resolved.as_ref().unwrap_or(&card),
+        &outcome,
+        Time(jiff::Timestamp::now()),
+    );
+    if let Some(r) = &report {
+        status::set_source(&mut next, &card, r, Time(jiff::Timestamp::now()));
+    }
     status::set_routing(
         &mut next,
         &card,
@@ -162,10 +188,12 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
         publish_event(&ctx, &card, &outcome).await;
     }
     ctx.recheck_hosts(&freed, &card);
+    // An imported card is looked at again every refresh interval, whatever happened.
+    let refresh = card.spec.source.as_ref().map(source::refresh);
     match outcome {
         Ok(_) => {
             ctx.reset_backoff(&card);
-            Ok(Action::requeue(RESYNC))
+            Ok(Action::requeue(refresh.unwrap_or(RESYNC)))
         }
         Err(e) if e.waits_for_change() => {
             ctx.metrics
@@ -174,7 +202,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
                     category: e.category(),
                 })
                 .inc();
-            Ok(Action::await_change())
+            Ok(refresh.map_or_else(Action::await_change, Action::requeue))
         }
         Err(e @ Error::HostConflict { .. }) => {
             ctx.metrics

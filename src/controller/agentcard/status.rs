@@ -16,6 +16,8 @@ pub const READY: &str = "Ready";
 pub const SIGNED: &str = "Signed";
 /// Condition type: the ConfigMap and Ingress are written.
 pub const PUBLISHED: &str = "Published";
+/// Condition type (cards with `spec.source`): the agent's card was fetched and is valid.
+pub const SOURCE_REACHABLE: &str = "SourceReachable";
 
 /// Condition `type_` True (`ok`) or False, keeping its transition time from `prev` when its
 /// status did not change.
@@ -103,8 +105,8 @@ pub fn next(
             status.skills = Some(
                 card.spec
                     .card
-                    .skills
                     .iter()
+                    .flat_map(|c| c.skills.iter())
                     .map(|s| s.id.as_str())
                     .collect::<Vec<_>>()
                     .join(","),
@@ -175,6 +177,70 @@ pub fn next(
         }
     }
     status
+}
+
+/// The source fields and the `SourceReachable` condition of a card with `spec.source`, after
+/// `report`; the import's notes join the warnings of a published card.
+pub fn set_source(
+    status: &mut AgentCardStatus,
+    card: &AgentCard,
+    report: &super::source::Report,
+    now: Time,
+) {
+    let prev = card
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    status.conditions.retain(|c| c.type_ != SOURCE_REACHABLE);
+    let cond = match &report.error {
+        None => {
+            let url = &report.status.url;
+            let (reason, message) = if report.not_modified {
+                ("NotModified", format!("{url}: not modified"))
+            } else {
+                let converted = match report.status.version.as_deref() {
+                    Some("0.3") => " (a v0.3 card, converted to v1.0)",
+                    _ => "",
+                };
+                ("Fetched", format!("fetched from {url}{converted}"))
+            };
+            condition(
+                &prev,
+                SOURCE_REACHABLE,
+                true,
+                reason,
+                message,
+                card.metadata.generation,
+                &now,
+            )
+        }
+        Some(e) => {
+            let kept = if report.card.is_some() && status.url.is_some() {
+                "; the last good card stays served"
+            } else {
+                ""
+            };
+            condition(
+                &prev,
+                SOURCE_REACHABLE,
+                false,
+                e.reason,
+                format!("{}{kept}", e.message),
+                card.metadata.generation,
+                &now,
+            )
+        }
+    };
+    status.conditions.push(cond);
+    status.source = Some(report.status.clone());
+    if status.url.is_some() {
+        for note in &report.notes {
+            if !status.warnings.contains(note) {
+                status.warnings.push(note.clone());
+            }
+        }
+    }
 }
 
 /// `(status, reason)` of the Ready condition, to detect transitions.

@@ -1,0 +1,634 @@
+//! Import: the card an agent already serves, fetched from its Service in the card's namespace.
+//!
+//! Data flow per reconcile of a card with `spec.source`: [`target`] resolves the Service
+//! (same namespace only, never ExternalName) through its EndpointSlices to one ready address
+//! (special-purpose addresses refused) → [`fetch`] GETs the card there (no redirects, timeouts,
+//! a size limit, `If-None-Match` with the last ETag) → [`crate::a2a::import`] reads it as v1.0
+//! or converts it from v0.3 → the reconciler validates it as it would be published. A card
+//! that cannot be fetched or is invalid is not used: the last good one (kept in memory, or read
+//! back from the served ConfigMap after a restart) stays published, and the `SourceReachable`
+//! condition says why.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ListParams};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+
+use super::build::effective_card;
+use crate::a2a::card::AgentCard as A2aCard;
+use crate::a2a::import::{import, CardVersion, Imported};
+use crate::a2a::parse::{card_from_value, Strictness};
+use crate::a2a::validate::validate;
+use crate::a2a::Problems;
+use crate::contract::KEY_CARD;
+use crate::controller::Context;
+use crate::crd::{AgentCard, Source, SourceStatus};
+
+/// The default path of a card on the agent.
+pub const DEFAULT_PATH: &str = crate::contract::PATH_CARD;
+/// Tried when the default path answers 404 (agents built with v0.1–v0.2 SDKs).
+pub const LEGACY_PATH: &str = crate::contract::PATH_LEGACY;
+/// How often a card is fetched again by default, in seconds.
+pub const DEFAULT_REFRESH_SECONDS: i64 = 300;
+/// The largest card fetched, in bytes (the signed card and its metadata must fit a ConfigMap).
+pub const MAX_SOURCE_BYTES: usize = 256 * 1024;
+/// How long one fetch may take, connection included.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How soon a failed source is tried again (at most; a shorter refresh interval wins).
+pub const RETRY_FAILED: Duration = Duration::from_secs(10);
+
+/// Why a source could not be fetched (the `SourceReachable` condition's reason and message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceError {
+    /// CamelCase reason: `ServiceNotFound`, `NoEndpoints`, `Unreachable`, `InvalidCard`.
+    pub reason: &'static str,
+    /// What went wrong, naming the Service or URL.
+    pub message: String,
+}
+
+impl SourceError {
+    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The address a card is fetched from, and the URL users read in the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `http://<ip>:<port>` of one ready endpoint.
+    pub base: String,
+    /// `http://<service>.<namespace>.svc:<port>`: what the status shows.
+    pub service_url: String,
+}
+
+/// What a fetch returned.
+#[derive(Debug)]
+pub enum Fetched {
+    /// A new body (and its ETag), from `path`.
+    Body {
+        /// The bytes served.
+        body: Vec<u8>,
+        /// The agent's ETag.
+        etag: Option<String>,
+        /// The path that answered.
+        path: String,
+    },
+    /// `304 Not Modified`: the cached card is current.
+    NotModified,
+}
+
+/// What the operator last learned from each source-backed AgentCard's source (by uid): the
+/// last good card, so a refresh can send `If-None-Match` and a failed one keeps serving it, and
+/// the last report with its time, so reconciles between refreshes (every status write triggers
+/// one) reuse it instead of fetching again.
+#[derive(Default)]
+pub struct SourceCache {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+/// One card's source, as last looked at.
+#[derive(Clone, Debug)]
+struct Entry {
+    /// The spec it was fetched for (a changed source fetches afresh).
+    source: Source,
+    /// When it was last fetched (or tried).
+    at: Instant,
+    /// The last good import.
+    good: Option<Cached>,
+    /// The report of that look.
+    last: Report,
+}
+
+/// One remembered import.
+#[derive(Clone, Debug)]
+pub struct Cached {
+    /// The imported v1.0 card (before overrides and the backend rewrite).
+    pub card: A2aCard,
+    /// The agent's ETag for it.
+    pub etag: Option<String>,
+    /// The version the agent wrote it in.
+    pub version: CardVersion,
+    /// What the import dropped or changed (kept as warnings while this card is served).
+    pub notes: Vec<String>,
+}
+
+impl SourceCache {
+    /// The last look at `uid`'s `source`, if it is not due again yet: a refresh interval after
+    /// a good look, 10 s (or the interval, if shorter) after a failed one.
+    fn fresh(&self, uid: &str, source: &Source) -> Option<Report> {
+        let guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let e = guard.get(uid).filter(|e| e.source == *source)?;
+        let due = match e.last.error {
+            None => refresh(source),
+            Some(_) => refresh(source).min(RETRY_FAILED),
+        };
+        (e.at.elapsed() < due).then(|| e.last.clone())
+    }
+
+    /// The last good import of `uid`'s `source`.
+    fn good(&self, uid: &str, source: &Source) -> Option<Cached> {
+        let guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .get(uid)
+            .filter(|e| e.source == *source)
+            .and_then(|e| e.good.clone())
+    }
+
+    /// Remember a look at `uid`'s `source` started `at`.
+    fn put(&self, uid: &str, source: &Source, at: Instant, good: Option<Cached>, last: &Report) {
+        let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        guard.insert(
+            uid.to_string(),
+            Entry {
+                source: source.clone(),
+                at,
+                good,
+                last: last.clone(),
+            },
+        );
+    }
+
+    /// Forget `uid` (the card is gone).
+    pub fn forget(&self, uid: &str) {
+        let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        guard.remove(uid);
+    }
+}
+
+/// The path asked first.
+pub fn path(source: &Source) -> &str {
+    source
+        .path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .unwrap_or(DEFAULT_PATH)
+}
+
+/// The refresh interval.
+pub fn refresh(source: &Source) -> Duration {
+    let secs = source
+        .refresh_seconds
+        .unwrap_or(DEFAULT_REFRESH_SECONDS)
+        .clamp(10, 86_400);
+    Duration::from_secs(u64::try_from(secs).unwrap_or(300))
+}
+
+/// Whether the operator may connect to `ip`: never the loopback, link-local (cloud metadata),
+/// unspecified, multicast or broadcast addresses, whatever an EndpointSlice says.
+pub fn address_allowed(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast())
+        }
+        IpAddr::V6(v6) => {
+            let mapped = v6.to_ipv4_mapped().map(IpAddr::V4);
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || v6.is_unicast_link_local())
+                && mapped.is_none_or(address_allowed)
+        }
+    }
+}
+
+/// One ready, allowed endpoint address of `service`'s `port` (pure: from the Service and its
+/// slices). The lowest address is taken, so repeated fetches go to the same endpoint.
+pub fn pick_endpoint(
+    namespace: &str,
+    service: &Service,
+    port: i32,
+    slices: &[EndpointSlice],
+) -> Result<Target, SourceError> {
+    let name = service.metadata.name.clone().unwrap_or_default();
+    let spec = service.spec.clone().unwrap_or_default();
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Err(SourceError::new(
+            "ServiceNotAllowed",
+            format!("spec.source.service: Service {namespace}/{name} is ExternalName; only Services with endpoints in the namespace can be a source"),
+        ));
+    }
+    let service_port = spec
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.port == port)
+        .ok_or_else(|| {
+            SourceError::new(
+                "ServiceNotFound",
+                format!("spec.source.service.port: Service {namespace}/{name} has no port {port}"),
+            )
+        })?;
+    let port_name = service_port.name.unwrap_or_default();
+    let mut candidates: Vec<(IpAddr, i32)> = Vec::new();
+    for slice in slices {
+        let Some(target_port) = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.clone().unwrap_or_default() == port_name)
+            .and_then(|p| p.port)
+        else {
+            continue;
+        };
+        for ep in &slice.endpoints {
+            let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            if !ready {
+                continue;
+            }
+            for addr in &ep.addresses {
+                if let Ok(ip) = addr.parse::<IpAddr>() {
+                    if address_allowed(ip) {
+                        candidates.push((ip, target_port));
+                    }
+                }
+            }
+        }
+    }
+    candidates.sort();
+    let (ip, target_port) = candidates.first().copied().ok_or_else(|| {
+        SourceError::new(
+            "NoEndpoints",
+            format!("Service {namespace}/{name} has no ready endpoint for port {port}"),
+        )
+    })?;
+    let host = match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("[{v6}]"),
+    };
+    Ok(Target {
+        base: format!("http://{host}:{target_port}"),
+        service_url: format!("http://{name}.{namespace}.svc:{port}"),
+    })
+}
+
+/// Resolve `source` in `namespace` to an endpoint.
+pub async fn target(
+    client: &kube::Client,
+    namespace: &str,
+    source: &Source,
+) -> Result<Target, SourceError> {
+    let name = &source.service.name;
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let service = match services.get_opt(name).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return Err(SourceError::new(
+                "ServiceNotFound",
+                format!("spec.source.service: Service {namespace}/{name} not found"),
+            ))
+        }
+        Err(e) => {
+            return Err(SourceError::new(
+                "Unreachable",
+                format!("reading Service {namespace}/{name}: {e}"),
+            ))
+        }
+    };
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+    let list = slices
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+        .await
+        .map_err(|e| {
+            SourceError::new(
+                "Unreachable",
+                format!("listing the EndpointSlices of {namespace}/{name}: {e}"),
+            )
+        })?;
+    pick_endpoint(namespace, &service, source.service.port, &list.items)
+}
+
+/// The HTTP client for sources: no redirects (a redirect could lead anywhere), timeouts.
+pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(FETCH_TIMEOUT)
+        .connect_timeout(Duration::from_secs(5))
+        .no_proxy()
+        .build()
+}
+
+/// GET the card at `target` + the source's path (then the legacy path, when the path is the
+/// default one and answers 404), sending `If-None-Match: etag` when given.
+pub async fn fetch(
+    http: &reqwest::Client,
+    target: &Target,
+    source: &Source,
+    etag: Option<&str>,
+) -> Result<Fetched, SourceError> {
+    let first = path(source).to_string();
+    let mut paths = vec![first.clone()];
+    if source.path.as_deref().is_none_or(str::is_empty) {
+        paths.push(LEGACY_PATH.to_string());
+    }
+    let mut last = None;
+    for p in paths {
+        match fetch_one(http, target, &p, etag).await {
+            Ok(Some(f)) => return Ok(f),
+            Ok(None) => last = Some(p),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(SourceError::new(
+        "Unreachable",
+        format!(
+            "{}{}: HTTP 404 Not Found",
+            target.service_url,
+            last.unwrap_or(first)
+        ),
+    ))
+}
+
+/// One GET; `Ok(None)` on 404.
+async fn fetch_one(
+    http: &reqwest::Client,
+    target: &Target,
+    path: &str,
+    etag: Option<&str>,
+) -> Result<Option<Fetched>, SourceError> {
+    let shown = format!("{}{path}", target.service_url);
+    let mut req = http
+        .get(format!("{}{path}", target.base))
+        .header(http::header::ACCEPT, "application/json");
+    if let Some(tag) = etag {
+        req = req.header(http::header::IF_NONE_MATCH, tag);
+    }
+    let unreachable = |e: reqwest::Error| SourceError::new("Unreachable", format!("{shown}: {e}"));
+    let mut resp = req.send().await.map_err(unreachable)?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::NOT_MODIFIED && etag.is_some() {
+        return Ok(Some(Fetched::NotModified));
+    }
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    if !status.is_success() {
+        let hint = if status.is_redirection() {
+            " (redirects are not followed)"
+        } else {
+            ""
+        };
+        return Err(SourceError::new(
+            "Unreachable",
+            format!("{shown}: HTTP {status}{hint}"),
+        ));
+    }
+    let too_large = || {
+        SourceError::new(
+            "InvalidCard",
+            format!("{shown}: larger than {MAX_SOURCE_BYTES} bytes"),
+        )
+    };
+    if resp
+        .content_length()
+        .is_some_and(|n| n > MAX_SOURCE_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let etag = resp
+        .headers()
+        .get(http::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(unreachable)? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_SOURCE_BYTES {
+            return Err(too_large());
+        }
+    }
+    Ok(Some(Fetched::Body {
+        body,
+        etag,
+        path: path.to_string(),
+    }))
+}
+
+/// What a reconcile learned from a card's source.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The card to publish: the fresh import when it is good, else the last good one (`None`
+    /// when there has never been one).
+    pub card: Option<A2aCard>,
+    /// Why the source was not used this time.
+    pub error: Option<SourceError>,
+    /// The status of the source after this look.
+    pub status: SourceStatus,
+    /// What the import dropped or changed, as warnings.
+    pub notes: Vec<String>,
+    /// Whether the agent answered 304 (the cached card is current).
+    pub not_modified: bool,
+}
+
+/// Fetch `card`'s source when due and decide which card to publish (see the module doc).
+pub async fn look(
+    card: &AgentCard,
+    source: &Source,
+    ctx: &Context,
+    previous: Option<&ConfigMap>,
+) -> Report {
+    let uid = card.uid().unwrap_or_default();
+    if let Some(report) = ctx.sources.fresh(&uid, source) {
+        return report;
+    }
+    let at = Instant::now();
+    let (report, good) = fetch_and_read(card, source, ctx, previous).await;
+    ctx.sources.put(&uid, source, at, good, &report);
+    report
+}
+
+/// One look at the source: the report, and the good import to remember.
+async fn fetch_and_read(
+    card: &AgentCard,
+    source: &Source,
+    ctx: &Context,
+    previous: Option<&ConfigMap>,
+) -> (Report, Option<Cached>) {
+    let ns = card.namespace().unwrap_or_default();
+    let uid = card.uid().unwrap_or_default();
+    let cached = ctx.sources.good(&uid, source);
+    let mut status = card
+        .status
+        .as_ref()
+        .and_then(|s| s.source.clone())
+        .unwrap_or_default();
+    let last_good = || {
+        cached
+            .as_ref()
+            .map(|c| c.card.clone())
+            .or_else(|| served_card(card, previous))
+    };
+    let cached_notes = cached.as_ref().map(|c| c.notes.clone()).unwrap_or_default();
+    let fail = |e: SourceError, status: SourceStatus| Report {
+        card: last_good(),
+        error: Some(e),
+        status,
+        notes: cached_notes.clone(),
+        not_modified: false,
+    };
+    let target = match target(&ctx.client, &ns, source).await {
+        Ok(t) => t,
+        Err(e) => return (fail(e, status), cached.clone()),
+    };
+    let etag = cached.as_ref().and_then(|c| c.etag.as_deref());
+    let now = || jiff::Timestamp::now().to_string();
+    match fetch(&ctx.source_http, &target, source, etag).await {
+        Err(e) => (fail(e, status), cached.clone()),
+        Ok(Fetched::NotModified) => {
+            status.fetched_at = Some(now());
+            let report = Report {
+                card: last_good(),
+                error: None,
+                status,
+                notes: cached_notes.clone(),
+                not_modified: true,
+            };
+            (report, cached.clone())
+        }
+        Ok(Fetched::Body { body, etag, path }) => {
+            let url = format!("{}{path}", target.service_url);
+            let imported = match read(card, &url, &body) {
+                Ok(i) => i,
+                Err(e) => {
+                    status.url = url;
+                    return (fail(e, status), cached.clone());
+                }
+            };
+            let notes: Vec<String> = imported
+                .notes
+                .iter()
+                .map(|n| format!("{url}: {n}"))
+                .collect();
+            let good = Cached {
+                card: imported.card.clone(),
+                etag: etag.clone(),
+                version: imported.version,
+                notes: notes.clone(),
+            };
+            let report = Report {
+                card: Some(imported.card),
+                error: None,
+                status: SourceStatus {
+                    url,
+                    etag,
+                    version: Some(imported.version.as_str().to_string()),
+                    fetched_at: Some(now()),
+                },
+                notes,
+                not_modified: false,
+            };
+            (report, Some(good))
+        }
+    }
+}
+
+/// Parse and convert the fetched `body`, and check the card it would publish: an invalid one
+/// is refused like an unreachable source (the last good card stays).
+fn read(card: &AgentCard, url: &str, body: &[u8]) -> Result<Imported, SourceError> {
+    let invalid = |what: String| SourceError::new("InvalidCard", format!("{url}: {what}"));
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| invalid(format!("not JSON ({e})")))?;
+    let imported = import(&value).map_err(|p| invalid(format!("not an Agent Card: {p}")))?;
+    let mut resolved = card.clone();
+    resolved.spec.card = Some(imported.card.clone());
+    let errors = validate(&effective_card(&resolved));
+    if !errors.is_empty() {
+        return Err(invalid(format!(
+            "the card would not be valid: {}",
+            Problems(errors)
+        )));
+    }
+    Ok(imported)
+}
+
+/// The card the operator serves for `card` (its own ConfigMap, read back after a restart),
+/// as the base of a re-publication while the source cannot be fetched.
+fn served_card(card: &AgentCard, previous: Option<&ConfigMap>) -> Option<A2aCard> {
+    let cm = previous?;
+    let ours = cm
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == card.uid().as_ref());
+    let body = cm.data.as_ref()?.get(KEY_CARD)?;
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    let mut parsed = card_from_value(&value, Strictness::Lenient).ok()?.card;
+    parsed.signatures.clear();
+    ours.then_some(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(kind: &str) -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": "echo", "namespace": "team"},
+            "spec": {"type": kind, "ports": [{"name": "http", "port": 80, "targetPort": 9999}]}
+        }))
+        .unwrap()
+    }
+
+    fn slice(addresses: &[(&str, Option<bool>)], port_name: &str) -> EndpointSlice {
+        let endpoints: Vec<_> = addresses
+            .iter()
+            .map(|(a, ready)| json!({"addresses": [a], "conditions": {"ready": ready}}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "echo-1", "namespace": "team", "labels": {"kubernetes.io/service-name": "echo"}},
+            "addressType": "IPv4",
+            "ports": [{"name": port_name, "port": 9999}],
+            "endpoints": endpoints
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_lowest_ready_allowed_address_of_the_named_port_is_taken() {
+        let slices = [slice(
+            &[
+                ("10.0.0.9", Some(true)),
+                ("10.0.0.3", Some(false)),
+                ("169.254.169.254", Some(true)),
+                ("10.0.0.5", None),
+            ],
+            "http",
+        )];
+        let t = pick_endpoint("team", &service("ClusterIP"), 80, &slices).unwrap();
+        assert_eq!(t.base, "http://10.0.0.5:9999");
+        assert_eq!(t.service_url, "http://echo.team.svc:80");
+    }
+
+    #[test]
+    fn external_names_unknown_ports_and_special_addresses_are_refused() {
+        let ok = [slice(&[("10.0.0.5", Some(true))], "http")];
+        let e = pick_endpoint("team", &service("ExternalName"), 80, &ok).unwrap_err();
+        assert_eq!(e.reason, "ServiceNotAllowed");
+        let e = pick_endpoint("team", &service("ClusterIP"), 81, &ok).unwrap_err();
+        assert!(e.message.contains("no port 81"), "{e:?}");
+        let special = [slice(
+            &[("127.0.0.1", Some(true)), ("0.0.0.0", Some(true))],
+            "http",
+        )];
+        let e = pick_endpoint("team", &service("ClusterIP"), 80, &special).unwrap_err();
+        assert_eq!(e.reason, "NoEndpoints");
+        let other_port = [slice(&[("10.0.0.5", Some(true))], "metrics")];
+        assert!(pick_endpoint("team", &service("ClusterIP"), 80, &other_port).is_err());
+        assert!(!address_allowed("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!address_allowed("fe80::1".parse().unwrap()));
+        assert!(address_allowed("192.0.2.10".parse().unwrap()));
+    }
+}

@@ -1,0 +1,353 @@
+//! Import: an AgentCard with `spec.source` publishes the card a real agent serves.
+//!
+//! The agent is built with the official Python SDK (`tests/oracle/py_agent.py`: the SDK's own
+//! card route under uvicorn). The operator reaches it the way it would in a cluster: through
+//! the Service's EndpointSlices. The Kubernetes API refuses loopback addresses there, so the
+//! scenario runs in a private network namespace (see `support::netns`), with the operator
+//! watching every namespace, as a platform runs it.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentcard_operator::contract::{content_hash, PATH_CARD, PATH_JWKS};
+use agentcard_operator::crd::AgentCard;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+use support::netns;
+use support::operator::{wait_card, Operator};
+use support::plane::{client_for, dedicated_kubeconfig, install_crds};
+use support::{condition, ready, Sdk};
+
+const AGENT_PORT: u16 = 19100;
+const HOST: &str = "echo.agents.test";
+
+#[test]
+fn an_agent_built_with_the_python_sdk_is_imported_signed_refreshed_and_kept() {
+    // Installed out here: the network namespace has no way to the package registries.
+    support::oracle();
+    netns::run_inside(
+        "inside_a_private_network_namespace",
+        "imported: v1.0 and v0.3, refreshed, kept through garbage and outage, hostile sources refused",
+    );
+}
+
+fn source_reachable(c: &AgentCard) -> Option<(String, String, String)> {
+    condition(c, "SourceReachable")
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn service(client: &Client, ns: &str, value: Value) {
+    let svc: Service = serde_json::from_value(value).unwrap();
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+}
+
+fn imported(name: &str, host: &str, service: &str) -> Value {
+    json!({
+        "apiVersion": "agentcard.dev/v1alpha1",
+        "kind": "AgentCard",
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"service": {"name": service, "port": 80}, "refreshSeconds": 10},
+            "overrides": {"skillTags": ["imported"], "documentationUrl": "https://docs.example.org/echo"},
+            "publish": {"host": host},
+            "backend": {"serviceName": service, "port": 80}
+        }
+    })
+}
+
+fn start_agent(control: &std::path::Path) -> netns::Proc {
+    let python = support::oracle().join("venv/bin/python");
+    netns::Proc(
+        Command::new(python)
+            .arg(support::root().join("tests/oracle/py_agent.py"))
+            .args(["--port", &AGENT_PORT.to_string()])
+            .arg("--control")
+            .arg(control)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the Python SDK agent"),
+    )
+}
+
+fn set_mode(control: &std::path::Path, mode: &str, version: &str) {
+    std::fs::write(
+        control,
+        json!({"mode": mode, "version": version}).to_string(),
+    )
+    .unwrap();
+}
+
+/// The served card, once its bytes are the ones `status.contentHash` names and `pred` holds.
+async fn served_when(
+    op: &Operator,
+    cards: &Api<AgentCard>,
+    within: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = op.get(HOST, PATH_CARD);
+        let hash = cards
+            .get("echo")
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .and_then(|s| s.content_hash);
+        if r.status == 200 && hash.as_deref() == Some(content_hash(&r.body).as_str()) {
+            let v: Value = serde_json::from_slice(&r.body).unwrap();
+            if pred(&v) {
+                return v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the served card never matched: {} {}\n{}",
+            r.status,
+            String::from_utf8_lossy(&r.body),
+            support::cluster::tail(&op.logs())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Both official SDKs verify the served card against the served JWKS.
+fn sdks_verify(op: &Operator, card: &Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let (card_file, jwks_file) = (dir.path().join("card.json"), dir.path().join("jwks.json"));
+    std::fs::write(&card_file, card.to_string()).unwrap();
+    std::fs::write(&jwks_file, op.get(HOST, PATH_JWKS).body).unwrap();
+    for sdk in [Sdk::Python, Sdk::Js] {
+        let v = support::sdk_verify(sdk, &jwks_file, std::slice::from_ref(&card_file))
+            .pop()
+            .unwrap();
+        assert!(v.valid, "{sdk:?} rejects the imported card: {:?}", v.error);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs inside the network namespace the outer test makes"]
+async fn inside_a_private_network_namespace() {
+    netns::setup_loopback();
+    let kubeconfig = dedicated_kubeconfig();
+    let client = client_for(kubeconfig).await;
+    install_crds(&client).await;
+    let opns = "agentcard-system";
+    create_namespace(&client, opns).await;
+    let op = Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
+
+    // The agent, its Service and the EndpointSlice pointing at this namespace's address.
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("control.json");
+    set_mode(&control, "v1", "1.0.0");
+    let mut agent = Some(start_agent(&control));
+    let team = "team";
+    create_namespace(&client, team).await;
+    service(
+        &client,
+        team,
+        json!({"metadata": {"name": "echo"},
+               "spec": {"ports": [{"name": "http", "port": 80, "targetPort": AGENT_PORT}]}}),
+    )
+    .await;
+    netns::endpoint_slice(&client, team, "echo", "http", AGENT_PORT).await;
+
+    // Published: signed, on the public host, interface moved to the backend's public path,
+    // overrides applied; the official SDKs verify it.
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), team);
+    let started = Instant::now();
+    cards
+        .patch(
+            "echo",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&imported("echo", HOST, "echo")),
+        )
+        .await
+        .unwrap();
+    let c = wait_card(&cards, "echo", &op, "Ready", |c| {
+        ready(c) && source_reachable(c).is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    let v = served_when(&op, &cards, Duration::from_secs(20), |v| {
+        v["version"] == "1.0.0"
+    })
+    .await;
+    println!(
+        "imported and served {:?} after the apply",
+        started.elapsed()
+    );
+    assert_eq!(v["name"], "Echo Agent");
+    assert_eq!(
+        v["supportedInterfaces"][0],
+        json!({"url": format!("https://{HOST}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"})
+    );
+    assert_eq!(v["skills"][0]["tags"], json!(["echo", "test", "imported"]));
+    assert_eq!(v["documentationUrl"], "https://docs.example.org/echo");
+    assert!(v["signatures"].as_array().is_some_and(|s| s.len() == 1));
+    let status = c.status.clone().unwrap();
+    let src = status.source.clone().unwrap();
+    assert_eq!(
+        src.url,
+        "http://echo.team.svc:80/.well-known/agent-card.json"
+    );
+    assert_eq!(src.version.as_deref(), Some("1.0"));
+    assert!(src.etag.is_some() && src.fetched_at.is_some(), "{src:?}");
+    assert!(
+        status.warnings.iter().any(|w| w.contains("examples[0]")),
+        "the SDK card's empty example is reported, not refused: {:?}",
+        status.warnings
+    );
+    sdks_verify(&op, &v);
+
+    // The agent's card changes: the published one follows within the refresh interval.
+    set_mode(&control, "v1", "1.0.1");
+    let changed = Instant::now();
+    served_when(&op, &cards, Duration::from_secs(25), |v| {
+        v["version"] == "1.0.1"
+    })
+    .await;
+    println!(
+        "a changed agent card was republished after {:?} (refresh 10 s)",
+        changed.elapsed()
+    );
+
+    // A v0.3 agent: converted to v1.0, signed, verified.
+    set_mode(&control, "v03", "2.0.0");
+    let v = served_when(&op, &cards, Duration::from_secs(25), |v| {
+        v["version"] == "2.0.0"
+    })
+    .await;
+    assert_eq!(
+        v["supportedInterfaces"][0],
+        json!({"url": format!("https://{HOST}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"})
+    );
+    assert!(v.get("url").is_none() && v.get("preferredTransport").is_none());
+    let c = cards.get("echo").await.unwrap();
+    assert_eq!(
+        c.status.unwrap().source.unwrap().version.as_deref(),
+        Some("0.3")
+    );
+    sdks_verify(&op, &v);
+    let good = content_hash(&op.get(HOST, PATH_CARD).body);
+
+    // Garbage, then no agent at all: the last good card stays served, and the status says why.
+    for (what, reason) in [("garbage", "InvalidCard"), ("gone", "Unreachable")] {
+        if what == "garbage" {
+            set_mode(&control, "garbage", "3.0.0");
+        } else {
+            agent.take();
+        }
+        let c = wait_card(&cards, "echo", &op, reason, |c| {
+            source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == reason)
+        })
+        .await;
+        let (_, _, message) = source_reachable(&c).unwrap();
+        assert!(
+            message.contains("echo.team.svc") && message.contains("last good card stays served"),
+            "{message}"
+        );
+        assert!(ready(&c), "{what}: Ready must stay True: {:?}", c.status);
+        assert_eq!(
+            c.status.unwrap().content_hash.as_deref(),
+            Some(good.as_str())
+        );
+        let r = op.get(HOST, PATH_CARD);
+        assert_eq!(
+            (r.status, content_hash(&r.body)),
+            (200, good.clone()),
+            "{what}"
+        );
+    }
+
+    // The agent is back: the card is fetched again.
+    set_mode(&control, "v1", "4.0.0");
+    agent = Some(start_agent(&control));
+    served_when(&op, &cards, Duration::from_secs(30), |v| {
+        v["version"] == "4.0.0"
+    })
+    .await;
+
+    // A hostile tenant: its source can only name a Service of its own namespace. One that does
+    // not exist there (the victim's is in `team`), or an ExternalName Service pointing at the
+    // victim's, publishes nothing; `spec.source` has no namespace to set.
+    let evil = "evil";
+    create_namespace(&client, evil).await;
+    service(
+        &client,
+        evil,
+        json!({"metadata": {"name": "alias"},
+               "spec": {"type": "ExternalName", "externalName": "echo.team.svc.cluster.local",
+                        "ports": [{"name": "http", "port": 80}]}}),
+    )
+    .await;
+    let evil_cards: Api<AgentCard> = Api::namespaced(client.clone(), evil);
+    for (name, svc, reason) in [
+        ("steal", "echo", "ServiceNotFound"),
+        ("alias", "alias", "ServiceNotAllowed"),
+    ] {
+        evil_cards
+            .patch(
+                name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&imported(name, &format!("{name}.evil.test"), svc)),
+            )
+            .await
+            .unwrap();
+        let c = wait_card(&evil_cards, name, &op, reason, |c| {
+            source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == reason)
+        })
+        .await;
+        let (s, r, _) = condition(&c, "Ready").unwrap();
+        assert_eq!((s.as_str(), r.as_str()), ("False", "SourceUnavailable"));
+        assert!(c.status.unwrap().url.is_none(), "{name} is served");
+        assert_eq!(op.get(&format!("{name}.evil.test"), PATH_CARD).status, 404);
+    }
+    let mut cross = imported("cross", "cross.evil.test", "echo");
+    cross["spec"]["source"]["service"]["namespace"] = json!(team);
+    let refused = evil_cards
+        .patch(
+            "cross",
+            &PatchParams::apply("test").force().validation_strict(),
+            &Patch::Apply(&cross),
+        )
+        .await;
+    assert!(
+        refused.is_err(),
+        "spec.source.service.namespace must not exist"
+    );
+    let mut both = imported("both", "both.evil.test", "alias");
+    both["spec"]["card"] =
+        support::cluster::card("both", "both.evil.test", "")["spec"]["card"].clone();
+    let err = evil_cards
+        .patch(
+            "both",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&both),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("exactly one of card and source"),
+        "{err}"
+    );
+    drop(agent);
+    println!(
+        "imported: v1.0 and v0.3, refreshed, kept through garbage and outage, hostile sources refused"
+    );
+}
