@@ -214,6 +214,27 @@ async fn inside_a_private_network_namespace() {
         status.warnings
     );
     sdks_verify(&op, &v);
+    let out = Command::new("kubectl")
+        .args(["get", "agentcards", "-n", team, "-o", "wide"])
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|h| h.contains("SOURCE") && h.contains("FETCHED"))
+            && row.first() == Some(&"echo")
+            && row[1..].contains(&"echo"),
+        "kubectl get shows the source:\n{table}"
+    );
 
     // The agent's card changes: the published one follows within the refresh interval.
     set_mode(&control, "v1", "1.0.1");

@@ -150,3 +150,84 @@ fn v03_compat_cards_still_verify_with_both_sdks() {
     cmd.arg("verify").arg(&path).arg("--jwks").arg(&jwks);
     assert!(run(cmd, None).status.success());
 }
+
+/// The property of the import issue: cards the Python SDK makes over the whole v1.0 schema
+/// (empty strings and lists where the proto allows them) and signs are read by ours, are valid
+/// (warnings at most), verify with ours, and, signed again by ours, verify with both SDKs.
+/// The seed is printed; `AGENTCARD_SDK_CARDS_SEED` replays a run.
+#[test]
+fn cards_made_and_signed_by_the_python_sdk_import_verify_and_render() {
+    use agentcard_operator::a2a::import::import;
+    use agentcard_operator::a2a::jws::{sign_card, verify_card};
+    use agentcard_operator::a2a::publish::{published_bytes, PublishOptions};
+    use agentcard_operator::a2a::validate::validate;
+
+    let seed: u64 = std::env::var("AGENTCARD_SDK_CARDS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::from(support::plane::rand_u32()));
+    eprintln!("AGENTCARD_SDK_CARDS_SEED={seed}");
+    let count = 300;
+    let key_file = support::vectors().join("keys/test-es256-1.private.jwk.json");
+    let mut cmd = std::process::Command::new(support::oracle().join("venv/bin/python"));
+    cmd.arg(support::root().join("tests/oracle/py_gen_cards.py"))
+        .args(["--count", &count.to_string(), "--seed", &seed.to_string()])
+        .arg("--key")
+        .arg(&key_file)
+        .args(["--kid", "test-es256-1"]);
+    let out = run(cmd, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs =
+        Jwks::from_slice(&std::fs::read(support::vectors().join("keys/jwks.json")).unwrap())
+            .unwrap();
+    let ours = SigningKey::generate(Algorithm::ES256, Some("ours")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut rendered = Vec::new();
+    for (i, line) in String::from_utf8_lossy(&out.stdout).lines().enumerate() {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        let imported =
+            import(&value).unwrap_or_else(|e| panic!("card {i} (seed {seed}): {e}\n{line}"));
+        verify_card(&imported_signed(&value), &theirs).unwrap_or_else(|e| {
+            panic!("ours rejects the SDK's signature on card {i} (seed {seed}): {e}\n{line}")
+        });
+        let errors = validate(&imported.card);
+        assert!(
+            errors.is_empty(),
+            "card {i} (seed {seed}) is refused: {errors:?}\n{line}"
+        );
+        let signed = sign_card(&imported.card, std::slice::from_ref(&ours), None).unwrap();
+        let path = dir.path().join(format!("card-{i}.json"));
+        std::fs::write(
+            &path,
+            published_bytes(&signed, PublishOptions::default()).unwrap(),
+        )
+        .unwrap();
+        rendered.push(path);
+    }
+    assert_eq!(rendered.len(), count);
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        serde_json::to_vec(&Jwks::from_signing_keys([&ours]).to_value()).unwrap(),
+    )
+    .unwrap();
+    for sdk in [Sdk::Python, Sdk::Js] {
+        for v in sdk_verify(sdk, &jwks, &rendered) {
+            assert!(
+                v.valid,
+                "{sdk:?} rejects {} (seed {seed}): {:?}",
+                v.file, v.error
+            );
+        }
+    }
+}
+
+/// The card as a verifier reads it (lenient: the SDK's v0.3 fields dropped), signatures kept.
+fn imported_signed(value: &serde_json::Value) -> agentcard_operator::a2a::AgentCard {
+    use agentcard_operator::a2a::parse::{card_from_value, Strictness};
+    card_from_value(value, Strictness::Lenient).unwrap().card
+}

@@ -542,12 +542,14 @@ impl Validator {
             self.flow_url(&fp, "authorizationUrl", &x.authorization_url, true);
             self.flow_url(&fp, "tokenUrl", &x.token_url, true);
             self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
+            self.required_scopes(&fp, &x.scopes);
         }
         if let Some(x) = &f.client_credentials {
             set += 1;
             let fp = p.field("clientCredentials");
             self.flow_url(&fp, "tokenUrl", &x.token_url, true);
             self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
+            self.required_scopes(&fp, &x.scopes);
         }
         if let Some(x) = &f.implicit {
             set += 1;
@@ -572,6 +574,7 @@ impl Validator {
             );
             self.flow_url(&fp, "tokenUrl", &x.token_url, true);
             self.flow_url(&fp, "refreshUrl", &x.refresh_url, false);
+            self.required_scopes(&fp, &x.scopes);
         }
         if set != 1 {
             self.err(
@@ -581,6 +584,14 @@ impl Validator {
                      must be set (found {set})"
                 ),
             );
+        }
+    }
+
+    /// `scopes` is REQUIRED in the authorization-code, client-credentials and device-code
+    /// flows (the implicit and password flows say "The map MAY be empty").
+    fn required_scopes(&mut self, p: &PathBuf, scopes: &BTreeMap<String, String>) {
+        if scopes.is_empty() {
+            self.err(&p.field("scopes"), "required: at least one scope");
         }
     }
 

@@ -107,6 +107,8 @@ struct Entry {
     good: Option<Cached>,
     /// The report of that look.
     last: Report,
+    /// Failed looks in a row.
+    failures: u32,
 }
 
 /// One remembered import.
@@ -124,13 +126,14 @@ pub struct Cached {
 
 impl SourceCache {
     /// The last look at `uid`'s `source`, if it is not due again yet: a refresh interval after
-    /// a good look, 10 s (or the interval, if shorter) after a failed one.
+    /// a good look; after failed ones 0.5 s doubling per failure up to 10 s (or the interval,
+    /// if shorter), so an agent still starting is picked up soon and a dead one costs little.
     fn fresh(&self, uid: &str, source: &Source) -> Option<Report> {
         let guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let e = guard.get(uid).filter(|e| e.source == *source)?;
         let due = match e.last.error {
             None => refresh(source),
-            Some(_) => refresh(source).min(RETRY_FAILED),
+            Some(_) => retry_after(e.failures).min(refresh(source)),
         };
         (e.at.elapsed() < due).then(|| e.last.clone())
     }
@@ -147,6 +150,11 @@ impl SourceCache {
     /// Remember a look at `uid`'s `source` started `at`.
     fn put(&self, uid: &str, source: &Source, at: Instant, good: Option<Cached>, last: &Report) {
         let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let failures = match (&last.error, guard.get(uid).filter(|e| e.source == *source)) {
+            (None, _) => 0,
+            (Some(_), Some(prev)) => prev.failures.saturating_add(1),
+            (Some(_), None) => 1,
+        };
         guard.insert(
             uid.to_string(),
             Entry {
@@ -154,6 +162,7 @@ impl SourceCache {
                 at,
                 good,
                 last: last.clone(),
+                failures,
             },
         );
     }
@@ -163,6 +172,12 @@ impl SourceCache {
         let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         guard.remove(uid);
     }
+}
+
+/// How soon a source that failed `failures` times in a row is tried again.
+fn retry_after(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(5);
+    Duration::from_millis(500u64 << exp).min(RETRY_FAILED)
 }
 
 /// The path asked first.
@@ -610,6 +625,12 @@ mod tests {
         let t = pick_endpoint("team", &service("ClusterIP"), 80, &slices).unwrap();
         assert_eq!(t.base, "http://10.0.0.5:9999");
         assert_eq!(t.service_url, "http://echo.team.svc:80");
+    }
+
+    #[test]
+    fn failed_sources_are_retried_sooner_first_then_every_10_s() {
+        let waits: Vec<u64> = (1..=7).map(|n| retry_after(n).as_millis() as u64).collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
     }
 
     #[test]
