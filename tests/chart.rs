@@ -510,6 +510,20 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
         .await
     );
     assert!(!can(&client, id, "delete", "", "namespaces", None).await);
+    // Imported cards: the agent's Service and its EndpointSlices, read only.
+    assert!(can(&client, id, "get", "", "services", Some(&tenant_ns)).await);
+    assert!(
+        can(
+            &client,
+            id,
+            "list",
+            "discovery.k8s.io",
+            "endpointslices",
+            Some(&tenant_ns)
+        )
+        .await
+    );
+    assert!(!can(&client, id, "update", "", "services", Some(&tenant_ns)).await);
     assert!(
         !can(
             &client,
