@@ -237,3 +237,78 @@ fn keygen_secret_is_a_kubernetes_secret_with_the_active_key() {
     assert_eq!(jwk["crv"], "Ed25519");
     assert!(jwk.get("d").is_some());
 }
+
+/// `render --from-url` imports what an agent serves: a v0.3 card comes out as a signed v1.0
+/// card that verifies, with the conversion and the proto-allowed oddities as notes.
+#[test]
+fn render_from_url_converts_a_v03_card_signs_it_and_it_verifies() {
+    use std::io::{Read, Write};
+    let card = serde_json::json!({
+        "protocolVersion": "0.3.0", "name": "Echo", "description": "Echoes", "version": "2.1.0",
+        "url": "https://echo.example.com/a2a", "preferredTransport": "JSONRPC",
+        "additionalInterfaces": [{"url": "https://echo.example.com/rest", "transport": "HTTP+JSON"}],
+        "capabilities": {"streaming": true}, "supportsAuthenticatedExtendedCard": true,
+        "defaultInputModes": ["text"], "defaultOutputModes": ["text"],
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "security": [{"bearer": []}],
+        "skills": [{"id": "echo", "name": "Echo", "description": "d", "tags": ["t"], "examples": ["", "hi"]}]
+    })
+    .to_string();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut conn, _)) = listener.accept() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{card}",
+                card.len()
+            );
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let key = vectors().join("keys/test-es256-1.private.jwk.json");
+    let mut cmd = bin();
+    cmd.arg("render")
+        .arg("--from-url")
+        .arg(format!("http://{addr}/.well-known/agent-card.json"))
+        .arg("--key")
+        .arg(&key);
+    let out = run(cmd, None);
+    let err = out_str(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("serves a v0.3 card; converted to v1.0"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: skills[0].examples[0]: empty"),
+        "{err}"
+    );
+    let signed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        signed["supportedInterfaces"],
+        serde_json::json!([
+            {"url": "https://echo.example.com/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "0.3.0"},
+            {"url": "https://echo.example.com/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3.0"}
+        ])
+    );
+    assert_eq!(signed["capabilities"]["extendedAgentCard"], true);
+    assert_eq!(
+        signed["securityRequirements"],
+        serde_json::json!([{"schemes": {"bearer": {}}}]),
+        "a scope-less requirement stays published"
+    );
+    assert!(signed.get("url").is_none() && signed.get("security").is_none());
+    let path = dir.path().join("card.json");
+    std::fs::write(&path, &out.stdout).unwrap();
+    let mut verify = bin();
+    verify
+        .arg("verify")
+        .arg(&path)
+        .arg("--jwks")
+        .arg(vectors().join("keys/jwks.json"));
+    let v = run(verify, None);
+    assert_eq!(v.status.code(), Some(0), "{}", out_str(&v.stderr));
+}

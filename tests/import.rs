@@ -236,6 +236,12 @@ async fn inside_a_private_network_namespace() {
         "kubectl get shows the source:\n{table}"
     );
 
+    // Unchanged, a refresh is a conditional request the SDK answers 304.
+    wait_card(&cards, "echo", &op, "NotModified", |c| {
+        source_reachable(c).is_some_and(|(s, r, _)| s == "True" && r == "NotModified")
+    })
+    .await;
+
     // The agent's card changes: the published one follows within the refresh interval.
     set_mode(&control, "v1", "1.0.1");
     let changed = Instant::now();
