@@ -104,6 +104,10 @@ pub struct RunArgs {
     /// giving up the lease and exiting.
     #[arg(long, default_value_t = 10)]
     drain_seconds: u64,
+    /// `Cache-Control: max-age` of the served JWKS, in seconds. A key named active starts
+    /// signing only after it has been published this long, so no client's cached JWKS misses it.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(0..=86400))]
+    jwks_max_age: u32,
     /// Lease holder identity (default: $POD_NAME, else host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -196,6 +200,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             instance: identity.clone(),
             watch_namespace: args.watch_namespace.clone(),
             concurrency: args.concurrency,
+            jwks_max_age: args.jwks_max_age,
         };
         tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
         servers.log_addresses();

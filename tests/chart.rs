@@ -220,6 +220,7 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
         "--gateway-allowed-sections=web",
         "--service-port=8080",
         "--drain-seconds=20",
+        "--jwks-max-age=120",
     ] {
         assert!(
             args.iter().any(|a| a == flag),

@@ -12,7 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::Client;
+use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 use support::operator::Operator;
 use support::plane::{client, wait_for, TestNamespace};
@@ -449,13 +449,22 @@ async fn merge_secret(secrets: &Api<Secret>, patch: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
-    let s = setup("keys", &[]).await;
+    // A short JWKS max-age, so the staged rotation runs in seconds.
+    let s = setup("keys", &["--jwks-max-age", "4"]).await;
     let (h1, h2) = (host("k1", &s.ns.name), host("k2", &s.ns.name));
     apply(&s.cards, &example("one", &h1)).await.unwrap();
     apply(&s.cards, &example("two", &h2)).await.unwrap();
     let first = wait_card(&s.cards, "one", &s.operator, "Ready", ready).await;
     wait_card(&s.cards, "two", &s.operator, "Ready", ready).await;
     let old_kid = first.status.unwrap().key_id.unwrap();
+    // A client's JWKS, fetched before the rotation and never refreshed.
+    let cached = support::http::eventually(Duration::from_secs(10), || {
+        let r = s.operator.get(&h1, PATH_JWKS);
+        (r.status == 200).then_some(r)
+    })
+    .expect("the JWKS is served");
+    assert_eq!(cached.header("cache-control"), Some("public, max-age=4"));
+    let cached = agentcard_operator::a2a::Jwks::from_slice(&cached.body).unwrap();
 
     // Add an EdDSA key and make it active.
     let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.op_ns.name);
@@ -469,8 +478,69 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
         "stringData": {"rotated-1.jwk.json": key.private_jwk_json()},
     });
     merge_secret(&secrets, &patch).await;
+    // Published at once; the cards say when it will sign, and keep the old key until then.
+    let waiting = wait_card(&s.cards, "one", &s.operator, "activation scheduled", |c| {
+        condition(c, "Signed").is_some_and(|(st, _, m)| {
+            st == "True" && m.contains("key rotated-1 is published and signs from")
+        })
+    })
+    .await;
+    assert_eq!(
+        waiting.status.unwrap().key_id.as_deref(),
+        Some(old_kid.as_str())
+    );
+    // Every card served during and after the rotation verifies with the JWKS cached before it.
+    let started = std::time::Instant::now();
+    let mut checked = 0;
+    loop {
+        let mut rotated = 0;
+        for h in [&h1, &h2] {
+            let r = s.operator.get(h, PATH_CARD);
+            assert_eq!(r.status, 200);
+            let card = agentcard_operator::a2a::AgentCard::from_json_lenient(&r.body).unwrap();
+            agentcard_operator::a2a::jws::verify_card(&card, &cached).unwrap_or_else(|e| {
+                panic!("a card served during the rotation fails with the cached JWKS: {e}")
+            });
+            checked += 1;
+            if card.signatures.len() == 2 {
+                rotated += 1;
+            }
+        }
+        if rotated == 2 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never re-signed with the new key"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "{checked} served cards verified with the pre-rotation JWKS; new key signing after {:?}",
+        started.elapsed()
+    );
+    // The new key signed no earlier than one max-age after the JWKS first held it.
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let jwks_cm = cms.get("agentcard-jwks").await.unwrap();
+    let first_published: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&jwks_cm.annotations()["agentcard.dev/keys-published-at"]).unwrap();
+    let published: jiff::Timestamp = first_published["rotated-1"].parse().unwrap();
+    let cards_cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns.name);
     for name in ["one", "two"] {
-        wait_card(
+        let signed_at: jiff::Timestamp = cards_cms
+            .get(&format!("agentcard-{name}"))
+            .await
+            .unwrap()
+            .annotations()[ANN_PUBLISHED_AT]
+            .parse()
+            .unwrap();
+        assert!(
+            signed_at >= published + jiff::SignedDuration::from_secs(4),
+            "{name} was signed with the new key at {signed_at}, before {published} + 4 s"
+        );
+    }
+    for name in ["one", "two"] {
+        let c = wait_card(
             &s.cards,
             name,
             &s.operator,
@@ -481,6 +551,8 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
             },
         )
         .await;
+        let (_, _, message) = condition(&c, "Signed").unwrap();
+        assert_eq!(message, format!("signed with keys rotated-1, {old_kid}"));
         let body = served_bytes(&s.client, &s.ns.name, name).await.unwrap();
         let card = agentcard_operator::a2a::AgentCard::from_json_lenient(body.as_bytes()).unwrap();
         let jwks = agentcard_operator::a2a::Jwks::from_signing_keys([&key]);
@@ -492,7 +564,6 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
         );
     }
     // The JWKS lists both keys.
-    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.op_ns.name);
     let ok = wait_for(Duration::from_secs(10), || async {
         cms.get_opt("agentcard-jwks")
             .await
@@ -504,6 +575,21 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
     })
     .await;
     assert!(ok.is_ok(), "the JWKS does not list the old and the new key");
+    let events: Api<Event> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for reason in ["KeyActivationScheduled", "KeysActivated"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} Event: {reasons:?}"
+        );
+    }
 
     // Back to the old key by the annotation alone (the keys are unchanged): re-signed again.
     merge_secret(

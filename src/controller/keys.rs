@@ -5,6 +5,15 @@
 //!
 //! Parsing is pure ([`keys_from_secret`]); the controller keeps the parsed keys cached by the
 //! Secret's resourceVersion, so a thousand reconciles parse the keys once.
+//!
+//! Staged rotation ([`rotate`], pure): a key named active starts signing only once it has been
+//! in the published JWKS for one JWKS max-age, so clients holding a cached JWKS from before it
+//! was added never meet a card they cannot verify. Until then the keys that signed before keep
+//! signing; from then on the new key signs first and those older keys sign beside it for as long
+//! as they stay in the Secret, so even a client still holding a JWKS from before the rotation
+//! verifies every card until the old key is removed. Where a rotation stands (which keys sign,
+//! when each key was first published) is kept in annotations of the JWKS ConfigMap, so it
+//! survives restarts and lease hand-overs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,12 +30,18 @@ use crate::contract::*;
 pub const ANN_ACTIVE_KEY: &str = "agentcard.dev/active-key";
 /// Name of the JWKS ConfigMap in the operator's namespace.
 pub const JWKS_CONFIGMAP: &str = "agentcard-jwks";
+/// JWKS ConfigMap annotation: the key ids that sign, newest first, comma-separated.
+pub const ANN_SIGNING_KEYS: &str = "agentcard.dev/signing-keys";
+/// JWKS ConfigMap annotation: when each key id was first published (JSON `{kid: RFC 3339}`).
+pub const ANN_KEYS_PUBLISHED: &str = "agentcard.dev/keys-published-at";
 
 /// The parsed keys of the signing Secret.
 #[derive(Debug)]
 pub struct Keys {
-    /// The key that signs.
+    /// The key named active (it signs once its rotation allows, see [`rotate`]).
     pub active: SigningKey,
+    /// Every key of the Secret, in entry-name order.
+    pub all: Vec<SigningKey>,
     /// Public keys of every key of the Secret (active included), in entry-name order.
     pub jwks: Jwks,
     /// resourceVersion of the Secret they came from.
@@ -78,9 +93,113 @@ pub fn keys_from_secret(secret: &Secret) -> Result<Keys, String> {
     };
     Ok(Keys {
         jwks: Jwks::from_signing_keys(&all),
+        all,
         active,
         version: secret.resource_version().unwrap_or_default(),
     })
+}
+
+/// Where a key rotation stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rotation {
+    /// The key ids that sign, newest first.
+    pub signing: Vec<String>,
+    /// When each key of the Secret was first published in the JWKS.
+    pub published: BTreeMap<String, jiff::Timestamp>,
+    /// When the active key starts signing, while it waits.
+    pub activates_at: Option<jiff::Timestamp>,
+}
+
+impl Rotation {
+    /// The rotation recorded on a JWKS ConfigMap (empty for one written before staged rotation).
+    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Rotation {
+        let signing = annotations
+            .get(ANN_SIGNING_KEYS)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let published = annotations
+            .get(ANN_KEYS_PUBLISHED)
+            .and_then(|v| serde_json::from_str::<BTreeMap<String, String>>(v).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, t)| t.parse().ok().map(|t| (k, t)))
+            .collect();
+        Rotation {
+            signing,
+            published,
+            activates_at: None,
+        }
+    }
+
+    /// The annotations that record this rotation.
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        let published: BTreeMap<&str, String> = self
+            .published
+            .iter()
+            .map(|(k, t)| (k.as_str(), t.to_string()))
+            .collect();
+        BTreeMap::from([
+            (ANN_SIGNING_KEYS.to_string(), self.signing.join(",")),
+            (
+                ANN_KEYS_PUBLISHED.to_string(),
+                serde_json::to_string(&published).unwrap_or_default(),
+            ),
+        ])
+    }
+}
+
+/// The rotation after `previous`, for `keys` at `now`, when a key may sign `delay` after it was
+/// first published (see the module doc). Pure.
+pub fn rotate(
+    keys: &Keys,
+    previous: &Rotation,
+    now: jiff::Timestamp,
+    delay: std::time::Duration,
+) -> Rotation {
+    let in_secret: Vec<&str> = keys.all.iter().map(SigningKey::kid).collect();
+    let published: BTreeMap<String, jiff::Timestamp> = in_secret
+        .iter()
+        .map(|kid| {
+            let at = previous.published.get(*kid).copied().unwrap_or(now);
+            (kid.to_string(), at)
+        })
+        .collect();
+    let wanted = keys.active.kid().to_string();
+    let older: Vec<String> = previous
+        .signing
+        .iter()
+        .filter(|k| **k != wanted && in_secret.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    let with_wanted = || {
+        std::iter::once(wanted.clone())
+            .chain(older.iter().cloned())
+            .collect()
+    };
+    let (signing, activates_at) = if older.is_empty() || previous.signing.contains(&wanted) {
+        // First start, the keys that signed are gone, or the active key already signs.
+        (with_wanted(), None)
+    } else {
+        let since = published.get(&wanted).copied().unwrap_or(now);
+        let span = jiff::SignedDuration::try_from(delay).unwrap_or(jiff::SignedDuration::ZERO);
+        let at = since.checked_add(span).unwrap_or(since);
+        if at <= now {
+            (with_wanted(), None)
+        } else {
+            (older.clone(), Some(at))
+        }
+    };
+    Rotation {
+        signing,
+        published,
+        activates_at,
+    }
 }
 
 /// The Secret entry name for a key id: Secret keys allow only `[-._a-zA-Z0-9]`.
@@ -142,9 +261,19 @@ pub async fn ensure_secret(
     }
 }
 
-/// The JWKS ConfigMap for `keys`.
-pub fn jwks_configmap(keys: &Keys, namespace: &str, published_at: &str) -> ConfigMap {
+/// The JWKS ConfigMap for `keys`: served with `max_age`, recording `rotation`.
+pub fn jwks_configmap(
+    keys: &Keys,
+    namespace: &str,
+    published_at: &str,
+    max_age: u32,
+    rotation: &Rotation,
+) -> ConfigMap {
     let body = jwks_body(keys);
+    let mut annotations = rotation.annotations();
+    annotations.insert(ANN_CONTENT_HASH.into(), content_hash(body.as_bytes()));
+    annotations.insert(ANN_PUBLISHED_AT.into(), published_at.into());
+    annotations.insert(ANN_MAX_AGE.into(), max_age.to_string());
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -152,40 +281,49 @@ pub fn jwks_configmap(keys: &Keys, namespace: &str, published_at: &str) -> Confi
             "name": JWKS_CONFIGMAP,
             "namespace": namespace,
             "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_JWKS},
-            "annotations": {
-                ANN_CONTENT_HASH: content_hash(body.as_bytes()),
-                ANN_PUBLISHED_AT: published_at,
-            },
+            "annotations": annotations,
         },
         "data": {KEY_JWKS: body},
     }))
     .unwrap_or_default()
 }
 
-/// The content hash of the JWKS `keys` publish: cards signed with `keys` are written only once
-/// the JWKS ConfigMap holds this, so no client fetches a card whose key it cannot find.
-pub fn jwks_hash(keys: &Keys) -> String {
-    content_hash(jwks_body(keys).as_bytes())
-}
-
 fn jwks_body(keys: &Keys) -> String {
     String::from_utf8(jcs(&keys.jwks.to_value())).unwrap_or_default()
 }
 
-/// Publish the JWKS of `keys` (server-side apply), unless the ConfigMap already holds exactly
-/// it. Its publication time (the served `Last-Modified`) moves only with its bytes.
-///
-/// `last` remembers the publisher's own last publication (`(hash, time)`), so a JWKS ConfigMap
-/// deleted by someone comes back with the same time for the same bytes.
+/// What the JWKS publisher last wrote, so a JWKS ConfigMap deleted by someone comes back with
+/// the same publication time for the same bytes and the rotation where it stood.
+#[derive(Clone, Debug)]
+pub struct JwksState {
+    hash: String,
+    published_at: String,
+    rotation: Rotation,
+}
+
+/// Publish the JWKS of `keys` (server-side apply) with the rotation it allows now, unless the
+/// ConfigMap already holds exactly that. Its publication time (the served `Last-Modified`)
+/// moves only with its bytes. Returns the rotation: which keys sign, and when the active key
+/// will, while it waits.
 pub async fn publish_jwks(
     client: &kube::Client,
     keys: &Keys,
     namespace: &str,
-    last: &mut Option<(String, String)>,
-) -> Result<(), kube::Error> {
+    max_age: u32,
+    last: &mut Option<JwksState>,
+) -> Result<Rotation, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let body = jwks_body(keys);
     let existing = api.get_opt(JWKS_CONFIGMAP).await?;
+    let recorded = existing
+        .as_ref()
+        .map(|cm| Rotation::from_annotations(cm.annotations()))
+        .filter(|r| !r.signing.is_empty());
+    let previous = recorded
+        .or_else(|| last.as_ref().map(|l| l.rotation.clone()))
+        .unwrap_or_default();
+    let delay = std::time::Duration::from_secs(u64::from(max_age));
+    let rotation = rotate(keys, &previous, jiff::Timestamp::now(), delay);
     let same_bytes = existing
         .as_ref()
         .and_then(|cm| cm.data.as_ref())
@@ -198,31 +336,37 @@ pub async fn publish_jwks(
     let hash = content_hash(body.as_bytes());
     let remembered = last
         .as_ref()
-        .filter(|(h, _)| *h == hash)
-        .map(|(_, at)| at.clone());
+        .filter(|l| l.hash == hash)
+        .map(|l| l.published_at.clone());
     let published_at = previous_time
         .clone()
         .or(remembered)
         .unwrap_or_else(|| jiff::Timestamp::now().to_string());
-    *last = Some((hash, published_at.clone()));
-    let want = jwks_configmap(keys, namespace, &published_at);
+    *last = Some(JwksState {
+        hash,
+        published_at: published_at.clone(),
+        rotation: rotation.clone(),
+    });
+    let want = jwks_configmap(keys, namespace, &published_at, max_age, &rotation);
     let current = existing.as_ref().is_some_and(|cm| {
         same_bytes
             && previous_time.is_some()
-            && cm.annotations().get(ANN_CONTENT_HASH) == want.annotations().get(ANN_CONTENT_HASH)
+            && want
+                .annotations()
+                .iter()
+                .all(|(k, v)| cm.annotations().get(k) == Some(v))
             && cm.labels().get(LABEL_CONTENT).map(String::as_str) == Some(CONTENT_JWKS)
             && cm.labels().get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGER)
     });
-    if current {
-        return Ok(());
+    if !current {
+        api.patch(
+            JWKS_CONFIGMAP,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&want),
+        )
+        .await?;
     }
-    api.patch(
-        JWKS_CONFIGMAP,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&want),
-    )
-    .await
-    .map(|_| ())
+    Ok(rotation)
 }
 
 /// Cache of parsed keys, keyed by the Secret's resourceVersion.
@@ -251,6 +395,89 @@ impl KeyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn keys_with(active: &str, kids: &[&str]) -> Keys {
+        let all: Vec<SigningKey> = kids
+            .iter()
+            .map(|k| SigningKey::generate(Algorithm::ES256, Some(k)).unwrap())
+            .collect();
+        Keys {
+            jwks: Jwks::from_signing_keys(&all),
+            active: all.iter().find(|k| k.kid() == active).unwrap().clone(),
+            all,
+            version: "1".into(),
+        }
+    }
+
+    fn t(s: &str) -> jiff::Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_new_active_key_signs_one_max_age_after_it_was_published_beside_the_old_one() {
+        let delay = std::time::Duration::from_secs(300);
+        // First start: the active key signs at once.
+        let r0 = rotate(
+            &keys_with("a", &["a"]),
+            &Rotation::default(),
+            t("2026-01-01T00:00:00Z"),
+            delay,
+        );
+        assert_eq!(r0.signing, ["a"]);
+        assert_eq!(r0.activates_at, None);
+        // b added and named active: published now, a keeps signing for 300 s.
+        let two = keys_with("b", &["a", "b"]);
+        let r1 = rotate(&two, &r0, t("2026-01-01T01:00:00Z"), delay);
+        assert_eq!(r1.signing, ["a"]);
+        assert_eq!(r1.published["a"], t("2026-01-01T00:00:00Z"));
+        assert_eq!(r1.published["b"], t("2026-01-01T01:00:00Z"));
+        assert_eq!(r1.activates_at, Some(t("2026-01-01T01:05:00Z")));
+        let r2 = rotate(&two, &r1, t("2026-01-01T01:04:59Z"), delay);
+        assert_eq!(
+            (r2.signing.clone(), r2.activates_at),
+            (vec!["a".to_string()], r1.activates_at)
+        );
+        // Then b signs first, a beside it while it stays in the Secret.
+        let r3 = rotate(&two, &r2, t("2026-01-01T01:05:00Z"), delay);
+        assert_eq!(r3.signing, ["b", "a"]);
+        assert_eq!(r3.activates_at, None);
+        // a removed: b alone.
+        let r4 = rotate(
+            &keys_with("b", &["b"]),
+            &r3,
+            t("2026-01-01T02:00:00Z"),
+            delay,
+        );
+        assert_eq!(r4.signing, ["b"]);
+        assert!(!r4.published.contains_key("a"));
+        // Back to a (still published long ago) is immediate.
+        let r5 = rotate(
+            &keys_with("a", &["a", "b"]),
+            &r3,
+            t("2026-01-01T02:00:00Z"),
+            delay,
+        );
+        assert_eq!(r5.signing, ["a", "b"]);
+        // The record survives a round trip through the ConfigMap's annotations.
+        let back = Rotation::from_annotations(&r1.annotations());
+        assert_eq!((back.signing, back.published), (r1.signing, r1.published));
+    }
+
+    #[test]
+    fn when_the_keys_that_signed_are_gone_the_active_key_signs_at_once() {
+        let delay = std::time::Duration::from_secs(300);
+        let before = Rotation {
+            signing: vec!["gone".into()],
+            ..Default::default()
+        };
+        let r = rotate(
+            &keys_with("b", &["b"]),
+            &before,
+            t("2026-01-01T00:00:00Z"),
+            delay,
+        );
+        assert_eq!(r.signing, ["b"]);
+    }
     use k8s_openapi::ByteString;
 
     fn secret(entries: &[(&str, String)], active: Option<&str>) -> Secret {

@@ -24,7 +24,7 @@ use futures::{SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Client, ResourceExt};
@@ -57,6 +57,36 @@ pub struct Config {
     pub watch_namespace: Option<String>,
     /// Most reconciles at once (0: unbounded).
     pub concurrency: u16,
+    /// `Cache-Control: max-age` of the served JWKS, in seconds; also how long a new key is
+    /// published before it signs.
+    pub jwks_max_age: u32,
+}
+
+/// The Event a rotation step deserves: `(reason, note)` when the keys that sign changed or the
+/// active key's activation was just scheduled.
+fn rotation_note(
+    before: Option<&keys::Rotation>,
+    now: &keys::Rotation,
+    active: &str,
+) -> Option<(&'static str, String)> {
+    if let Some(at) = now.activates_at {
+        if before.and_then(|b| b.activates_at) != Some(at) {
+            return Some((
+                "KeyActivationScheduled",
+                format!(
+                    "key {active} is published in the JWKS and signs from {at} (one JWKS max-age later); keys {} sign until then",
+                    now.signing.join(", ")
+                ),
+            ));
+        }
+    }
+    let before = before?;
+    (before.signing != now.signing).then(|| {
+        (
+            "KeysActivated",
+            format!("cards are now signed with keys {}", now.signing.join(", ")),
+        )
+    })
 }
 
 /// Write `status` of object `name` by server-side apply (field manager `agentcard-operator`,
@@ -143,8 +173,26 @@ pub struct Context {
     pub sources: agentcard::source::SourceCache,
     /// The HTTP client fetching imported cards (no redirects, timeouts).
     pub source_http: reqwest::Client,
-    /// The hash of the JWKS last published (see [`keys::jwks_hash`]).
-    jwks_published: tokio::sync::watch::Receiver<Option<String>>,
+    /// What the JWKS publisher last published: for which Secret version, and which keys sign.
+    jwks_published: tokio::sync::watch::Receiver<Option<PublishedKeys>>,
+}
+
+/// The JWKS publisher's last publication.
+#[derive(Clone, Debug)]
+pub struct PublishedKeys {
+    /// resourceVersion of the Secret whose keys the JWKS holds.
+    pub version: String,
+    /// Which keys sign, and when the active key will.
+    pub rotation: keys::Rotation,
+}
+
+/// The keys a card is signed with now.
+#[derive(Clone, Debug)]
+pub struct Signers {
+    /// Newest first (the first one is reported as the card's `keyId`).
+    pub keys: Vec<crate::a2a::SigningKey>,
+    /// The active key and when it starts signing, while it waits to be in every cached JWKS.
+    pub pending: Option<(String, jiff::Timestamp)>,
 }
 
 impl Context {
@@ -166,25 +214,44 @@ impl Context {
         })
     }
 
-    /// Wait (at most 10 s) until the JWKS of `keys` is published, so that a card signed with
-    /// them never reaches clients before the key that verifies it (at start-up, and after a
-    /// key is added to the Secret).
-    pub async fn jwks_published(&self, keys: &Keys) -> Result<(), Error> {
-        let want = keys::jwks_hash(keys);
+    /// The keys that sign now (see [`keys::rotate`]), once the JWKS of `keys` is published:
+    /// waits (at most 10 s) for the publisher, so that a card signed with them never reaches
+    /// clients before the keys that verify it (at start-up, and after a key is added).
+    pub async fn signers(&self, keys: &Keys) -> Result<Signers, Error> {
         let mut published = self.jwks_published.clone();
-        let wait = published.wait_for(|h| h.as_deref() == Some(want.as_str()));
+        let wait = published.wait_for(|p| p.as_ref().is_some_and(|p| p.version == keys.version));
         let outcome = tokio::time::timeout(Duration::from_secs(10), wait)
             .await
-            .map(|r| r.map(|_| ()));
-        match outcome {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(Error::JwksPending("the JWKS publisher stopped".into())),
-            Err(_) => Err(Error::JwksPending(format!(
-                "ConfigMap {}/{} does not hold the current keys after 10 s",
-                self.settings.operator_namespace,
-                keys::JWKS_CONFIGMAP
-            ))),
+            .map(|r| r.map(|p| p.clone()));
+        let published = match outcome {
+            Ok(Ok(Some(p))) => p,
+            Ok(Ok(None) | Err(_)) => {
+                return Err(Error::JwksPending("the JWKS publisher stopped".into()))
+            }
+            Err(_) => {
+                return Err(Error::JwksPending(format!(
+                    "ConfigMap {}/{} does not hold the current keys after 10 s",
+                    self.settings.operator_namespace,
+                    keys::JWKS_CONFIGMAP
+                )))
+            }
+        };
+        let signing: Vec<crate::a2a::SigningKey> = published
+            .rotation
+            .signing
+            .iter()
+            .filter_map(|kid| keys.all.iter().find(|k| k.kid() == kid).cloned())
+            .collect();
+        if signing.is_empty() {
+            return Err(Error::JwksPending("no key of the Secret signs yet".into()));
         }
+        Ok(Signers {
+            keys: signing,
+            pending: published
+                .rotation
+                .activates_at
+                .map(|at| (keys.active.kid().to_string(), at)),
+        })
     }
 
     /// Re-check the other cards asking for one of `hosts`: `card` may have freed a claim there
@@ -565,21 +632,80 @@ pub async fn run(
         key_cache.clone(),
     );
     let jwks_secret_ref = ObjectRef::<Secret>::new(&config.signing_secret).within(&opns);
-    let (jwks_published_tx, jwks_published) = tokio::sync::watch::channel(None::<String>);
+    let (jwks_published_tx, jwks_published) = tokio::sync::watch::channel(None::<PublishedKeys>);
+    let jwks_max_age = config.jwks_max_age;
+    let resign_all = all_tx.clone();
+    let rotation_recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: MANAGER.into(),
+            instance: Some(config.instance.clone()),
+        },
+    );
     let _jwks_task = AbortOnDrop(tokio::spawn(async move {
         let mut failures = 0u32;
         let mut last = None;
-        while jwks_rx.next().await.is_some() {
+        // When the active key may start signing, while a rotation waits.
+        let mut wake: Option<tokio::time::Instant> = None;
+        loop {
+            let triggered = match wake {
+                Some(at) => tokio::select! {
+                    more = jwks_rx.next() => more.is_some(),
+                    () = tokio::time::sleep_until(at) => true,
+                },
+                None => jwks_rx.next().await.is_some(),
+            };
+            if !triggered {
+                return;
+            }
             loop {
-                let Some(keys) = jwks_secrets
+                let Some((secret, keys)) = jwks_secrets
                     .get(&jwks_secret_ref)
-                    .and_then(|s| jwks_cache.get(&s).ok())
+                    .and_then(|s| jwks_cache.get(&s).ok().map(|k| (s, k)))
                 else {
                     break;
                 };
-                match keys::publish_jwks(&jwks_client, &keys, &jwks_ns, &mut last).await {
-                    Ok(()) => {
-                        jwks_published_tx.send_replace(Some(keys::jwks_hash(&keys)));
+                match keys::publish_jwks(&jwks_client, &keys, &jwks_ns, jwks_max_age, &mut last)
+                    .await
+                {
+                    Ok(rotation) => {
+                        let before = jwks_published_tx
+                            .borrow()
+                            .as_ref()
+                            .map(|p| p.rotation.clone());
+                        wake = rotation.activates_at.map(|at| {
+                            let wait = jiff::Timestamp::now().duration_until(at);
+                            let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
+                            tokio::time::Instant::now() + wait + Duration::from_millis(50)
+                        });
+                        let note = rotation_note(before.as_ref(), &rotation, keys.active.kid());
+                        jwks_published_tx.send_replace(Some(PublishedKeys {
+                            version: keys.version.clone(),
+                            rotation: rotation.clone(),
+                        }));
+                        if before
+                            .as_ref()
+                            .is_some_and(|b| b.signing != rotation.signing)
+                        {
+                            // Other keys sign now: every card is signed again.
+                            let _ = resign_all.unbounded_send(());
+                        }
+                        if let Some((reason, note)) = note {
+                            tracing::info!(reason, "{note}");
+                            let event = Event {
+                                type_: EventType::Normal,
+                                reason: reason.into(),
+                                note: Some(note),
+                                action: "RotateKeys".into(),
+                                secondary: None,
+                            };
+                            if let Err(e) = rotation_recorder
+                                .publish(&event, &kube::Resource::object_ref(&*secret, &()))
+                                .await
+                            {
+                                tracing::warn!(error = %e, "could not record an Event");
+                            }
+                        }
                         failures = 0;
                         break;
                     }

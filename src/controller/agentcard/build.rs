@@ -16,8 +16,8 @@ use serde_json::json;
 use crate::a2a::card::{AgentCard as A2aCard, AgentInterface};
 use crate::a2a::jws::sign_card_reusing;
 use crate::a2a::publish::{published_bytes, PublishOptions};
+use crate::a2a::SigningKey;
 use crate::contract::*;
-use crate::controller::keys::Keys;
 use crate::controller::policy::IngressPolicy;
 use crate::controller::routing::{RouteKind, Routing};
 use crate::controller::Error;
@@ -56,8 +56,12 @@ pub struct Built {
     pub backend_route: Option<DynamicObject>,
     /// Hash of the served bytes.
     pub content_hash: String,
-    /// Key that signed.
+    /// The newest key that signed.
     pub key_id: String,
+    /// Every key that signed, newest first.
+    pub key_ids: Vec<String>,
+    /// The active key and when it starts signing, while it waits (filled by the reconciler).
+    pub pending_key: Option<(String, jiff::Timestamp)>,
     /// Public URL of the card.
     pub url: String,
     /// The route the card server serves it on.
@@ -217,7 +221,7 @@ pub fn card_key(card: &AgentCard) -> String {
 /// still hold).
 pub fn build(
     card: &AgentCard,
-    keys: &Keys,
+    signers: &[SigningKey],
     settings: &Settings,
     previous: Option<&ConfigMap>,
     since: jiff::Timestamp,
@@ -235,9 +239,13 @@ pub fn build(
         .and_then(|d| d.get(KEY_CARD))
         .and_then(|b| A2aCard::from_json_lenient(b.as_bytes()).ok());
     let previous_signatures = previous_card.map(|c| c.signatures).unwrap_or_default();
+    let key_id = signers
+        .first()
+        .map(SigningKey::kid)
+        .ok_or_else(|| Error::Internal("no signing key".into()))?;
     let signed = sign_card_reusing(
         &effective_card(card),
-        std::slice::from_ref(&keys.active),
+        signers,
         Some(&jku),
         &previous_signatures,
     )?;
@@ -304,7 +312,7 @@ pub fn build(
                 ANN_LEGACY_PATH: publish.legacy_path.to_string(),
                 ANN_CONTENT_HASH: hash,
                 ANN_MAX_AGE: max_age.to_string(),
-                ANN_KEY_ID: keys.active.kid(),
+                ANN_KEY_ID: key_id,
                 ANN_PUBLISHED_AT: published_at,
             },
             "ownerReferences": owner,
@@ -419,7 +427,9 @@ pub fn build(
         route,
         backend_route,
         content_hash: hash,
-        key_id: keys.active.kid().to_string(),
+        key_id: key_id.to_string(),
+        key_ids: signers.iter().map(|k| k.kid().to_string()).collect(),
+        pending_key: None,
         url,
         served,
     })
@@ -482,16 +492,10 @@ pub(crate) fn ingress_object(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::a2a::{Algorithm, SigningKey};
-    use crate::controller::keys::Keys;
+    use crate::a2a::Algorithm;
 
-    fn keys() -> Keys {
-        let k = SigningKey::generate(Algorithm::EdDSA, Some("k1")).unwrap();
-        Keys {
-            jwks: crate::a2a::Jwks::from_signing_keys([&k]),
-            active: k.clone(),
-            version: "1".into(),
-        }
+    fn keys() -> Vec<SigningKey> {
+        vec![SigningKey::generate(Algorithm::EdDSA, Some("k1")).unwrap()]
     }
 
     fn settings() -> Settings {
@@ -706,11 +710,7 @@ mod tests {
     fn an_unchanged_card_rebuilds_to_identical_bytes_and_keeps_its_publication_time() {
         let keys = keys();
         let es = SigningKey::generate(Algorithm::ES256, Some("es")).unwrap();
-        let keys_es = Keys {
-            jwks: crate::a2a::Jwks::from_signing_keys([&es]),
-            active: es.clone(),
-            version: "2".into(),
-        };
+        let keys_es = vec![es];
         for k in [&keys, &keys_es] {
             let first = build(&card(json!({})), k, &settings(), None, now(), now()).unwrap();
             let later: jiff::Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();

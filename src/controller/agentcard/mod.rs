@@ -98,16 +98,17 @@ async fn publish(
     let now = jiff::Timestamp::now();
     let claim = ctx.acquire_claim(wanted_claim(card, now))?;
     let keys = ctx.keys()?;
-    ctx.jwks_published(&keys).await?;
-    let built = build::build(
+    let signers = ctx.signers(&keys).await?;
+    let mut built = build::build(
         card,
-        &keys,
+        &signers.keys,
         &ctx.settings,
         existing.configmap,
         claim.since,
         now,
     )?;
     apply::apply(&ctx.client, &built, card, &ctx.settings, existing).await?;
+    built.pending_key = signers.pending;
     Ok((built, warnings))
 }
 

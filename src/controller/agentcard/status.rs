@@ -59,6 +59,22 @@ pub(crate) fn condition_with(
     }
 }
 
+/// The Signed condition's message: which keys signed, and when the active key will while a
+/// rotation waits for every cached JWKS to hold it.
+fn signed_message(built: &Built) -> String {
+    let keys = if built.key_ids.len() > 1 {
+        format!("signed with keys {}", built.key_ids.join(", "))
+    } else {
+        format!("signed with key {}", built.key_id)
+    };
+    match &built.pending_key {
+        Some((kid, at)) => format!(
+            "{keys}; key {kid} is published and signs from {at} (one JWKS max-age after it was published)"
+        ),
+        None => keys,
+    }
+}
+
 /// The status after a reconcile of `card` that ended with `outcome`.
 pub fn next(
     card: &AgentCard,
@@ -90,7 +106,7 @@ pub fn next(
                     SIGNED,
                     true,
                     "Signed",
-                    format!("signed with key {}", built.key_id),
+                    signed_message(built),
                     generation,
                     &now,
                 ),
