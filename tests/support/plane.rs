@@ -117,6 +117,54 @@ impl OwnPlane {
         self.dir.path().join("kubeconfig")
     }
 
+    /// Stop one component (`etcd`, `kube-apiserver`) for `down`, then start it again with the
+    /// same command line (same ports, certificates and data), as a crash and restart would.
+    pub fn restart(&self, component: &str, down: std::time::Duration) {
+        let pidfile = self.dir.path().join(format!("pids/{component}.pid"));
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(pid.to_string())
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| !s.contains(") Z "))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{component} did not stop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::thread::sleep(down);
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir.path().join(format!("logs/{component}.log")))
+            .unwrap();
+        let child = Command::new(&args[0])
+            .args(&args[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        std::fs::write(&pidfile, format!("{}\n", child.id())).unwrap();
+        // Not waited for here: ./stop ends it with the rest of the plane.
+        std::mem::forget(child);
+    }
+
     /// Stop it now.
     pub fn stop(&self) {
         let _ = Command::new("bash")
