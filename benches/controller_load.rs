@@ -5,7 +5,8 @@
 //!
 //! Reports: how fast the plane accepts N plain ConfigMap writes (the reference), then for N
 //! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
-//! a card's apply to its bytes being served over HTTP, and the operator's peak RSS.
+//! a card's apply to its bytes being served over HTTP, the API requests per card (from the
+//! operator's `agentcard_api_requests_total`), and the operator's peak RSS.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -312,6 +313,14 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     let _ = tokio::time::timeout(Duration::from_secs(120), poller).await;
+    // What the cards cost in API requests (the operator counts its own, by verb and resource).
+    let scraped = http
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let calls = api_calls(&scraped);
     let rss = peak_rss_kib(op.id());
     let _ = op.kill();
     let _ = op.wait();
@@ -347,6 +356,16 @@ async fn main() -> anyhow::Result<()> {
         lat.last().copied().unwrap_or_default(),
         lat.len()
     );
+    let per_card: f64 = calls
+        .iter()
+        .filter(|((verb, _), _)| verb != "watch" && verb != "list")
+        .map(|(_, v)| v)
+        .sum::<f64>()
+        / n as f64;
+    println!("  API requests per card (without lists and watches): {per_card:.2}");
+    for ((verb, resource), count) in &calls {
+        println!("    {verb:>6} {resource:<28} {count:>8.0}");
+    }
     println!(
         "  operator peak RSS: {} MiB",
         rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
@@ -362,4 +381,27 @@ async fn main() -> anyhow::Result<()> {
             .status();
     }
     Ok(())
+}
+
+/// `agentcard_api_requests_total` samples of a scrape, by `(verb, resource)`.
+fn api_calls(text: &str) -> std::collections::BTreeMap<(String, String), f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("agentcard_api_requests_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let value: f64 = value.trim().parse().unwrap_or(0.0);
+        out.insert((label("verb"), label("resource")), value);
+    }
+    out
 }

@@ -128,9 +128,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let client = kube::Client::try_default()
+        let metrics = Arc::new(ControllerMetrics::default());
+        let config = kube::Config::infer()
             .await
-            .context("connecting to the cluster")?;
+            .context("reading the cluster configuration")?;
+        let client =
+            crate::controller::api_calls::counted_client(config, metrics.api_calls.clone())
+                .context("connecting to the cluster")?;
         let identity = args.identity.clone().unwrap_or_else(default_identity);
         let index = Arc::new(Index::new());
         let feed = tokio::spawn(source_cluster::watch_cluster(
@@ -139,7 +143,6 @@ pub fn run(args: RunArgs) -> Result<()> {
             index.clone(),
         ));
 
-        let metrics = Arc::new(ControllerMetrics::default());
         let mut registry = prometheus_client::registry::Registry::default();
         metrics.register(&mut registry);
         let scrape_metrics = metrics.clone();

@@ -1,5 +1,5 @@
 //! Controller metrics (prometheus-client): reconciles, failures by bounded category,
-//! reconcile duration, cards by Ready condition.
+//! reconcile duration, cards by Ready condition, API requests by verb and resource.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -34,6 +34,8 @@ pub struct ControllerMetrics {
     pub duration: Histogram,
     /// Cards by condition and status.
     pub cards: Family<ConditionLabels, Gauge>,
+    /// Requests to the API server, by verb and resource (see [`super::api_calls`]).
+    pub api_calls: super::api_calls::ApiCalls,
     /// Ready status of each card this process reconciled, feeding `cards` on scrape.
     ready: std::sync::Mutex<std::collections::HashMap<String, &'static str>>,
 }
@@ -45,6 +47,7 @@ impl Default for ControllerMetrics {
             failures: Family::default(),
             duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             cards: Family::default(),
+            api_calls: Family::default(),
             ready: Default::default(),
         }
     }
@@ -95,6 +98,11 @@ impl ControllerMetrics {
             "agentcard_cards",
             "AgentCards by condition and status",
             self.cards.clone(),
+        );
+        registry.register(
+            "agentcard_api_requests",
+            "Requests this process sent to the API server, by verb and resource",
+            self.api_calls.clone(),
         );
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod agentcard;
 pub mod agentdirectory;
+pub mod api_calls;
 pub mod claims;
 pub mod error;
 pub mod keys;
