@@ -217,6 +217,14 @@ async fn the_readme_example_is_ready_served_and_verifies_with_the_python_sdk() {
     )
     .unwrap();
     assert!(m.contains("agentcard_reconciles_total"), "{m}");
+    // The operator's own API requests, by verb and resource (one ConfigMap created for the card).
+    for sample in [
+        "agentcard_api_requests_total{verb=\"create\",resource=\"configmaps\"} 1",
+        "agentcard_api_requests_total{verb=\"patch\",resource=\"agentcards/status\"}",
+        "agentcard_api_requests_total{verb=\"watch\",resource=\"agentcards\"}",
+    ] {
+        assert!(m.contains(sample), "no {sample} in:\n{m}");
+    }
     assert!(
         m.contains("agentcard_cards{condition=\"Ready\",status=\"True\"} 1"),
         "{m}"
