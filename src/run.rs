@@ -207,7 +207,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         };
         tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
         servers.log_addresses();
-        let draining = servers.draining();
+        let shutdown = servers.shutdown();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let run = servers.run();
         let leading = lead(
@@ -226,7 +226,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             r = feed => r.context("card feed stopped")?,
             r = &mut leading => r?,
             _ = crate::process::shutdown_signal() => {
-                crate::process::drain(&draining, args.drain_seconds, &mut run).await?;
+                crate::process::drain(&shutdown, args.drain_seconds, &mut run).await?;
                 // Give the lease up (the controllers stop first), bounded.
                 let _ = stop_tx.send(true);
                 let _ = tokio::time::timeout(Duration::from_secs(5), &mut leading).await;

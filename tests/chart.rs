@@ -83,6 +83,11 @@ fn the_chart_lints_and_its_schema_refuses_unknown_keys() {
             "operator.drainSeconds=60",
             "below terminationGracePeriodSeconds",
         ),
+        // Draining 20 s leaves too little of the default 30 s to finish requests and hand over.
+        (
+            "operator.drainSeconds=20",
+            "at least 15 s below terminationGracePeriodSeconds",
+        ),
     ] {
         let out = helm(&["template", "rel", CHART, "--set", set]);
         let err = String::from_utf8_lossy(&out.stderr);

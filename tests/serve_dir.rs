@@ -613,3 +613,164 @@ fn idle_keep_alive_connections_outlive_a_pause_shorter_than_the_idle_timeout() {
         "an idle connection outlived the timeout"
     );
 }
+
+/// One request of a client that keeps requesting through a SIGTERM (the payloads are read
+/// through `Debug`, in the failure message).
+#[derive(Debug)]
+#[allow(dead_code)]
+enum Outcome {
+    /// A complete response with this status.
+    Answered(u16),
+    /// No connection could be made, or it was closed before a byte of the response: the server
+    /// no longer accepted it.
+    NotAccepted(String),
+    /// The response was cut after it had started.
+    Cut(String),
+}
+
+/// Read one complete response (status line, headers, `Content-Length` body) from `conn`:
+/// its status and whether the server closes the connection after it.
+fn read_response(conn: &mut TcpStream) -> Result<(u16, bool), (usize, String)> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match conn.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            Ok(_) => return Err((head.len(), "closed".into())),
+            Err(e) => return Err((head.len(), e.to_string())),
+        }
+    }
+    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let length: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    conn.read_exact(&mut body)
+        .map_err(|e| (head.len(), format!("body cut: {e}")))?;
+    Ok((status, text.contains("connection: close")))
+}
+
+/// The issue's drain test: clients keep requesting while the server gets SIGTERM. Nothing fails
+/// before readiness turns false; every request sent before the drain period ends is answered
+/// completely (the server finishes what it accepted before it exits); afterwards connections
+/// are refused.
+#[test]
+fn a_client_requesting_through_sigterm_is_answered_until_the_drain_ends_and_never_cut() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    let dir = card_dir();
+    let drain = Duration::from_secs(2);
+    let mut s = serve(dir.path(), &["--drain-seconds", "2"]);
+    let (addr, admin) = (s.addr, s.admin);
+    let stop = Arc::new(AtomicBool::new(false));
+    let log: Arc<Mutex<Vec<(Instant, bool, Outcome)>>> = Arc::default();
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let (stop, log) = (stop.clone(), log.clone());
+        clients.push(std::thread::spawn(move || {
+            let mut kept: Option<TcpStream> = None;
+            while !stop.load(Ordering::SeqCst) {
+                let started = Instant::now();
+                let (mut conn, reused) = match kept.take() {
+                    Some(c) => (c, true),
+                    None => match TcpStream::connect(addr) {
+                        Ok(c) => (c, false),
+                        Err(e) => {
+                            let o = Outcome::NotAccepted(e.to_string());
+                            log.lock().unwrap().push((started, false, o));
+                            std::thread::sleep(Duration::from_millis(5));
+                            continue;
+                        }
+                    },
+                };
+                conn.set_read_timeout(Some(Duration::from_secs(20)))
+                    .unwrap();
+                let req = format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+                let outcome = match conn
+                    .write_all(req.as_bytes())
+                    .map_err(|e| (0, e.to_string()))
+                    .and_then(|()| read_response(&mut conn))
+                {
+                    Ok((status, close)) => {
+                        if !close {
+                            kept = Some(conn);
+                        }
+                        Outcome::Answered(status)
+                    }
+                    Err((0, e)) => Outcome::NotAccepted(e),
+                    Err((_, e)) => Outcome::Cut(e),
+                };
+                log.lock().unwrap().push((started, reused, outcome));
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Taken before the signal is sent: the server's drain period cannot end before this + drain.
+    let signalled = Instant::now();
+    s.terminate();
+    let unready = eventually(Duration::from_secs(2), || {
+        (request(admin, "GET", "/readyz", &[("Host", "admin")]).status != 200).then(Instant::now)
+    })
+    .expect("/readyz did not turn 503");
+    // A slow client: connected before the drain ends, its request trickles in past the end.
+    let slow = std::thread::spawn(move || {
+        std::thread::sleep(
+            (signalled + drain - Duration::from_millis(300))
+                .saturating_duration_since(Instant::now()),
+        );
+        let mut conn = TcpStream::connect(addr).map_err(|e| (0, e.to_string()))?;
+        conn.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let req = format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+        for b in req.as_bytes() {
+            conn.write_all(&[*b]).map_err(|e| (0, e.to_string()))?;
+            std::thread::sleep(Duration::from_millis(15));
+        }
+        read_response(&mut conn)
+    });
+    let status = s.wait_exit(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "{status}");
+    let slow = slow.join().unwrap();
+    assert!(
+        matches!(slow, Ok((200, true))),
+        "a request that was being received when the drain ended was not answered: {slow:?}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap();
+    }
+    // The drain period ends `drain` after the signal reached the server, so after `drained`.
+    let drained = signalled + drain;
+    let log = log.lock().unwrap();
+    let (mut before, mut draining, mut after) = (0, 0, 0);
+    for (at, reused, outcome) in log.iter() {
+        let when = at.saturating_duration_since(signalled);
+        match outcome {
+            Outcome::Answered(200) if *at < unready => before += 1,
+            Outcome::Answered(200) => draining += 1,
+            // A fresh connection the server no longer accepted, once the drain period is over.
+            Outcome::NotAccepted(_) if !reused && *at >= drained => after += 1,
+            other => panic!(
+                "{other:?} for a request started {when:?} after SIGTERM (reused connection: \
+                 {reused}; unready after {:?}, drain {drain:?})",
+                unready.saturating_duration_since(signalled)
+            ),
+        }
+    }
+    eprintln!(
+        "{before} answered before unready, {draining} while draining, {after} not accepted after the drain; unready {:?} after SIGTERM",
+        unready.saturating_duration_since(signalled)
+    );
+    assert!(
+        before > 0 && draining > 0,
+        "the clients did not run through the drain"
+    );
+}

@@ -116,14 +116,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             servers = servers.with_authorizer(a);
         }
         servers.log_addresses();
-        let draining = servers.draining();
+        let shutdown = servers.shutdown();
         let run = servers.run();
         tokio::pin!(run);
         tokio::select! {
             r = &mut run => r?,
             r = feed => r.context("card feed stopped")?,
             _ = crate::process::shutdown_signal() => {
-                crate::process::drain(&draining, args.drain_seconds, &mut run).await?;
+                crate::process::drain(&shutdown, args.drain_seconds, &mut run).await?;
             }
         }
         Ok(())

@@ -32,7 +32,7 @@ pub struct Servers {
     admin: Arc<admin::Admin>,
     limits: server::Limits,
     authorizer: Option<Arc<crate::directory::access::Authorizer>>,
-    draining: Arc<std::sync::atomic::AtomicBool>,
+    shutdown: Arc<server::Shutdown>,
 }
 
 impl Servers {
@@ -49,10 +49,10 @@ impl Servers {
     ) -> anyhow::Result<Servers> {
         let metrics = Arc::new(metrics::HttpMetrics::default());
         metrics.register(&mut registry);
-        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ready_draining = draining.clone();
+        let shutdown = Arc::new(server::Shutdown::default());
+        let ready_shutdown = shutdown.clone();
         ready.push(Arc::new(move || {
-            if ready_draining.load(std::sync::atomic::Ordering::Acquire) {
+            if ready_shutdown.is_draining() {
                 Err("draining: this process is shutting down".into())
             } else {
                 Ok(())
@@ -91,15 +91,16 @@ impl Servers {
             }),
             limits,
             authorizer: None,
-            draining,
+            shutdown,
         })
     }
 
-    /// The draining flag: once set (on SIGTERM, by [`crate::process`]), `/readyz` answers 503
-    /// and every response asks the client to close its connection, while requests keep being
-    /// answered.
-    pub fn draining(&self) -> Arc<std::sync::atomic::AtomicBool> {
-        self.draining.clone()
+    /// The public port's shutdown: once draining (on SIGTERM, by [`crate::process`]),
+    /// `/readyz` answers 503 and every response asks the client to close its connection, while
+    /// requests keep being answered; once closed, what was accepted is finished and
+    /// [`Servers::run`] returns.
+    pub fn shutdown(&self) -> Arc<server::Shutdown> {
+        self.shutdown.clone()
     }
 
     /// Check callers of Kubernetes-mode directories with `authorizer`.
@@ -124,7 +125,7 @@ impl Servers {
     /// Serve both ports until one fails.
     pub async fn run(self) -> anyhow::Result<()> {
         tokio::select! {
-            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits, self.authorizer, self.draining) => r.context("public server"),
+            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits, self.authorizer, self.shutdown) => r.context("public server"),
             r = admin::serve_admin(self.admin_listener, self.admin) => r.context("admin server"),
         }
     }

@@ -1,6 +1,12 @@
 //! The accept loop of the public port: bounded connections, limits on request headers and
 //! bodies, timeouts against slow clients. A request to a directory host is answered by
 //! [`crate::directory::http::handle`], every other by [`super::http::respond`].
+//!
+//! Shutdown ([`Shutdown`]) has two steps. Draining: every response asks the client to close its
+//! connection, and `/readyz` answers 503. Closing, at the end of the drain period: the accept
+//! loop takes what waits in the kernel's accept queue, closes the listener, lets requests in
+//! flight finish (idle keep-alive connections are closed), and returns once every connection
+//! is done (bounded), so no request the server accepted is cut by the exit.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,6 +24,49 @@ use super::http::{request_host, respond, too_large, Route};
 use super::metrics::HttpMetrics;
 use crate::directory::access::Authorizer;
 use crate::index::Index;
+
+/// The shutdown of the public port: draining first, then closing (see the module doc).
+pub struct Shutdown {
+    draining: AtomicBool,
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown {
+            draining: AtomicBool::new(false),
+            closing: tokio::sync::watch::channel(false).0,
+        }
+    }
+}
+
+impl Shutdown {
+    /// Start draining: responses ask clients to close, readiness turns false.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether draining has started.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Stop accepting and finish what was accepted.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Resolves once [`Shutdown::close`] was called.
+    fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closing.subscribe();
+        async move {
+            let _ = rx.wait_for(|c| *c).await;
+        }
+    }
+}
+
+/// How long closing waits for the connections in flight.
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 /// Limits protecting the server from slow or abusive clients.
 #[derive(Clone, Copy, Debug)]
@@ -51,23 +100,43 @@ impl Default for Limits {
     }
 }
 
-/// Serve the public port until the listener fails.
+/// Serve the public port until the listener fails, or until `shutdown` closes it and the
+/// connections it accepted are done.
 pub async fn serve_public(
     listener: TcpListener,
     index: Arc<Index>,
     metrics: Arc<HttpMetrics>,
     limits: Limits,
     authorizer: Option<Arc<Authorizer>>,
-    draining: Arc<AtomicBool>,
+    shutdown: Arc<Shutdown>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut accept_backoff = Duration::from_millis(5);
+    let closed = shutdown.closed();
+    tokio::pin!(closed);
+    let mut closing = false;
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return Ok(());
         };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => {
+        let accepted = if closing {
+            // What waits in the accept queue is served; then the listener closes.
+            match futures::FutureExt::now_or_never(listener.accept()) {
+                Some(Ok((stream, _))) => Ok(stream),
+                _ => break,
+            }
+        } else {
+            tokio::select! {
+                r = listener.accept() => r.map(|(stream, _)| stream),
+                () = &mut closed => {
+                    closing = true;
+                    drop(permit);
+                    continue;
+                }
+            }
+        };
+        let stream = match accepted {
+            Ok(stream) => {
                 accept_backoff = Duration::from_millis(5);
                 stream
             }
@@ -80,14 +149,23 @@ pub async fn serve_public(
             }
         };
         let _ = stream.set_nodelay(true);
+        // A connection from before closing that is idle after a request when it comes is closed
+        // then; a new one, and one taken from the accept queue while closing, serves its
+        // request (its response says close).
+        let close_when_idle = (!closing).then(|| shutdown.closed());
         let index = index.clone();
         let metrics = metrics.clone();
         let authorizer = authorizer.clone();
-        let draining = draining.clone();
+        let draining = shutdown.clone();
         tokio::spawn(async move {
             metrics.connections.inc();
             let gauge = metrics.connections.clone();
+            // Requests this connection has received: one that has had none yet is not idle
+            // but about to send (it connected to be served), so closing lets it.
+            let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = received.clone();
             let svc = service_fn(move |req: hyper::Request<Incoming>| {
+                counted.fetch_add(1, Ordering::Relaxed);
                 let index = index.clone();
                 let metrics = metrics.clone();
                 let authorizer = authorizer.clone();
@@ -118,7 +196,7 @@ pub async fn serve_public(
                     };
                     metrics.observe(route, resp.status().as_u16());
                     let mut resp = resp;
-                    if draining.load(Ordering::Acquire) {
+                    if draining.is_draining() {
                         // Shutting down: clients close this connection after the response.
                         resp.headers_mut().insert(
                             ::http::header::CONNECTION,
@@ -135,11 +213,35 @@ pub async fn serve_public(
                 .max_buf_size(limits.max_header_bytes.max(8192))
                 .max_headers(limits.max_headers);
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
-            let _ = tokio::time::timeout(limits.max_connection_age, conn).await;
+            let serve = async move {
+                tokio::pin!(conn);
+                match close_when_idle {
+                    Some(closed) => {
+                        tokio::select! {
+                            _ = conn.as_mut() => {}
+                            () = closed => {
+                                if received.load(Ordering::Relaxed) > 0 {
+                                    conn.as_mut().graceful_shutdown();
+                                }
+                                let _ = conn.await;
+                            }
+                        }
+                    }
+                    None => {
+                        let _ = conn.await;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(limits.max_connection_age, serve).await;
             gauge.dec();
             drop(permit);
         });
     }
+    drop(listener);
+    // Every connection holds a slot: all of them back means all are done.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(CLOSE_GRACE, slots.acquire_many(all)).await;
+    Ok(())
 }
 
 /// Bind `workers` listening sockets on `addr` with `SO_REUSEPORT`, so the kernel spreads
@@ -172,14 +274,14 @@ pub fn bind_reuseport(
 
 /// Serve the public port on one OS thread per listener, each with its own single-threaded
 /// runtime (no work stealing, no cross-thread wake-ups on the hot path). Returns when a worker
-/// fails; the index and metrics are shared.
+/// fails, or once every worker has closed on shutdown; the index and metrics are shared.
 pub async fn serve_public_per_core(
     listeners: Vec<std::net::TcpListener>,
     index: Arc<Index>,
     metrics: Arc<HttpMetrics>,
     limits: Limits,
     authorizer: Option<Arc<Authorizer>>,
-    draining: Arc<AtomicBool>,
+    shutdown: Arc<Shutdown>,
 ) -> std::io::Result<()> {
     let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Error>();
     let per_worker = Limits {
@@ -189,7 +291,7 @@ pub async fn serve_public_per_core(
     for (i, listener) in listeners.into_iter().enumerate() {
         let (index, metrics, failed) = (index.clone(), metrics.clone(), failed_tx.clone());
         let authorizer = authorizer.clone();
-        let draining = draining.clone();
+        let shutdown = shutdown.clone();
         std::thread::Builder::new()
             .name(format!("http-{i}"))
             .spawn(move || {
@@ -205,13 +307,12 @@ pub async fn serve_public_per_core(
                 };
                 let result = rt.block_on(async move {
                     let listener = TcpListener::from_std(listener)?;
-                    serve_public(listener, index, metrics, per_worker, authorizer, draining).await
+                    serve_public(listener, index, metrics, per_worker, authorizer, shutdown).await
                 });
-                let _ = failed.send(
-                    result
-                        .err()
-                        .unwrap_or_else(|| std::io::Error::other("HTTP worker stopped")),
-                );
+                // A worker ends without an error only when the shutdown closed it.
+                if let Err(e) = result {
+                    let _ = failed.send(e);
+                }
             })?;
     }
     drop(failed_tx);
