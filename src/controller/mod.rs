@@ -63,7 +63,8 @@ pub struct Config {
     pub jwks_max_age: u32,
 }
 
-/// Drop `managedFields` from an AgentCard held in a store (see where the stores are built).
+/// Drop `managedFields` from an AgentCard held in the directory controller's store (nothing
+/// reads a card's, and they are often as large as the card itself).
 fn strip_managed_fields(card: &mut AgentCard) {
     card.managed_fields_mut().clear();
 }
@@ -547,16 +548,9 @@ pub async fn run(
     };
     // Unbounded by default: on the local plane, 1,000 cards were Ready soonest that way
     // (benches/controller_load.rs: 47 s unbounded, 53 s at 16, 67 s at 4).
-    // The cards' store keeps no managedFields (nothing reads a card's, and they are often as
-    // large as the card itself: at 10,000 cards, tens of MB per store).
-    let (cards, cards_writer) = reflector::store();
-    let card_feed = watcher(cards_api.clone(), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(strip_managed_fields)
-        .reflect(cards_writer)
-        .applied_objects();
-    let controller = Controller::for_stream(card_feed, cards.clone())
+    let controller = Controller::new(cards_api.clone(), watcher::Config::default().any_semantic())
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency));
+    let cards = controller.store();
 
     // Namespaces: a change of allowed hosts re-checks that namespace's cards.
     let (ns_store, ns_writer) = reflector::store();
