@@ -642,13 +642,15 @@ pub async fn run(
     let (jwks_published_tx, jwks_published) = tokio::sync::watch::channel(None::<PublishedKeys>);
     let jwks_max_age = config.jwks_max_age;
     let resign_all = all_tx.clone();
-    let rotation_recorder = Recorder::new(
+    // One recorder for the whole process: the card controller and the key rotation share it.
+    let recorder = Recorder::new(
         client.clone(),
         Reporter {
             controller: MANAGER.into(),
             instance: Some(config.instance.clone()),
         },
     );
+    let rotation_recorder = recorder.clone();
     let _jwks_task = AbortOnDrop(tokio::spawn(async move {
         let mut failures = 0u32;
         let mut last = None;
@@ -854,13 +856,7 @@ pub async fn run(
         directory_peers: dir_peers_tx,
         directories: directories.clone(),
         ingresses: ingress_store.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: MANAGER.into(),
-                instance: Some(config.instance.clone()),
-            },
-        ),
+        recorder,
         client: client.clone(),
         metrics,
         settings: config.settings.clone(),

@@ -75,6 +75,14 @@ fn signed_message(built: &Built) -> String {
     }
 }
 
+/// The conditions `card` had before this reconcile (their transition times are kept).
+fn previous_conditions(card: &AgentCard) -> Vec<Condition> {
+    card.status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default()
+}
+
 /// The status after a reconcile of `card` that ended with `outcome`.
 pub fn next(
     card: &AgentCard,
@@ -203,11 +211,7 @@ pub fn set_source(
     report: &super::source::Report,
     now: Time,
 ) {
-    let prev = card
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
+    let prev = previous_conditions(card);
     status.conditions.retain(|c| c.type_ != SOURCE_REACHABLE);
     let cond = match &report.error {
         None => {
@@ -280,11 +284,7 @@ pub fn set_routing(
     routed: Option<(String, String, String)>,
     now: Time,
 ) {
-    let prev = card
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
+    let prev = previous_conditions(card);
     status.conditions.retain(|c| c.type_ != ROUTED);
     if status.url.is_none() {
         status.route_kind = None;
