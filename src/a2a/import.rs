@@ -99,20 +99,24 @@ fn is_v03_compat_field(path: &str) -> bool {
     TOP.contains(&top)
         || (path.starts_with("skills[") && path.ends_with(".security"))
         || (path.starts_with("securitySchemes.")
-            && [
-                "type",
-                "in",
-                "name",
-                "scheme",
-                "bearerFormat",
-                "flows",
-                "openIdConnectUrl",
-                "oauth2MetadataUrl",
-                "description",
-            ]
-            .iter()
-            .any(|f| path.ends_with(&format!(".{f}"))))
+            && path
+                .rsplit('.')
+                .next()
+                .is_some_and(|last| SCHEME_FLAT.contains(&last)))
 }
+
+/// The flat v0.3 fields the SDKs write inside a v1.0 security scheme.
+const SCHEME_FLAT: [&str; 9] = [
+    "type",
+    "in",
+    "name",
+    "scheme",
+    "bearerFormat",
+    "flows",
+    "openIdConnectUrl",
+    "oauth2MetadataUrl",
+    "description",
+];
 
 /// The v1.0 JSON of a v0.3 card. Fields it does not know are kept as they are (the parser
 /// then reports what v1.0 does not have).

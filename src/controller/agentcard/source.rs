@@ -522,11 +522,7 @@ async fn fetch_and_read(
                     return (fail(e, status), cached.clone());
                 }
             };
-            let notes: Vec<String> = imported
-                .notes
-                .iter()
-                .map(|n| format!("{url}: {n}"))
-                .collect();
+            let notes = bounded_notes(&url, &imported.notes);
             let good = Cached {
                 card: imported.card.clone(),
                 etag: etag.clone(),
@@ -548,6 +544,26 @@ async fn fetch_and_read(
             (report, Some(good))
         }
     }
+}
+
+/// Most import notes kept as status warnings: the agent writes its card, and a card full of
+/// unknown fields must not grow the AgentCard's status without bound.
+pub const MAX_NOTES: usize = 20;
+
+/// The import's notes as status warnings, at most [`MAX_NOTES`] and a count of the rest.
+fn bounded_notes(url: &str, notes: &[crate::a2a::Problem]) -> Vec<String> {
+    let mut out: Vec<String> = notes
+        .iter()
+        .take(MAX_NOTES)
+        .map(|n| format!("{url}: {n}"))
+        .collect();
+    if notes.len() > MAX_NOTES {
+        out.push(format!(
+            "{url}: {} more fields not part of the A2A v1.0 Agent Card dropped",
+            notes.len() - MAX_NOTES
+        ));
+    }
+    out
 }
 
 /// Parse and convert the fetched `body`, and check the card it would publish: an invalid one
@@ -625,6 +641,25 @@ mod tests {
         let t = pick_endpoint("team", &service("ClusterIP"), 80, &slices).unwrap();
         assert_eq!(t.base, "http://10.0.0.5:9999");
         assert_eq!(t.service_url, "http://echo.team.svc:80");
+    }
+
+    #[test]
+    fn a_card_full_of_unknown_fields_leaves_a_bounded_list_of_warnings() {
+        let mut card = serde_json::json!({
+            "name": "A", "description": "D", "version": "1",
+            "supportedInterfaces": [{"url": "https://a.example.com/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]
+        });
+        for i in 0..5000 {
+            card[format!("extra{i}")] = json!(i);
+        }
+        let imported = import(&card).unwrap();
+        assert_eq!(imported.notes.len(), 5000);
+        let notes = bounded_notes("http://a.t.svc:80/x", &imported.notes);
+        assert_eq!(notes.len(), MAX_NOTES + 1);
+        assert!(notes[MAX_NOTES]
+            .ends_with("4980 more fields not part of the A2A v1.0 Agent Card dropped"));
     }
 
     #[test]
