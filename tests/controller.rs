@@ -693,23 +693,7 @@ async fn of_two_operators_one_reconciles_and_the_other_takes_over() {
         &ns.name,
         &["--lease-duration", "6", "--identity", "op-b"],
     );
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &op_ns.name);
-    let holder = std::sync::Mutex::new(String::new());
-    wait_for(Duration::from_secs(20), || async {
-        let h = leases
-            .get_opt("agentcard-operator-leader")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-            .unwrap_or_default();
-        *holder.lock().unwrap() = h.clone();
-        !h.is_empty()
-    })
-    .await
-    .expect("a lease holder");
-    let holder = holder.into_inner().unwrap();
+    let holder = support::operator::lease_holder(&client, &op_ns.name).await;
     let (mut leader, follower) = if holder == "op-a" { (a, b) } else { (b, a) };
     // Exactly one process runs the controllers.
     assert!(

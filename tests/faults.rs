@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use agentcard_operator::contract::{content_hash, LABEL_MANAGED_BY, MANAGER, PATH_CARD};
 use agentcard_operator::crd::AgentCard;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::operator::Operator;
@@ -41,13 +41,7 @@ async fn prepare(plane: &OwnPlane) -> Client {
     let client = client_for(&plane.kubeconfig()).await;
     install_crds(&client).await;
     for ns in [NS, OPNS] {
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-            )
-            .await
-            .unwrap();
+        support::cluster::create_namespace(&client, ns, json!({})).await;
     }
     client
 }
@@ -196,25 +190,7 @@ async fn the_lease_holder_killed_during_a_bulk_apply_the_other_finishes() {
         &["--lease-duration", "6", "--identity", "op-b"],
     );
     // Whoever holds the lease now is killed; the other must finish.
-    let holder = {
-        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-            Api::namespaced(client.clone(), OPNS);
-        let mut holder = String::new();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while holder.is_empty() {
-            assert!(Instant::now() < deadline, "no lease holder");
-            holder = leases
-                .get_opt("agentcard-operator-leader")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|l| l.spec)
-                .and_then(|s| s.holder_identity)
-                .unwrap_or_default();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        holder
-    };
+    let holder = support::operator::lease_holder(&client, OPNS).await;
     if holder == "op-a" {
         with_fault(&client, || a.kill()).await;
         nothing_lost(&client, &b).await;

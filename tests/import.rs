@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use agentcard_operator::contract::{content_hash, PATH_CARD, PATH_JWKS};
 use agentcard_operator::crd::AgentCard;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
@@ -37,16 +37,6 @@ fn an_agent_built_with_the_python_sdk_is_imported_signed_refreshed_and_kept() {
 
 fn source_reachable(c: &AgentCard) -> Option<(String, String, String)> {
     condition(c, "SourceReachable")
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
-        )
-        .await
-        .unwrap();
 }
 
 async fn service(client: &Client, ns: &str, value: Value) {
@@ -149,8 +139,8 @@ async fn inside_a_private_network_namespace() {
     let client = client_for(kubeconfig).await;
     install_crds(&client).await;
     let opns = "agentcard-system";
-    create_namespace(&client, opns).await;
-    let op = Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
+    support::cluster::create_namespace(&client, opns, json!({})).await;
+    let mut op = Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
 
     // The agent, its Service and the EndpointSlice pointing at this namespace's address.
     let dir = tempfile::tempdir().unwrap();
@@ -158,7 +148,7 @@ async fn inside_a_private_network_namespace() {
     set_mode(&control, "v1", "1.0.0");
     let mut agent = Some(start_agent(&control));
     let team = "team";
-    create_namespace(&client, team).await;
+    support::cluster::create_namespace(&client, team, json!({})).await;
     service(
         &client,
         team,
@@ -302,6 +292,28 @@ async fn inside_a_private_network_namespace() {
         );
     }
 
+    // An operator restarted while the agent is still gone has nothing in memory: the last good
+    // card, read back from its ConfigMap, stays published with the same bytes.
+    op.kill();
+    let op = Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
+    let c = wait_card(&cards, "echo", &op, "Unreachable after a restart", |c| {
+        ready(c) && source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == "Unreachable")
+    })
+    .await;
+    assert_eq!(
+        c.status.unwrap().content_hash.as_deref(),
+        Some(good.as_str())
+    );
+    let served = support::http::eventually(Duration::from_secs(10), || {
+        let r = op.get(HOST, PATH_CARD);
+        (r.status == 200).then(|| content_hash(&r.body))
+    });
+    assert_eq!(
+        served.as_deref(),
+        Some(good.as_str()),
+        "the restarted operator serves the last good card"
+    );
+
     // The agent is back: the card is fetched again.
     set_mode(&control, "v1", "4.0.0");
     agent = Some(start_agent(&control));
@@ -314,7 +326,7 @@ async fn inside_a_private_network_namespace() {
     // not exist there (the victim's is in `team`), or an ExternalName Service pointing at the
     // victim's, publishes nothing; `spec.source` has no namespace to set.
     let evil = "evil";
-    create_namespace(&client, evil).await;
+    support::cluster::create_namespace(&client, evil, json!({})).await;
     service(
         &client,
         evil,

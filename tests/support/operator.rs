@@ -160,3 +160,28 @@ pub async fn wait_card(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The identity holding the operator's lease in `namespace`, once one does (or fail after 20 s).
+pub async fn lease_holder(client: &kube::Client, namespace: &str) -> String {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), namespace);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let holder = leases
+            .get_opt("agentcard-operator-leader")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default();
+        if !holder.is_empty() {
+            return holder;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no lease holder in {namespace}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
