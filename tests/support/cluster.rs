@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use agentcard_operator::contract::*;
 use agentcard_operator::crd::AgentCard;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -123,6 +124,28 @@ impl Tenant {
             .create(&PostParams::default(), &binding)
             .await
             .unwrap();
+        // The API server's authorizer sees a new binding a moment later: wait until it grants
+        // the tenant its AgentCards, so that a first apply is not refused with 403.
+        let reviews: Api<SubjectAccessReview> = Api::all(p.admin.clone());
+        let review: SubjectAccessReview = serde_json::from_value(json!({
+            "spec": {"user": user, "resourceAttributes": {
+                "namespace": ns, "verb": "patch", "group": "agentcard.dev", "resource": "agentcards"
+            }}
+        }))
+        .unwrap();
+        let granted = wait_for(Duration::from_secs(10), || async {
+            reviews
+                .create(&PostParams::default(), &review)
+                .await
+                .ok()
+                .and_then(|r| r.status)
+                .is_some_and(|s| s.allowed)
+        })
+        .await;
+        assert!(
+            granted.is_ok(),
+            "the tenant's RoleBinding in {ns} never took effect"
+        );
         let kc = Kubeconfig::read_from(kubeconfig()).unwrap();
         let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
