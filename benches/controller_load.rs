@@ -1,7 +1,7 @@
 //! Load benchmark of the controller on the local control plane:
 //! `cargo bench --bench controller_load` (env: CARDS=1000, CONCURRENCY=32 client writers,
 //! OPERATOR_CONCURRENCY=0 for the operator's --concurrency, KUBECONFIG to use a running plane
-//! instead of starting one).
+//! instead of starting one, OPERATOR_WRAPPER to run the operator under a profiler).
 //!
 //! Reports: how fast the plane accepts N plain ConfigMap writes (the reference), then for N
 //! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
@@ -173,43 +173,44 @@ async fn main() -> anyhow::Result<()> {
     // The operator, release build.
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let mut op = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
-        .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
-        .args([
-            "--concurrency",
-            &env_usize("OPERATOR_CONCURRENCY", 0).to_string(),
-        ])
-        .args([
-            "--listen",
-            &addr.to_string(),
-            "--admin-listen",
-            &admin.to_string(),
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    // OPERATOR_WRAPPER (e.g. `heaptrack -o /tmp/op`) runs the operator under a profiler.
+    let wrapper: Vec<String> = std::env::var("OPERATOR_WRAPPER")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let start_operator = || {
+        let binary = env!("CARGO_BIN_EXE_agentcard-operator").to_string();
+        let (program, prefix) = match wrapper.split_first() {
+            Some((p, rest)) => (p.clone(), [rest, &[binary]].concat()),
+            None => (binary, Vec::new()),
+        };
+        Command::new(program)
+            .args(prefix)
+            .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
+            // Every card lives in one namespace here.
+            .args(["--max-cards-per-namespace", "0"])
+            .args([
+                "--concurrency",
+                &env_usize("OPERATOR_CONCURRENCY", 0).to_string(),
+            ])
+            .args([
+                "--listen",
+                &addr.to_string(),
+                "--admin-listen",
+                &admin.to_string(),
+            ])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+    };
+    let mut op = start_operator()?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(16)
         .build()?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let ok = http
-            .get(format!("http://{admin}/readyz"))
-            .send()
-            .await
-            .map(|r| r.status().is_success())
-            .unwrap_or(false);
-        if ok {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the operator did not become ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_ready(&http, admin).await?;
     // Wait for the operator to lead (the signing Secret and JWKS exist).
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -324,6 +325,67 @@ async fn main() -> anyhow::Result<()> {
     let rss = peak_rss_kib(op.id());
     let _ = op.kill();
     let _ = op.wait();
+
+    // Restart with every card unchanged: a fresh process serves them all, and writes nothing.
+    let restarted = Instant::now();
+    let mut op = start_operator()?;
+    wait_ready(&http, admin).await?;
+    let ready_after = restarted.elapsed();
+    let mut waiting: Vec<usize> = (0..n).collect();
+    while !waiting.is_empty() {
+        anyhow::ensure!(
+            restarted.elapsed() < Duration::from_secs(120),
+            "{} cards not served 2 minutes after the restart",
+            waiting.len()
+        );
+        let missed: Vec<usize> = stream::iter(waiting)
+            .map(|i| {
+                let http = http.clone();
+                async move {
+                    let ok = http
+                        .get(format!("http://{addr}/.well-known/agent-card.json"))
+                        .header("host", host(i))
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success());
+                    (!ok).then_some(i)
+                }
+            })
+            .buffer_unordered(32)
+            .filter_map(|m| async move { m })
+            .collect()
+            .await;
+        waiting = missed;
+    }
+    let restart_served = restarted.elapsed();
+    // Writes once every card was reconciled by the new leader and nothing moved for 5 s.
+    let mut last = (0.0, Instant::now());
+    let settled = loop {
+        let text = http
+            .get(format!("http://{admin}/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let reconciles = metric(&text, "agentcard_reconciles_total");
+        if reconciles != last.0 {
+            last = (reconciles, Instant::now());
+        } else if reconciles >= n as f64 && last.1.elapsed() > Duration::from_secs(5) {
+            break text;
+        }
+        anyhow::ensure!(
+            restarted.elapsed() < Duration::from_secs(300),
+            "the restarted operator reconciled {reconciles} of {n} cards in 5 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let restart_writes: Vec<((String, String), f64)> = api_calls(&settled)
+        .into_iter()
+        .filter(|((verb, _), _)| matches!(verb.as_str(), "create" | "patch" | "update" | "delete"))
+        .collect();
+    let restart_rss = peak_rss_kib(op.id());
+    let _ = op.kill();
+    let _ = op.wait();
     let all_served = last_served.lock().await.map(|t| t.duration_since(started));
     let mut lat: Vec<Duration> = served.lock().await.values().copied().collect();
     lat.sort();
@@ -370,6 +432,17 @@ async fn main() -> anyhow::Result<()> {
         "  operator peak RSS: {} MiB",
         rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
     );
+    println!(
+        "  restart with {n} unchanged cards: ready after {ready_after:.2?}, all served after {restart_served:.2?}; {} reconciles; writes (the Lease is the leader's own):",
+        last.0
+    );
+    for ((verb, resource), count) in &restart_writes {
+        println!("    {verb:>6} {resource:<28} {count:>8.0}");
+    }
+    println!(
+        "  restarted operator peak RSS: {} MiB",
+        restart_rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+    );
     for name in [&op_ns, &ref_ns, &ns] {
         let _ = namespaces.delete(name, &Default::default()).await;
     }
@@ -381,6 +454,36 @@ async fn main() -> anyhow::Result<()> {
             .status();
     }
     Ok(())
+}
+
+/// Wait (at most 60 s) until the operator at `admin` answers `/readyz` with a success.
+async fn wait_ready(http: &reqwest::Client, admin: std::net::SocketAddr) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ok = http
+            .get(format!("http://{admin}/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().is_success())
+            .unwrap_or(false);
+        if ok {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the operator did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The value of an unlabelled sample `name` in a scrape (0 when absent).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// `agentcard_api_requests_total` samples of a scrape, by `(verb, resource)`.

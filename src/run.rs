@@ -108,6 +108,13 @@ pub struct RunArgs {
     /// signing only after it has been published this long, so no client's cached JWKS misses it.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(0..=86400))]
     jwks_max_age: u32,
+    /// Most AgentCards published per namespace (0: any number). The oldest (by creation time)
+    /// publish; the others report `NamespaceCardLimit` until cards go or the limit is raised.
+    #[arg(long, default_value_t = 1000)]
+    max_cards_per_namespace: usize,
+    /// Largest signed card published, in bytes; larger ones report `CardTooLarge`.
+    #[arg(long, default_value_t = 256 * 1024, value_parser = clap::value_parser!(u64).range(1024..=crate::a2a::validate::MAX_CARD_BYTES as u64))]
+    max_card_bytes: u64,
     /// Lease holder identity (default: $POD_NAME, else host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -204,6 +211,8 @@ pub fn run(args: RunArgs) -> Result<()> {
             watch_namespace: args.watch_namespace.clone(),
             concurrency: args.concurrency,
             jwks_max_age: args.jwks_max_age,
+            max_cards_per_namespace: args.max_cards_per_namespace,
+            max_card_bytes: usize::try_from(args.max_card_bytes).unwrap_or(usize::MAX),
         };
         tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
         servers.log_addresses();

@@ -373,6 +373,66 @@ async fn an_invalid_edit_keeps_the_last_good_card_and_says_why() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cards_beyond_the_namespace_and_size_limits_say_so_and_publish_once_they_fit() {
+    let s = setup(
+        "limits",
+        &["--max-cards-per-namespace", "2", "--max-card-bytes", "6000"],
+    )
+    .await;
+    for name in ["first", "second"] {
+        apply(&s.cards, &example(name, &host(name, &s.ns.name)))
+            .await
+            .unwrap();
+        wait_card(&s.cards, name, &s.operator, "Ready", ready).await;
+    }
+    // A third card in the namespace is refused, naming the limit and the flag.
+    apply(&s.cards, &example("third", &host("third", &s.ns.name)))
+        .await
+        .unwrap();
+    let third = wait_card(&s.cards, "third", &s.operator, "NamespaceCardLimit", |c| {
+        condition(c, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "NamespaceCardLimit")
+    })
+    .await;
+    let (_, _, message) = condition(&third, "Ready").unwrap();
+    assert!(
+        message.contains("at most 2 per namespace")
+            && message.contains("--max-cards-per-namespace")
+            && message.contains("number 3"),
+        "{message}"
+    );
+    assert!(
+        served_bytes(&s.client, &s.ns.name, "third").await.is_none(),
+        "a card beyond the limit was written"
+    );
+    // The oldest cards keep publishing; once one goes, the waiting card publishes.
+    s.cards
+        .delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_card(&s.cards, "third", &s.operator, "Ready once it fits", ready).await;
+
+    // A card edited past the size limit says so; its last good version stays served.
+    let good = served_bytes(&s.client, &s.ns.name, "second").await.unwrap();
+    let mut big = example("second", &host("second", &s.ns.name));
+    big["spec"]["card"]["description"] = json!("x".repeat(7000));
+    apply(&s.cards, &big).await.unwrap();
+    let second = wait_card(&s.cards, "second", &s.operator, "CardTooLarge", |c| {
+        condition(c, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "CardTooLarge")
+    })
+    .await;
+    let (_, _, message) = condition(&second, "Ready").unwrap();
+    assert!(
+        message.contains("spec.card") && message.contains("--max-card-bytes"),
+        "{message}"
+    );
+    assert_eq!(
+        served_bytes(&s.client, &s.ns.name, "second").await.unwrap(),
+        good,
+        "the oversized edit replaced the good card"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_older_card_keeps_a_contested_host() {
     let s = setup("conflict", &[]).await;
     let host = host("shared", &s.ns.name);

@@ -339,6 +339,52 @@ fn oversized_requests_and_slow_clients_are_cut_off() {
 }
 
 #[test]
+fn a_client_that_stops_reading_loses_its_connection_after_the_write_timeout() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--write-timeout", "1"]);
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    // Many pipelined requests, none of their responses read: the server's writes stall once
+    // the socket buffers are full.
+    let request = format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+    let mut writer = c.try_clone().unwrap();
+    writer
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let sender = std::thread::spawn(move || {
+        for _ in 0..50_000 {
+            if writer.write_all(request.as_bytes()).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    // Reading now: the server closed the connection (end of stream or reset) instead of
+    // holding it open for a reader that might never come back.
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let ended = loop {
+        match c.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue,
+            Err(e) => break Err(e),
+        }
+    };
+    match ended {
+        Ok(()) => {}
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            ),
+            "the stalled connection stayed open: {e}"
+        ),
+    }
+    let _ = sender.join();
+    // Others are still served.
+    assert_eq!(s.get(HOST, CARD, &[]).status, 200);
+}
+
+#[test]
 fn metrics_count_requests_by_bounded_route() {
     let dir = card_dir();
     let s = serve(dir.path(), &[]);

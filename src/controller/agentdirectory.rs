@@ -127,7 +127,7 @@ fn written_for(meta: &ObjectMeta, dir: &AgentDirectory) -> bool {
 /// Cards the directory lists now, by the lease holder's stores.
 fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
     let count = ctx
-        .directory_cards
+        .cards
         .state()
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -139,7 +139,7 @@ fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
         .filter(|c| {
             let ns = c.namespace().unwrap_or_default();
             let ns_labels = ctx
-                .directory_namespaces
+                .namespaces
                 .get(&kube::runtime::reflector::ObjectRef::new(&ns))
                 .map(|n| n.labels().clone())
                 .unwrap_or_default();
@@ -218,12 +218,13 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
                 removals: |h: &Ingress| apply::ingress_removals(h, ing),
             },
             &(),
+            &ctx.written,
         )
         .await?;
     }
     let route = ctx.route(opns, &name);
     if let Some(r) = &want.route {
-        apply::write_route(&ctx.client, r, route.as_deref(), ours).await?;
+        apply::write_route(&ctx.client, r, route.as_deref(), ours, &ctx.written).await?;
     }
     // Switching what routes the host: an Ingress replaced by an HTTPRoute goes once the
     // Gateways accepted the route; a route no longer wanted goes at once.

@@ -45,6 +45,27 @@ pub enum Error {
         /// Its name.
         name: String,
     },
+    /// The card's namespace has more cards than the operator publishes per namespace, and
+    /// this card is not among the oldest that fit.
+    #[error("namespace {namespace} has {count} AgentCards; this operator publishes at most {limit} per namespace (--max-cards-per-namespace) and this card is number {position} by creation time: delete cards or raise the limit")]
+    NamespaceCardLimit {
+        /// The namespace.
+        namespace: String,
+        /// Its cards.
+        count: usize,
+        /// The limit.
+        limit: usize,
+        /// This card's place among them, oldest first (1-based).
+        position: usize,
+    },
+    /// The signed card is larger than the operator publishes.
+    #[error("spec.card: the signed card is {bytes} bytes; this operator publishes cards of at most {limit} bytes (--max-card-bytes)")]
+    CardTooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The signing keys cannot be used.
     #[error("signing key unavailable: {0}")]
     KeyUnavailable(String),
@@ -78,6 +99,8 @@ impl Error {
             Error::HostNotAllowed { .. } => "host_not_allowed",
             Error::HostConflict { .. } => "host_conflict",
             Error::NameInUse { .. } => "name_in_use",
+            Error::NamespaceCardLimit { .. } => "namespace_card_limit",
+            Error::CardTooLarge { .. } => "card_too_large",
             Error::KeyUnavailable(_) => "key_unavailable",
             Error::JwksPending(_) => "jwks_pending",
             Error::SourceUnavailable(_) => "source_unavailable",
@@ -99,6 +122,8 @@ impl Error {
             Error::HostNotAllowed { .. } => "HostNotAllowed",
             Error::HostConflict { .. } => "HostConflict",
             Error::NameInUse { .. } => "NameInUse",
+            Error::NamespaceCardLimit { .. } => "NamespaceCardLimit",
+            Error::CardTooLarge { .. } => "CardTooLarge",
             Error::KeyUnavailable(_) => "KeyUnavailable",
             Error::JwksPending(_) => "JwksPending",
             Error::SourceUnavailable(_) => "SourceUnavailable",
@@ -110,7 +135,13 @@ impl Error {
 
     /// Whether retrying without a change cannot help (the object waits for its next edit).
     pub fn waits_for_change(&self) -> bool {
-        matches!(self, Error::InvalidSpec(_) | Error::HostNotAllowed { .. })
+        matches!(
+            self,
+            Error::InvalidSpec(_)
+                | Error::HostNotAllowed { .. }
+                | Error::NamespaceCardLimit { .. }
+                | Error::CardTooLarge { .. }
+        )
     }
 
     /// Whether the card may not hold its route at all, so whatever it published goes.

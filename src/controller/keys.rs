@@ -15,7 +15,7 @@
 //! when each key was first published) is kept in annotations of the JWKS ConfigMap, so it
 //! survives restarts and lease hand-overs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -263,13 +263,12 @@ pub async fn ensure_secret(
 
 /// The JWKS ConfigMap for `keys`: served with `max_age`, recording `rotation`.
 pub fn jwks_configmap(
-    keys: &Keys,
+    body: &str,
     namespace: &str,
     published_at: &str,
     max_age: u32,
     rotation: &Rotation,
 ) -> ConfigMap {
-    let body = jwks_body(keys);
     let mut annotations = rotation.annotations();
     annotations.insert(ANN_CONTENT_HASH.into(), content_hash(body.as_bytes()));
     annotations.insert(ANN_PUBLISHED_AT.into(), published_at.into());
@@ -288,14 +287,55 @@ pub fn jwks_configmap(
     .unwrap_or_default()
 }
 
-fn jwks_body(keys: &Keys) -> String {
-    String::from_utf8(jcs(&keys.jwks.to_value())).unwrap_or_default()
+fn jwks_body(jwks: &Jwks) -> String {
+    String::from_utf8(jcs(&jwks.to_value())).unwrap_or_default()
+}
+
+/// Key ids of the signatures on a card as served (the `kid` of each protected header).
+pub fn signature_kids(card_json: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let Ok(card) = serde_json::from_str::<serde_json::Value>(card_json) else {
+        return Vec::new();
+    };
+    card.get("signatures")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|sig| {
+            let protected = sig.get("protected")?.as_str()?;
+            let header = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(protected.trim_end_matches('='))
+                .ok()?;
+            let header: serde_json::Value = serde_json::from_slice(&header).ok()?;
+            Some(header.get("kid")?.as_str()?.to_string())
+        })
+        .collect()
+}
+
+/// The JWKS to publish: every key of the Secret, then the keys of the JWKS published before
+/// (`previous`) that left the Secret while a served card is still signed with them (`in_use`),
+/// so that card keeps verifying until it is signed again. Pure.
+pub fn published_jwks(keys: &Keys, previous: Option<&str>, in_use: &HashSet<String>) -> Jwks {
+    let mut jwks = keys.jwks.clone();
+    let kid = |k: &serde_json::Map<String, serde_json::Value>| {
+        k.get("kid").and_then(|v| v.as_str()).map(str::to_string)
+    };
+    let current: HashSet<String> = jwks.keys.iter().filter_map(kid).collect();
+    if let Some(previous) = previous.and_then(|p| Jwks::from_slice(p.as_bytes()).ok()) {
+        jwks.keys.extend(
+            previous.keys.into_iter().filter(|k| {
+                kid(k).is_some_and(|id| !current.contains(&id) && in_use.contains(&id))
+            }),
+        );
+    }
+    jwks
 }
 
 /// What the JWKS publisher last wrote, so a JWKS ConfigMap deleted by someone comes back with
 /// the same publication time for the same bytes and the rotation where it stood.
 #[derive(Clone, Debug)]
 pub struct JwksState {
+    body: String,
     hash: String,
     published_at: String,
     rotation: Rotation,
@@ -311,10 +351,19 @@ pub async fn publish_jwks(
     namespace: &str,
     max_age: u32,
     last: &mut Option<JwksState>,
-) -> Result<Rotation, kube::Error> {
+    in_use: &HashSet<String>,
+) -> Result<(Rotation, usize), kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let body = jwks_body(keys);
     let existing = api.get_opt(JWKS_CONFIGMAP).await?;
+    let previous_body = existing
+        .as_ref()
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get(KEY_JWKS))
+        .cloned()
+        .or_else(|| last.as_ref().map(|l| l.body.clone()));
+    let jwks = published_jwks(keys, previous_body.as_deref(), in_use);
+    let retained = jwks.keys.len().saturating_sub(keys.jwks.keys.len());
+    let body = jwks_body(&jwks);
     let recorded = existing
         .as_ref()
         .map(|cm| Rotation::from_annotations(cm.annotations()))
@@ -343,11 +392,12 @@ pub async fn publish_jwks(
         .or(remembered)
         .unwrap_or_else(|| jiff::Timestamp::now().to_string());
     *last = Some(JwksState {
+        body: body.clone(),
         hash,
         published_at: published_at.clone(),
         rotation: rotation.clone(),
     });
-    let want = jwks_configmap(keys, namespace, &published_at, max_age, &rotation);
+    let want = jwks_configmap(&body, namespace, &published_at, max_age, &rotation);
     let current = existing.as_ref().is_some_and(|cm| {
         same_bytes
             && previous_time.is_some()
@@ -366,7 +416,7 @@ pub async fn publish_jwks(
         )
         .await?;
     }
-    Ok(rotation)
+    Ok((rotation, retained))
 }
 
 /// Cache of parsed keys, keyed by the Secret's resourceVersion.
@@ -537,5 +587,40 @@ mod tests {
         .unwrap_err();
         assert!(err.starts_with("key \"bad.pem\""), "{err}");
         assert!(keys_from_secret(&secret(&[], None)).is_err());
+    }
+
+    #[test]
+    fn a_key_that_left_the_secret_stays_published_while_a_served_card_uses_it() {
+        let before = keys_with("old", &["old", "new"]);
+        let published = jwks_body(&before.jwks);
+        let after = keys_with("new", &["new"]);
+        // The served card is still signed by the removed key: it stays in the JWKS.
+        let card = crate::a2a::AgentCard::from_json_lenient(br#"{"name":"a"}"#).unwrap();
+        let old_key = before
+            .all
+            .iter()
+            .find(|k| k.kid() == "old")
+            .unwrap()
+            .clone();
+        let signed = crate::a2a::jws::sign_card(&card, &[old_key], None).unwrap();
+        let body = String::from_utf8(serde_json::to_vec(&signed).unwrap()).unwrap();
+        let in_use: HashSet<String> = signature_kids(&body).into_iter().collect();
+        assert_eq!(in_use, HashSet::from(["old".to_string()]));
+        let kids = |j: &Jwks| -> Vec<String> {
+            j.keys
+                .iter()
+                .map(|k| k["kid"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let kept = published_jwks(&after, Some(&published), &in_use);
+        assert_eq!(kids(&kept), ["new", "old"]);
+        assert_eq!(kept.find("old"), before.jwks.find("old"));
+        // Once no served card uses it, it goes; keys never published are not invented.
+        assert_eq!(
+            kids(&published_jwks(&after, Some(&published), &HashSet::new())),
+            ["new"]
+        );
+        assert_eq!(kids(&published_jwks(&after, None, &in_use)), ["new"]);
+        assert!(signature_kids("not json").is_empty());
     }
 }

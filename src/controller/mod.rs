@@ -16,6 +16,7 @@ pub mod keys;
 pub mod metrics;
 pub mod policy;
 pub mod routing;
+pub mod watches;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,10 @@ use crate::crd::{AgentCard, AgentDirectory};
 use agentcard::build::Settings;
 use claims::{Claim, Claims};
 use keys::{KeyCache, Keys};
+
+/// How often the JWKS publisher looks whether a key that left the Secret is still used by a
+/// served card (while it keeps one published).
+const RETAINED_KEY_RECHECK: Duration = Duration::from_secs(30);
 
 /// Everything `run` needs to know about the deployment.
 #[derive(Clone, Debug)]
@@ -61,12 +66,10 @@ pub struct Config {
     /// `Cache-Control: max-age` of the served JWKS, in seconds; also how long a new key is
     /// published before it signs.
     pub jwks_max_age: u32,
-}
-
-/// Drop `managedFields` from an AgentCard held in the directory controller's store (nothing
-/// reads a card's, and they are often as large as the card itself).
-fn strip_managed_fields(card: &mut AgentCard) {
-    card.managed_fields_mut().clear();
+    /// Most cards published per namespace (0: any number); the oldest publish.
+    pub max_cards_per_namespace: usize,
+    /// Largest signed card published, in bytes.
+    pub max_card_bytes: usize,
 }
 
 /// The Event a rotation step deserves: `(reason, note)` when the keys that sign changed or the
@@ -141,20 +144,30 @@ pub struct Context {
     pub settings: Settings,
     /// Operator-wide allowed host patterns.
     pub allowed_hosts: Vec<String>,
-    /// Every AgentCard (the controller's own cache).
+    /// Every AgentCard (compacted, see [`watches::compact_card`]); the card and directory
+    /// controllers read the same store.
     pub cards: Store<AgentCard>,
-    /// Every Namespace (for allowed-hosts annotations).
+    /// The cards by host and namespace, in step with `cards`.
+    pub index: Arc<Mutex<watches::CardIndex>>,
+    /// Every Namespace (allowed-hosts annotations, directory selectors).
     pub namespaces: Store<Namespace>,
+    /// The cards' ConfigMaps (read here instead of a GET per reconcile).
+    pub configmaps: Store<ConfigMap>,
+    /// Writes the watches have not shown yet.
+    pub written: Arc<watches::WriteMemo>,
+    /// The card statuses written and not yet seen by the card watch: a reconcile reads its
+    /// own last write instead of the older status in the store.
+    pub statuses: Arc<watches::Unseen<crate::crd::AgentCardStatus>>,
+    /// Most cards published per namespace (0: any number).
+    pub max_cards_per_namespace: usize,
+    /// Largest signed card published, in bytes.
+    pub max_card_bytes: usize,
     /// The signing Secret.
     pub secrets: Store<Secret>,
     /// Name of the signing Secret.
     pub signing_secret: String,
     /// The Ingresses this operator wrote (every namespace).
     pub ingresses: Store<Ingress>,
-    /// Every AgentCard, as the directory controller's own watch last saw it.
-    pub directory_cards: Store<AgentCard>,
-    /// Every Namespace, as the directory controller's own watch last saw it.
-    pub directory_namespaces: Store<Namespace>,
     /// The HTTPRoutes this operator wrote (with HTTPRoute routing).
     pub routes: Option<Store<DynamicObject>>,
     /// Every AgentDirectory.
@@ -273,11 +286,17 @@ impl Context {
             return;
         }
         let on = |host: &str| hosts.iter().any(|h| host.eq_ignore_ascii_case(h));
-        for peer in self.cards.state() {
-            if on(&peer.spec.publish.host) && peer.metadata.uid.as_deref() != skip {
-                let _ = self
-                    .peers
-                    .unbounded_send(ObjectRef::from_obj(peer.as_ref()));
+        let peers: Vec<ObjectRef<AgentCard>> = {
+            let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+            hosts.iter().flat_map(|h| index.on_host(h)).collect()
+        };
+        for peer in peers {
+            let skipped = self
+                .cards
+                .get(&peer)
+                .is_some_and(|c| c.metadata.uid.as_deref() == skip);
+            if !skipped {
+                let _ = self.peers.unbounded_send(peer);
             }
         }
         for dir in self.directories.state() {
@@ -423,6 +442,49 @@ impl Context {
         self.with_claims(|claims| claims.retain(uid, keep))
     }
 
+    /// The card's ConfigMap as the watch last saw it.
+    pub fn configmap(&self, card: &AgentCard) -> Option<Arc<ConfigMap>> {
+        let ns = card.namespace().unwrap_or_default();
+        self.configmaps
+            .get(&ObjectRef::new(&agentcard::build::configmap_name(card)).within(&ns))
+    }
+
+    /// Refuse `card` when its namespace has more cards than are published per namespace and
+    /// it is not among the oldest that fit (creation time, then name). O(1) while the
+    /// namespace is under the limit.
+    pub fn check_namespace_limit(&self, card: &AgentCard) -> Result<(), Error> {
+        let limit = self.max_cards_per_namespace;
+        let ns = card.namespace().unwrap_or_default();
+        let peers = {
+            let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+            if limit == 0 || index.count_in(&ns) <= limit {
+                return Ok(());
+            }
+            index.in_namespace(&ns)
+        };
+        let key = |c: &AgentCard| {
+            (
+                c.metadata.creation_timestamp.clone().map(|t| t.0),
+                c.name_any(),
+            )
+        };
+        let mine = key(card);
+        let older = peers
+            .iter()
+            .filter_map(|r| self.cards.get(r))
+            .filter(|c| key(c) < mine)
+            .count();
+        if older < limit {
+            return Ok(());
+        }
+        Err(Error::NamespaceCardLimit {
+            namespace: ns,
+            count: peers.len(),
+            limit,
+            position: older + 1,
+        })
+    }
+
     /// The Ingress `namespace/name` as last seen, if it exists.
     pub fn ingress(&self, namespace: &str, name: &str) -> Option<Arc<Ingress>> {
         self.ingresses.get(&ObjectRef::new(name).within(namespace))
@@ -546,31 +608,75 @@ pub async fn run(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    // One watch per kind, one store each, read by both controllers (see `watches`).
+    let written = Arc::new(watches::WriteMemo::default());
+    let statuses = Arc::new(watches::Unseen::<crate::crd::AgentCardStatus>::default());
+    let index = Arc::new(Mutex::new(watches::CardIndex::default()));
+    let (cards, cards_writer) = reflector::store();
+    let (card_refs_tx, card_refs_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
+    let (dir_recount_tx, dir_recount_rx) = futures::channel::mpsc::unbounded::<()>();
+    let (gone_tx, mut gone_rx) = futures::channel::mpsc::unbounded::<AgentCard>();
+    let card_memo = statuses.clone();
+    let card_feed = watcher(cards_api.clone(), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(watches::compact_card)
+        .reflect(cards_writer)
+        .inspect(move |ev| card_memo.forget_event(agentcard::STATUS_WRITE, ev));
+    let _card_task = AbortOnDrop(tokio::spawn(watches::fan_out_cards(
+        card_feed,
+        cards.clone(),
+        index.clone(),
+        config.max_cards_per_namespace,
+        watches::CardTargets {
+            cards: card_refs_tx.clone(),
+            directories: dir_recount_tx.clone(),
+            gone: gone_tx,
+        },
+    )));
     // Unbounded by default: on the local plane, 1,000 cards were Ready soonest that way
-    // (benches/controller_load.rs: 47 s unbounded, 53 s at 16, 67 s at 4).
-    let controller = Controller::new(cards_api.clone(), watcher::Config::default().any_semantic())
-        .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency));
-    let cards = controller.store();
+    // (benches/controller_load.rs: 47 s unbounded, 53 s at 16, 67 s at 4). The controller's
+    // triggers come from the fan-out above (the card store is shared).
+    let controller = Controller::for_stream(
+        futures::stream::pending::<Result<AgentCard, watcher::Error>>(),
+        cards.clone(),
+    )
+    .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency));
 
-    // Namespaces: a change of allowed hosts re-checks that namespace's cards.
+    // Namespaces: labels re-count the directories, allowed hosts re-check the cards.
     let (ns_store, ns_writer) = reflector::store();
-    let (ns_tx, ns_rx) = futures::channel::mpsc::unbounded::<Namespace>();
     let ns_feed = watcher(
         Api::<Namespace>::all(client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
-    .reflect(ns_writer)
-    .touched_objects();
-    let mut ns_tx2 = ns_tx.clone();
-    let _ns_task = AbortOnDrop(tokio::spawn(async move {
-        futures::pin_mut!(ns_feed);
-        while let Some(ev) = ns_feed.next().await {
-            if let Ok(ns) = ev {
-                let _ = ns_tx2.send(ns).await;
-            }
-        }
-    }));
+    .modify(|ns: &mut Namespace| watches::compact_meta(&mut ns.metadata))
+    .reflect(ns_writer);
+    let _ns_task = AbortOnDrop(tokio::spawn(watches::fan_out_namespaces(
+        ns_feed,
+        index.clone(),
+        card_refs_tx.clone(),
+        dir_recount_tx.clone(),
+    )));
+    drop(card_refs_tx);
+    drop(dir_recount_tx);
+
+    // The cards' ConfigMaps: read from this store, and an edit or deletion repairs them.
+    let (configmaps, cm_writer) = reflector::store();
+    let cm_memo = written.clone();
+    let cm_feed = watcher(
+        match &config.watch_namespace {
+            Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
+            None => Api::<ConfigMap>::all(client.clone()),
+        },
+        watcher::Config::default().labels(&format!(
+            "{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}"
+        )),
+    )
+    .default_backoff()
+    .modify(|cm: &mut ConfigMap| watches::compact_meta(&mut cm.metadata))
+    .reflect(cm_writer)
+    .inspect(move |ev| cm_memo.forget_event("ConfigMap", ev));
+    let (_cm_task, cm_touched) = watches::drive(cm_feed);
 
     // The signing Secret: publish the JWKS and re-sign every card when it changes.
     let (secret_store, secret_writer) = reflector::store();
@@ -651,7 +757,11 @@ pub async fn run(
         },
     );
     let rotation_recorder = recorder.clone();
+    let jwks_cards = configmaps.clone();
     let _jwks_task = AbortOnDrop(tokio::spawn(async move {
+        // Keys that left the Secret stay published while a served card is signed with them:
+        // which ones are, the card ConfigMaps say (once listed).
+        let _ = tokio::time::timeout(Duration::from_secs(30), jwks_cards.wait_until_ready()).await;
         let mut failures = 0u32;
         let mut last = None;
         // When the active key may start signing, while a rotation waits.
@@ -674,10 +784,23 @@ pub async fn run(
                 else {
                     break;
                 };
-                match keys::publish_jwks(&jwks_client, &keys, &jwks_ns, jwks_max_age, &mut last)
-                    .await
+                let in_use: std::collections::HashSet<String> = jwks_cards
+                    .state()
+                    .iter()
+                    .filter_map(|cm| cm.data.as_ref()?.get(crate::contract::KEY_CARD).cloned())
+                    .flat_map(|card| keys::signature_kids(&card))
+                    .collect();
+                match keys::publish_jwks(
+                    &jwks_client,
+                    &keys,
+                    &jwks_ns,
+                    jwks_max_age,
+                    &mut last,
+                    &in_use,
+                )
+                .await
                 {
-                    Ok(rotation) => {
+                    Ok((rotation, retained)) => {
                         let before = jwks_published_tx
                             .borrow()
                             .as_ref()
@@ -687,6 +810,11 @@ pub async fn run(
                             let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
                             tokio::time::Instant::now() + wait + Duration::from_millis(50)
                         });
+                        if retained > 0 {
+                            // A retained key goes once no served card uses it: look again.
+                            let soon = tokio::time::Instant::now() + RETAINED_KEY_RECHECK;
+                            wake = Some(wake.map_or(soon, |w| w.min(soon)));
+                        }
                         let note = rotation_note(before.as_ref(), &rotation, keys.active.kid());
                         jwks_published_tx.send_replace(Some(PublishedKeys {
                             version: keys.version.clone(),
@@ -734,13 +862,16 @@ pub async fn run(
 
     // The Ingresses we write, cached so unchanged ones are not written again.
     let (ingress_store, ingress_writer) = reflector::store();
+    let ingress_memo = written.clone();
     let ingress_feed = watcher(
         Api::<Ingress>::all(client.clone()),
         watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
     )
     .default_backoff()
+    .modify(|ing: &mut Ingress| watches::compact_meta(&mut ing.metadata))
     .reflect(ingress_writer)
-    .touched_objects();
+    .inspect(move |ev| ingress_memo.forget_event("Ingress", ev));
+    let (_ingress_task, ingress_touched) = watches::drive(ingress_feed);
 
     // With HTTPRoute routing: the routes we write, for repair, and for the Gateways' verdicts
     // (their status) that the cards' Routed condition reports.
@@ -755,12 +886,15 @@ pub async fn run(
         let ar = routing::httproute_resource();
         let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
         route_store = Some(writer.as_reader());
+        let route_memo = written.clone();
         let feed = watcher(
             Api::<DynamicObject>::all_with(client.clone(), &ar),
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
         )
         .default_backoff()
+        .modify(|r: &mut DynamicObject| watches::compact_meta(&mut r.metadata))
         .reflect(writer)
+        .inspect(move |ev| route_memo.forget_event("HTTPRoute", ev))
         .touched_objects();
         let operator_ns = opns.clone();
         let tx = route_refs_tx.clone();
@@ -794,31 +928,9 @@ pub async fn run(
     }
     drop(route_refs_tx);
     drop(dir_route_tx);
-    // What directories count: cards and namespaces from watches of the directory controller's
-    // own, so a change is in these stores before it triggers the directories (a separate store
-    // could still hold the old labels when the directory counts).
-    // Its deletions also tell the sweeper which cards are gone: one whose finalizer was removed
-    // never gets a Cleanup reconcile.
-    let (dir_cards, dir_cards_writer) = reflector::store();
-    let (gone_tx, mut gone_rx) = futures::channel::mpsc::unbounded::<AgentCard>();
-    let dir_card_feed = watcher(cards_api.clone(), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(strip_managed_fields)
-        .reflect(dir_cards_writer)
-        .inspect(move |ev| {
-            if let Ok(watcher::Event::Delete(card)) = ev {
-                let _ = gone_tx.unbounded_send(card.clone());
-            }
-        })
-        .touched_objects();
-    let (dir_namespaces, dir_ns_writer) = reflector::store();
-    let dir_ns_feed = watcher(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(dir_ns_writer)
-    .touched_objects();
+    // Directories count from the shared card and namespace stores: the fan-out re-counts
+    // them only once a change is in the stores. Card deletions also tell the sweeper which
+    // cards are gone: one whose finalizer was removed never gets a Cleanup reconcile.
     let (peers_tx, peers_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let (dir_peers_tx, dir_peers_rx) =
         futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
@@ -850,8 +962,12 @@ pub async fn run(
     };
     let ctx = Arc::new(Context {
         peers: peers_tx,
-        directory_cards: dir_cards,
-        directory_namespaces: dir_namespaces,
+        index,
+        configmaps,
+        written,
+        statuses,
+        max_cards_per_namespace: config.max_cards_per_namespace,
+        max_card_bytes: config.max_card_bytes,
         routes: route_store,
         directory_peers: dir_peers_tx,
         directories: directories.clone(),
@@ -889,17 +1005,8 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(30), secret_store.wait_until_ready()).await;
 
     // Directories: count and route follow cards and namespace labels.
-    let (dirs_for_cards, dirs_for_ns) = (directories.clone(), directories.clone());
-    let all_dirs = |store: &Store<AgentDirectory>| {
-        store
-            .state()
-            .iter()
-            .map(|d| ObjectRef::from_obj(d.as_ref()))
-            .collect::<Vec<_>>()
-    };
     let directory_run = directory_controller
-        .watches_stream(dir_card_feed, move |_card| all_dirs(&dirs_for_cards))
-        .watches_stream(dir_ns_feed, move |_ns| all_dirs(&dirs_for_ns))
+        .reconcile_all_on(dir_recount_rx)
         .reconcile_on(futures::stream::select(dir_peers_rx, dir_route_rx))
         .run(
             agentdirectory::reconcile,
@@ -913,45 +1020,34 @@ pub async fn run(
         });
 
     let repair_cards = cards.clone();
-    let ns_cards = cards.clone();
     let operator_ns = opns.clone();
     let card_run = controller
-        .owns(
-            match &config.watch_namespace {
-                Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
-                None => Api::<ConfigMap>::all(client.clone()),
-            },
-            watcher::Config::default().labels(&format!(
-                "{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}"
-            )),
-        )
-        .reconcile_on(futures::stream::select(peers_rx, route_refs_rx))
-        .watches_stream(ingress_feed, move |ing: Ingress| {
-            // Someone deleted or edited an Ingress we write: put it back. An Ingress outside
-            // the operator's namespace only ever names a card of its own namespace.
-            let ing_ns = ing.namespace().unwrap_or_default();
-            if let Some(dir) = ing.annotations().get(agentdirectory::ANN_DIRECTORY) {
-                if ing_ns == operator_ns {
-                    let _ = dir_ingress_tx.unbounded_send(ObjectRef::new(dir));
+        .owns_stream(cm_touched.map(Ok::<_, watcher::Error>))
+        .reconcile_on(futures::stream::select_all([
+            card_refs_rx.boxed(),
+            peers_rx.boxed(),
+            route_refs_rx.boxed(),
+        ]))
+        .watches_stream(
+            ingress_touched.map(Ok::<_, watcher::Error>),
+            move |ing: Ingress| {
+                // Someone deleted or edited an Ingress we write: put it back. An Ingress outside
+                // the operator's namespace only ever names a card of its own namespace.
+                let ing_ns = ing.namespace().unwrap_or_default();
+                if let Some(dir) = ing.annotations().get(agentdirectory::ANN_DIRECTORY) {
+                    if ing_ns == operator_ns {
+                        let _ = dir_ingress_tx.unbounded_send(ObjectRef::new(dir));
+                    }
+                    return None;
                 }
-                return None;
-            }
-            let (ns, name) = ing.annotations().get(ANN_CARD)?.split_once('/')?;
-            if ing_ns != operator_ns && ing_ns != ns {
-                return None;
-            }
-            let r = ObjectRef::<AgentCard>::new(name).within(ns);
-            repair_cards.get(&r).map(|_| r)
-        })
-        .watches_stream(ns_rx.map(Ok::<_, watcher::Error>), move |ns: Namespace| {
-            let name = ns.name_any();
-            ns_cards
-                .state()
-                .iter()
-                .filter(|c| c.namespace().as_deref() == Some(name.as_str()))
-                .map(|c| ObjectRef::from_obj(c.as_ref()))
-                .collect::<Vec<_>>()
-        })
+                let (ns, name) = ing.annotations().get(ANN_CARD)?.split_once('/')?;
+                if ing_ns != operator_ns && ing_ns != ns {
+                    return None;
+                }
+                let r = ObjectRef::<AgentCard>::new(name).within(ns);
+                repair_cards.get(&r).map(|_| r)
+            },
+        )
         .reconcile_all_on(all_rx)
         .run(agentcard::reconcile, agentcard::error_policy, ctx)
         .for_each(|res| async move {
@@ -965,7 +1061,6 @@ pub async fn run(
         () = directory_run => {}
     }
     drop(all_tx);
-    drop(ns_tx);
     Ok(())
 }
 

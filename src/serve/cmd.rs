@@ -39,6 +39,10 @@ pub struct ServeArgs {
     /// connection stays open.
     #[arg(long, default_value_t = 75)]
     header_read_timeout: u64,
+    /// Seconds a response write may wait for a client that does not read before the
+    /// connection is closed.
+    #[arg(long, default_value_t = 30)]
+    write_timeout: u64,
     /// Seconds to keep answering after SIGTERM (`/readyz` 503, `Connection: close`) before
     /// exiting, so load balancers stop sending first.
     #[arg(long, default_value_t = 10)]
@@ -99,6 +103,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let limits = server::Limits {
             max_connections: args.max_connections,
             header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout),
+            write_timeout: std::time::Duration::from_secs(args.write_timeout.max(1)),
             ..Default::default()
         };
         let registry = prometheus_client::registry::Registry::default();

@@ -83,6 +83,9 @@ pub struct Limits {
     pub max_body_bytes: u64,
     /// Lifetime of one connection, however busy.
     pub max_connection_age: Duration,
+    /// How long a response write may wait for a client that does not read: a slow reader
+    /// loses its connection instead of holding a slot and a buffer.
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -96,6 +99,7 @@ impl Default for Limits {
             max_headers: 64,
             max_body_bytes: 16 * 1024,
             max_connection_age: Duration::from_secs(600),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -212,7 +216,9 @@ pub async fn serve_public(
                 .header_read_timeout(limits.header_read_timeout)
                 .max_buf_size(limits.max_header_bytes.max(8192))
                 .max_headers(limits.max_headers);
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+            stream.set_write_timeout(Some(limits.write_timeout));
+            let conn = builder.serve_connection(TokioIo::new(Box::pin(stream)), svc);
             let serve = async move {
                 tokio::pin!(conn);
                 match close_when_idle {

@@ -19,6 +19,7 @@ use kube::{Client, Resource, ResourceExt};
 use super::build::{backend_ingress_name, card_key, ingress_name, Built, Settings};
 use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
 use crate::controller::routing::{httproute_resource, RouteKind};
+use crate::controller::watches::{digest, WriteMemo};
 use crate::controller::Error;
 use crate::crd::AgentCard;
 
@@ -237,12 +238,16 @@ pub struct Rules<Ours, Current, Removals> {
 /// taken meanwhile fails instead of being merged into), server-side apply when `have` is ours
 /// and differs (what we set and no longer want is removed first, see [`removals`]),
 /// `NameInUse` when the name belongs to someone else.
+///
+/// `memo` skips a write that repeats the operator's last one while the store (`have`) has not
+/// caught up with it yet (see [`WriteMemo`]).
 pub async fn write<K, O, C, R>(
     api: &Api<K>,
     want: &K,
     have: Option<&K>,
     rules: Rules<O, C, R>,
     dt: &K::DynamicType,
+    memo: &WriteMemo,
 ) -> Result<(), Error>
 where
     O: Fn(&ObjectMeta) -> bool,
@@ -251,10 +256,20 @@ where
     K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let name = want.meta().name.clone().unwrap_or_default();
+    let ns = want.meta().namespace.clone().unwrap_or_default();
+    let kind = K::kind(dt);
+    let version = have.and_then(|h| h.meta().resource_version.clone());
+    let wanted = digest(want);
+    if memo.pending(&kind, &ns, &name, version.as_deref(), wanted) {
+        return Ok(());
+    }
     let existing = match have {
         Some(h) => h.clone(),
         None => match create_or_find(api, want, &name).await? {
-            None => return Ok(()),
+            None => {
+                memo.remember(&kind, &ns, &name, None, wanted);
+                return Ok(());
+            }
             Some(found) => found,
         },
     };
@@ -272,6 +287,7 @@ where
         api.patch(&name, &params, &Patch::Merge(&patch)).await?;
     }
     api.patch(&name, &ssa(), &Patch::Apply(want)).await?;
+    memo.remember(&kind, &ns, &name, version.as_deref(), wanted);
     Ok(())
 }
 
@@ -297,6 +313,7 @@ pub async fn write_route(
     want: &DynamicObject,
     have: Option<&DynamicObject>,
     ours: impl Fn(&ObjectMeta) -> bool,
+    memo: &WriteMemo,
 ) -> Result<(), Error> {
     let ar = httproute_resource();
     let ns = want.metadata.namespace.clone().unwrap_or_default();
@@ -318,6 +335,7 @@ pub async fn write_route(
             },
         },
         &ar,
+        memo,
     )
     .await
 }
@@ -363,6 +381,7 @@ pub async fn apply(
     card: &AgentCard,
     settings: &Settings,
     existing: &Existing<'_>,
+    memo: &WriteMemo,
 ) -> Result<(), Error> {
     let ns = card.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -376,6 +395,7 @@ pub async fn apply(
             removals: |h: &ConfigMap| configmap_removals(h, &built.configmap),
         },
         &(),
+        memo,
     )
     .await?;
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
@@ -390,13 +410,18 @@ pub async fn apply(
                 removals: |h: &Ingress| ingress_removals(h, ing),
             },
             &(),
+            memo,
         )
         .await?;
     }
     if let Some(route) = &built.route {
-        write_route(client, route, existing.route.as_deref(), |m| {
-            written_for_card(m, card)
-        })
+        write_route(
+            client,
+            route,
+            existing.route.as_deref(),
+            |m| written_for_card(m, card),
+            memo,
+        )
         .await?;
     }
     let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
@@ -412,6 +437,7 @@ pub async fn apply(
                     removals: |h: &Ingress| ingress_removals(h, b),
                 },
                 &(),
+                memo,
             )
             .await?
         }
@@ -427,9 +453,13 @@ pub async fn apply(
     }
     match &built.backend_route {
         Some(r) => {
-            write_route(client, r, existing.backend_route.as_deref(), |m| {
-                owned_by_card(m, card)
-            })
+            write_route(
+                client,
+                r,
+                existing.backend_route.as_deref(),
+                |m| owned_by_card(m, card),
+                memo,
+            )
             .await?
         }
         None if existing.backend_route.is_some() => {

@@ -18,7 +18,6 @@ pub mod validate;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -32,6 +31,9 @@ use crate::crd::AgentCard;
 
 /// Finalizer removing the Ingress in the operator's namespace when a card is deleted.
 pub const FINALIZER: &str = "agentcard.dev/ingress-cleanup";
+
+/// The [`crate::controller::watches::Unseen`] kind of a card's status writes.
+pub const STATUS_WRITE: &str = "AgentCard/status";
 
 /// How often a healthy card is re-checked without any change.
 const RESYNC: Duration = Duration::from_secs(3600);
@@ -89,6 +91,7 @@ async fn publish(
     }
     let warnings = validate::card(card)?;
     validate::routing(card, &ctx.settings.ingress, &ctx.settings.routing)?;
+    ctx.check_namespace_limit(card)?;
     validate::host_allowance(
         &card.spec.publish.host,
         &ns,
@@ -107,16 +110,49 @@ async fn publish(
         claim.since,
         now,
     )?;
-    apply::apply(&ctx.client, &built, card, &ctx.settings, existing).await?;
+    let bytes = built
+        .configmap
+        .data
+        .as_ref()
+        .and_then(|d| d.get(crate::contract::KEY_CARD))
+        .map_or(0, String::len);
+    if bytes > ctx.max_card_bytes {
+        return Err(Error::CardTooLarge {
+            bytes,
+            limit: ctx.max_card_bytes,
+        });
+    }
+    apply::apply(
+        &ctx.client,
+        &built,
+        card,
+        &ctx.settings,
+        existing,
+        &ctx.written,
+    )
+    .await?;
     built.pending_key = signers.pending;
     Ok((built, warnings))
 }
 
 async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = card.namespace().unwrap_or_default();
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-    let previous = cms.get_opt(&build::configmap_name(&card)).await?;
-    let existing = ctx.existing(&card, previous.as_ref());
+    // Triggered before the watch showed this card's last status write (another object's
+    // event came first), the store holds the status from before it: read our own write.
+    let (name, version) = (card.name_any(), card.resource_version());
+    let card = match ctx
+        .statuses
+        .get(STATUS_WRITE, &ns, &name, version.as_deref())
+    {
+        Some(written) => {
+            let mut c = (*card).clone();
+            c.status = Some(written);
+            Arc::new(c)
+        }
+        None => card,
+    };
+    let previous = ctx.configmap(&card);
+    let existing = ctx.existing(&card, previous.as_deref());
     // With HTTPRoute routing, what the Gateways say of the routes as last seen.
     let routed = (ctx.settings.routing.kind == super::routing::RouteKind::HttpRoute).then(|| {
         let routes: Vec<&kube::api::DynamicObject> =
@@ -132,7 +168,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     };
     // An imported card: fetch it (or keep the last good one), then the same pipeline.
     let report = match &card.spec.source {
-        Some(src) => Some(source::look(&card, src, &ctx, previous.as_ref()).await),
+        Some(src) => Some(source::look(&card, src, &ctx, previous.as_deref()).await),
         None => None,
     };
     let resolved = report.as_ref().and_then(|r| r.card.clone()).map(|base| {
@@ -172,7 +208,9 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     );
     if card.status.as_ref() != Some(&next) {
         let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
-        super::apply_status(&api, &card.name_any(), &next).await?;
+        super::apply_status(&api, &name, &next).await?;
+        ctx.statuses
+            .remember(STATUS_WRITE, &ns, &name, version.as_deref(), next.clone());
     }
     // The status now says what is served; the claims follow it.
     let keep = next

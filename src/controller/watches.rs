@@ -1,0 +1,479 @@
+//! The controllers' watches: one per kind, each feeding one store that every controller reads.
+//!
+//! Data flow: a watcher stream → [`compact_card`] / [`compact_meta`] (drop what no reconcile
+//! reads, so 10,000 cards fit in little memory) → the reflector store → [`fan_out_cards`] /
+//! [`fan_out_namespaces`], which update the indexes ([`CardIndex`]: cards by host and by
+//! namespace) and only then send what each event triggers (the card itself to the card
+//! controller, a re-count to the directories, the cards of a namespace whose host allowance
+//! changed). Each event costs O(what changed): no trigger scans every card.
+//!
+//! A relist (`Init` … `InitDone`) is held back until `InitDone`: the store swaps in the new list
+//! only then, so a trigger sent earlier could find a new card missing from the store.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::channel::mpsc::UnboundedSender;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ObjectMeta};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::ResourceExt;
+
+use super::agentcard::validate::ANN_ALLOWED_HOSTS;
+use crate::contract::MANAGER;
+use crate::crd::AgentCard;
+
+/// kubectl's copy of the last applied object: as large as the object, read by nothing here.
+const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Trim an object the operator writes before it is stored: only the operator's own
+/// `managedFields` entries are kept, and of those only the annotation keys (which annotations
+/// the operator set, so it may remove the ones it no longer wants); kubectl's last-applied copy
+/// goes.
+pub fn compact_meta(meta: &mut ObjectMeta) {
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(ANN_LAST_APPLIED);
+    }
+    if let Some(entries) = meta.managed_fields.as_mut() {
+        entries.retain(|m| m.manager.as_deref() == Some(MANAGER));
+        for entry in entries.iter_mut() {
+            let annotations = entry
+                .fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:metadata")?.get("f:annotations").cloned());
+            entry.fields_v1 = annotations
+                .map(|a| FieldsV1(serde_json::json!({"f:metadata": {"f:annotations": a}})));
+        }
+        entries.retain(|m| m.fields_v1.is_some());
+    }
+}
+
+/// Trim an AgentCard before it is stored: nothing reads a card's `managedFields` (often as
+/// large as the card) or kubectl's last-applied copy.
+pub fn compact_card(card: &mut AgentCard) {
+    card.managed_fields_mut().clear();
+    if let Some(annotations) = card.metadata.annotations.as_mut() {
+        annotations.remove(ANN_LAST_APPLIED);
+    }
+}
+
+/// The cards by host and by namespace, kept in step with the card store by [`fan_out_cards`]:
+/// which cards to look at again when a host is freed, and how many cards a namespace has.
+#[derive(Default)]
+pub struct CardIndex {
+    host_of: HashMap<ObjectRef<AgentCard>, String>,
+    by_host: HashMap<String, HashSet<ObjectRef<AgentCard>>>,
+    by_namespace: HashMap<String, HashSet<ObjectRef<AgentCard>>>,
+}
+
+impl CardIndex {
+    /// Record `card` (new, or its host changed).
+    pub fn apply(&mut self, card: &AgentCard) {
+        let key = ObjectRef::from_obj(card);
+        let host = card.spec.publish.host.to_ascii_lowercase();
+        if let Some(old) = self.host_of.insert(key.clone(), host.clone()) {
+            if old != host {
+                Self::remove_from(&mut self.by_host, &old, &key);
+            }
+        }
+        self.by_host.entry(host).or_default().insert(key.clone());
+        let ns = key.namespace.clone().unwrap_or_default();
+        self.by_namespace.entry(ns).or_default().insert(key);
+    }
+
+    /// Forget `card`.
+    pub fn remove(&mut self, key: &ObjectRef<AgentCard>) {
+        if let Some(host) = self.host_of.remove(key) {
+            Self::remove_from(&mut self.by_host, &host, key);
+        }
+        let ns = key.namespace.clone().unwrap_or_default();
+        Self::remove_from(&mut self.by_namespace, &ns, key);
+    }
+
+    fn remove_from(
+        map: &mut HashMap<String, HashSet<ObjectRef<AgentCard>>>,
+        at: &str,
+        key: &ObjectRef<AgentCard>,
+    ) {
+        if let Some(set) = map.get_mut(at) {
+            set.remove(key);
+            if set.is_empty() {
+                map.remove(at);
+            }
+        }
+    }
+
+    /// Rebuild from `cards` (after a relist, which may have missed deletions).
+    pub fn rebuild<'a>(&mut self, cards: impl IntoIterator<Item = &'a AgentCard>) {
+        *self = Self::default();
+        for card in cards {
+            self.apply(card);
+        }
+    }
+
+    /// The cards asking for `host` (any case).
+    pub fn on_host(&self, host: &str) -> Vec<ObjectRef<AgentCard>> {
+        self.by_host
+            .get(&host.to_ascii_lowercase())
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The cards of namespace `ns`.
+    pub fn in_namespace(&self, ns: &str) -> Vec<ObjectRef<AgentCard>> {
+        self.by_namespace
+            .get(ns)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// How many cards namespace `ns` has.
+    pub fn count_in(&self, ns: &str) -> usize {
+        self.by_namespace.get(ns).map_or(0, HashSet::len)
+    }
+}
+
+/// Drive a reflected watch in a task of its own, so its store follows the API server however
+/// busy the controller reading it is (a stream polled only by the controller updates its store
+/// only as fast as the controller polls, and a reconcile would read an old object). The objects
+/// each event touched come out of the returned channel once the store holds them (a relist's
+/// at its end).
+pub(super) fn drive<K>(
+    feed: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> (
+    super::AbortOnDrop,
+    futures::channel::mpsc::UnboundedReceiver<K>,
+)
+where
+    K: Send + 'static,
+{
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(feed);
+        let mut relisted: Vec<K> = Vec::new();
+        while let Some(event) = feed.next().await {
+            match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                    let _ = tx.unbounded_send(o);
+                }
+                Ok(watcher::Event::InitApply(o)) => relisted.push(o),
+                Ok(watcher::Event::InitDone) => {
+                    for o in relisted.drain(..) {
+                        let _ = tx.unbounded_send(o);
+                    }
+                }
+                Ok(watcher::Event::Init) => relisted.clear(),
+                Err(e) => tracing::debug!(error = %e, "watch failed; retrying with backoff"),
+            }
+        }
+    });
+    (super::AbortOnDrop(task), rx)
+}
+
+/// Where a card event goes once the store and the index hold it.
+pub struct CardTargets {
+    /// The card controller (the card itself).
+    pub cards: UnboundedSender<ObjectRef<AgentCard>>,
+    /// The directory controller (every directory counts again).
+    pub directories: UnboundedSender<()>,
+    /// The sweeper (a card that is gone; its finalizer may have been removed).
+    pub gone: UnboundedSender<AgentCard>,
+}
+
+/// Read the reflected card watch until it ends, keeping `index` in step and sending each
+/// change where it matters. `limit`: the cards per namespace that may publish (0: any number);
+/// when a card of a namespace over it goes, the namespace's other cards are looked at again.
+pub async fn fan_out_cards(
+    feed: impl Stream<Item = Result<watcher::Event<AgentCard>, watcher::Error>>,
+    store: Store<AgentCard>,
+    index: Arc<Mutex<CardIndex>>,
+    limit: usize,
+    targets: CardTargets,
+) {
+    futures::pin_mut!(feed);
+    let mut relisted: Option<Vec<ObjectRef<AgentCard>>> = None;
+    let lock = || index.lock().unwrap_or_else(|e| e.into_inner());
+    while let Some(event) = feed.next().await {
+        let Ok(event) = event else { continue };
+        match event {
+            watcher::Event::Init => relisted = Some(Vec::new()),
+            watcher::Event::InitApply(card) => {
+                relisted
+                    .get_or_insert_with(Vec::new)
+                    .push(ObjectRef::from_obj(&card));
+            }
+            watcher::Event::InitDone => {
+                lock().rebuild(store.state().iter().map(|c| c.as_ref()));
+                for key in relisted.take().unwrap_or_default() {
+                    let _ = targets.cards.unbounded_send(key);
+                }
+                let _ = targets.directories.unbounded_send(());
+            }
+            watcher::Event::Apply(card) => {
+                lock().apply(&card);
+                let _ = targets.cards.unbounded_send(ObjectRef::from_obj(&card));
+                let _ = targets.directories.unbounded_send(());
+            }
+            watcher::Event::Delete(card) => {
+                let key = ObjectRef::from_obj(&card);
+                let waiting = {
+                    let mut index = lock();
+                    let over =
+                        limit > 0 && index.count_in(key.namespace.as_deref().unwrap_or("")) > limit;
+                    index.remove(&key);
+                    if over {
+                        index.in_namespace(key.namespace.as_deref().unwrap_or(""))
+                    } else {
+                        Vec::new()
+                    }
+                };
+                for other in waiting {
+                    let _ = targets.cards.unbounded_send(other);
+                }
+                let _ = targets.directories.unbounded_send(());
+                let _ = targets.gone.unbounded_send(card);
+            }
+        }
+    }
+}
+
+/// Read the reflected Namespace watch until it ends: every change re-counts the directories
+/// (namespace labels select cards); a change of a namespace's allowed hosts re-checks that
+/// namespace's cards, and only then (labels and other annotations do not touch cards).
+pub async fn fan_out_namespaces(
+    feed: impl Stream<Item = Result<watcher::Event<Namespace>, watcher::Error>>,
+    index: Arc<Mutex<CardIndex>>,
+    cards: UnboundedSender<ObjectRef<AgentCard>>,
+    directories: UnboundedSender<()>,
+) {
+    futures::pin_mut!(feed);
+    let mut allowance: HashMap<String, Option<String>> = HashMap::new();
+    while let Some(event) = feed.next().await {
+        let Ok(event) = event else { continue };
+        let ns = match event {
+            watcher::Event::Apply(ns) | watcher::Event::InitApply(ns) => ns,
+            watcher::Event::Delete(ns) => {
+                allowance.remove(&ns.name_any());
+                let _ = directories.unbounded_send(());
+                continue;
+            }
+            watcher::Event::InitDone => {
+                let _ = directories.unbounded_send(());
+                continue;
+            }
+            watcher::Event::Init => continue,
+        };
+        let _ = directories.unbounded_send(());
+        let name = ns.name_any();
+        let now = ns.annotations().get(ANN_ALLOWED_HOSTS).cloned();
+        match allowance.insert(name.clone(), now.clone()) {
+            // First seen: its cards are reconciled on their own events (or at start).
+            None => {}
+            Some(before) if before == now => {}
+            Some(_) => {
+                let keys = index
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .in_namespace(&name);
+                for key in keys {
+                    let _ = cards.unbounded_send(key);
+                }
+            }
+        }
+    }
+}
+
+/// What the operator wrote and its watches have not shown yet: `(kind, namespace, name)` →
+/// the object's resourceVersion in the store when it was written, and what was written (`V`: a
+/// digest of an object, or a whole status). A reconcile that runs before the watch event of its
+/// own last write (another object's event triggered it) would otherwise see the old version and
+/// write again (and, for a status, record the same Event twice). Every watch event of an object
+/// forgets its entry, so once the store holds the write, or anyone else changes the object, the
+/// store decides again.
+pub struct Unseen<V> {
+    written: Mutex<HashMap<(String, String, String), (Option<String>, V)>>,
+}
+
+/// Digests of the objects the operator wrote (see [`Unseen`]).
+pub type WriteMemo = Unseen<u64>;
+
+impl<V> Default for Unseen<V> {
+    fn default() -> Self {
+        Unseen {
+            written: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// A digest of what is written, to tell whether a write would repeat the last one.
+pub fn digest(value: &impl serde::Serialize) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_vec(value)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+type Entries<V> = HashMap<(String, String, String), (Option<String>, V)>;
+
+fn key(kind: &str, ns: &str, name: &str) -> (String, String, String) {
+    (kind.to_string(), ns.to_string(), name.to_string())
+}
+
+impl<V: Clone> Unseen<V> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<V>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What was written to `kind` `ns/name` over the version the store still holds
+    /// (`version`: its resourceVersion, `None` when absent), if anything.
+    pub fn get(&self, kind: &str, ns: &str, name: &str, version: Option<&str>) -> Option<V> {
+        self.lock()
+            .get(&key(kind, ns, name))
+            .filter(|(v, _)| v.as_deref() == version)
+            .map(|(_, written)| written.clone())
+    }
+
+    /// Record a write of `written` over store version `version`.
+    pub fn remember(&self, kind: &str, ns: &str, name: &str, version: Option<&str>, written: V) {
+        self.lock()
+            .insert(key(kind, ns, name), (version.map(str::to_string), written));
+    }
+
+    /// The watch showed `kind` `ns/name` (changed, or gone): the store decides from now on.
+    pub fn forget(&self, kind: &str, ns: &str, name: &str) {
+        let mut written = self.lock();
+        if !written.is_empty() {
+            written.remove(&key(kind, ns, name));
+        }
+    }
+
+    /// Forget the object of a watch event (see [`Unseen::forget`]).
+    pub fn forget_event<K: kube::Resource>(
+        &self,
+        kind: &str,
+        event: &Result<watcher::Event<K>, watcher::Error>,
+    ) {
+        if let Ok(
+            watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o),
+        ) = event
+        {
+            let meta = o.meta();
+            self.forget(
+                kind,
+                meta.namespace.as_deref().unwrap_or(""),
+                meta.name.as_deref().unwrap_or(""),
+            );
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+impl Unseen<u64> {
+    /// Whether a write of `digest` to `kind` `ns/name` over store version `version` is on its
+    /// way into the store.
+    pub fn pending(
+        &self,
+        kind: &str,
+        ns: &str,
+        name: &str,
+        version: Option<&str>,
+        digest: u64,
+    ) -> bool {
+        self.get(kind, ns, name, version) == Some(digest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn card(ns: &str, name: &str, host: &str) -> AgentCard {
+        serde_json::from_value(json!({
+            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}")},
+            "spec": {"publish": {"host": host}, "card": {"name": "n"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_index_follows_host_moves_and_deletions() {
+        let mut index = CardIndex::default();
+        index.apply(&card("a", "one", "H.example"));
+        index.apply(&card("a", "two", "h.example"));
+        index.apply(&card("b", "three", "other.example"));
+        assert_eq!(index.on_host("h.EXAMPLE").len(), 2);
+        assert_eq!(index.count_in("a"), 2);
+        // Moving a card takes it off its old host.
+        index.apply(&card("a", "two", "other.example"));
+        assert_eq!(index.on_host("h.example").len(), 1);
+        assert_eq!(index.on_host("other.example").len(), 2);
+        assert_eq!(index.count_in("a"), 2);
+        index.remove(&ObjectRef::from_obj(&card("a", "one", "h.example")));
+        assert!(index.on_host("h.example").is_empty());
+        assert_eq!(index.count_in("a"), 1);
+        assert_eq!(index.in_namespace("b").len(), 1);
+        index.rebuild([&card("c", "x", "x.example")]);
+        assert_eq!(index.count_in("a"), 0);
+        assert_eq!(index.on_host("x.example").len(), 1);
+    }
+
+    #[test]
+    fn a_write_is_pending_until_its_object_is_seen_again() {
+        let memo = WriteMemo::default();
+        let d = digest(&json!({"a": 1}));
+        assert!(!memo.pending("ConfigMap", "ns", "x", None, d));
+        memo.remember("ConfigMap", "ns", "x", None, d);
+        // The store still shows the object as before the write: the same write is pending.
+        assert!(memo.pending("ConfigMap", "ns", "x", None, d));
+        // Another content, or a store that moved on, is not.
+        assert!(!memo.pending("ConfigMap", "ns", "x", None, digest(&json!({"a": 2}))));
+        assert!(!memo.pending("ConfigMap", "ns", "x", Some("7"), d));
+        assert!(!memo.pending("Ingress", "ns", "x", None, d));
+        memo.forget("ConfigMap", "ns", "x");
+        assert!(!memo.pending("ConfigMap", "ns", "x", None, d));
+        assert!(memo.is_empty());
+    }
+
+    #[test]
+    fn only_the_operators_annotation_fields_are_kept() {
+        let mut meta: ObjectMeta = serde_json::from_value(json!({
+            "name": "x",
+            "annotations": {ANN_LAST_APPLIED: "{…}", "keep": "v"},
+            "managedFields": [
+                {"manager": MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:metadata": {"f:annotations": {"f:a": {}}, "f:labels": {"f:l": {}}},
+                              "f:data": {"f:card.json": {}}}},
+                {"manager": MANAGER, "operation": "Update", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:data": {"f:card.json": {}}}},
+                {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:metadata": {"f:annotations": {"f:b": {}}}}}
+            ]
+        }))
+        .unwrap();
+        compact_meta(&mut meta);
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        assert!(!annotations.contains_key(ANN_LAST_APPLIED));
+        assert_eq!(annotations.get("keep").map(String::as_str), Some("v"));
+        let entries = meta.managed_fields.unwrap_or_default();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            entries[0].fields_v1.as_ref().map(|f| f.0.clone()),
+            Some(json!({"f:metadata": {"f:annotations": {"f:a": {}}}}))
+        );
+    }
+}
