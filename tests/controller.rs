@@ -223,7 +223,11 @@ async fn the_readme_example_is_ready_served_and_verifies_with_the_python_sdk() {
         "agentcard_api_requests_total{verb=\"patch\",resource=\"agentcards/status\"}",
         "agentcard_api_requests_total{verb=\"watch\",resource=\"agentcards\"}",
     ] {
-        assert!(m.contains(sample), "no {sample} in:\n{m}");
+        assert!(
+            m.contains(sample),
+            "no {sample} in:\n{m}\noperator log:\n{}",
+            s.operator.logs()
+        );
     }
     assert!(
         m.contains("agentcard_cards{condition=\"Ready\",status=\"True\"} 1"),

@@ -155,6 +155,9 @@ pub struct Context {
     pub configmaps: Store<ConfigMap>,
     /// Writes the watches have not shown yet.
     pub written: Arc<watches::WriteMemo>,
+    /// The card ConfigMaps written and not yet seen by their watch: read instead of the
+    /// older version in the store.
+    pub configmaps_written: Arc<watches::Unseen<ConfigMap>>,
     /// The card statuses written and not yet seen by the card watch: a reconcile reads its
     /// own last write instead of the older status in the store.
     pub statuses: Arc<watches::Unseen<crate::crd::AgentCardStatus>>,
@@ -442,11 +445,23 @@ impl Context {
         self.with_claims(|claims| claims.retain(uid, keep))
     }
 
-    /// The card's ConfigMap as the watch last saw it.
+    /// The card's ConfigMap: as the operator last wrote it while the watch has not shown
+    /// that write yet, else as the watch last saw it.
     pub fn configmap(&self, card: &AgentCard) -> Option<Arc<ConfigMap>> {
         let ns = card.namespace().unwrap_or_default();
-        self.configmaps
-            .get(&ObjectRef::new(&agentcard::build::configmap_name(card)).within(&ns))
+        let name = agentcard::build::configmap_name(card);
+        let stored = self.configmaps.get(&ObjectRef::new(&name).within(&ns));
+        let version = stored.as_ref().and_then(|c| c.resource_version());
+        match self
+            .configmaps_written
+            .get("ConfigMap", &ns, &name, version.as_deref())
+        {
+            Some(mut written) => {
+                written.metadata.resource_version = version;
+                Some(Arc::new(written))
+            }
+            None => stored,
+        }
     }
 
     /// Refuse `card` when its namespace has more cards than are published per namespace and
@@ -611,6 +626,7 @@ pub async fn run(
     // One watch per kind, one store each, read by both controllers (see `watches`).
     let written = Arc::new(watches::WriteMemo::default());
     let statuses = Arc::new(watches::Unseen::<crate::crd::AgentCardStatus>::default());
+    let configmaps_written = Arc::new(watches::Unseen::<ConfigMap>::default());
     let index = Arc::new(Mutex::new(watches::CardIndex::default()));
     let (cards, cards_writer) = reflector::store();
     let (card_refs_tx, card_refs_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
@@ -662,7 +678,7 @@ pub async fn run(
 
     // The cards' ConfigMaps: read from this store, and an edit or deletion repairs them.
     let (configmaps, cm_writer) = reflector::store();
-    let cm_memo = written.clone();
+    let (cm_memo, cm_written) = (written.clone(), configmaps_written.clone());
     let cm_feed = watcher(
         match &config.watch_namespace {
             Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
@@ -675,7 +691,10 @@ pub async fn run(
     .default_backoff()
     .modify(|cm: &mut ConfigMap| watches::compact_meta(&mut cm.metadata))
     .reflect(cm_writer)
-    .inspect(move |ev| cm_memo.forget_event("ConfigMap", ev));
+    .inspect(move |ev| {
+        cm_memo.forget_event("ConfigMap", ev);
+        cm_written.forget_event("ConfigMap", ev);
+    });
     let (_cm_task, cm_touched) = watches::drive(cm_feed);
 
     // The signing Secret: publish the JWKS and re-sign every card when it changes.
@@ -965,6 +984,7 @@ pub async fn run(
         index,
         configmaps,
         written,
+        configmaps_written,
         statuses,
         max_cards_per_namespace: config.max_cards_per_namespace,
         max_card_bytes: config.max_card_bytes,

@@ -16,10 +16,10 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 
-use super::build::{backend_ingress_name, card_key, ingress_name, Built, Settings};
+use super::build::{backend_ingress_name, card_key, configmap_name, ingress_name, Built, Settings};
 use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
 use crate::controller::routing::{httproute_resource, RouteKind};
-use crate::controller::watches::{digest, WriteMemo};
+use crate::controller::watches::{digest, Unseen, WriteMemo};
 use crate::controller::Error;
 use crate::crd::AgentCard;
 
@@ -267,10 +267,14 @@ where
         Some(h) => h.clone(),
         None => match create_or_find(api, want, &name).await? {
             None => {
+                tracing::debug!(%kind, %ns, %name, "created");
                 memo.remember(&kind, &ns, &name, None, wanted);
                 return Ok(());
             }
-            Some(found) => found,
+            Some(found) => {
+                tracing::debug!(%kind, %ns, %name, "the name was taken: the watch had not shown it");
+                found
+            }
         },
     };
     if !(rules.ours)(existing.meta()) {
@@ -287,6 +291,7 @@ where
         api.patch(&name, &params, &Patch::Merge(&patch)).await?;
     }
     api.patch(&name, &ssa(), &Patch::Apply(want)).await?;
+    tracing::debug!(%kind, %ns, %name, ?version, "applied over a version that differed");
     memo.remember(&kind, &ns, &name, version.as_deref(), wanted);
     Ok(())
 }
@@ -382,9 +387,11 @@ pub async fn apply(
     settings: &Settings,
     existing: &Existing<'_>,
     memo: &WriteMemo,
+    configmaps: &Unseen<ConfigMap>,
 ) -> Result<(), Error> {
     let ns = card.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm_version = existing.configmap.and_then(|c| c.resource_version());
     write(
         &cms,
         &built.configmap,
@@ -398,6 +405,15 @@ pub async fn apply(
         memo,
     )
     .await?;
+    // Until the watch shows it, later reconciles read this ConfigMap as written (its
+    // publication time included), so a retry after a later step failed writes nothing new.
+    configmaps.remember(
+        "ConfigMap",
+        &ns,
+        &configmap_name(card),
+        cm_version.as_deref(),
+        built.configmap.clone(),
+    );
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
     if let Some(ing) = &built.ingress {
         write(

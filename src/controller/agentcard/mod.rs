@@ -129,6 +129,7 @@ async fn publish(
         &ctx.settings,
         existing,
         &ctx.written,
+        &ctx.configmaps_written,
     )
     .await?;
     built.pending_key = signers.pending;
@@ -209,6 +210,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     if card.status.as_ref() != Some(&next) {
         let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
         super::apply_status(&api, &name, &next).await?;
+        tracing::debug!(card = %build::card_key(&card), ?version, before = ?card.status, after = ?next, "status written");
         ctx.statuses
             .remember(STATUS_WRITE, &ns, &name, version.as_deref(), next.clone());
     }
