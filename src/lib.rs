@@ -4,8 +4,9 @@
 //! nothing of Kubernetes. [`index`] holds the published cards in memory; [`serve`] answers
 //! HTTP from it, fed by the cluster or a directory. [`contract`] names what the controller
 //! writes and the server reads. [`directory`] is the AgentDirectory registry: a query engine
-//! over the same index, with its ARD and native HTTP views. [`cli`] is the command line over
-//! all of it.
+//! over the same index, with its ARD and native HTTP views. [`hub`] holds the one set of
+//! watches a process shares between its card server and its controllers. [`cli`] is the
+//! command line over all of it.
 
 pub mod a2a;
 pub mod cli;
@@ -13,6 +14,7 @@ pub mod contract;
 pub mod controller;
 pub mod crd;
 pub mod directory;
+pub mod hub;
 pub mod index;
 pub mod input;
 pub mod process;

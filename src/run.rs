@@ -93,8 +93,9 @@ pub struct RunArgs {
     /// Reconcile only the AgentCards of this namespace (default: every namespace).
     #[arg(long)]
     watch_namespace: Option<String>,
-    /// Most AgentCard reconciles at once (0: unbounded).
-    #[arg(long, default_value_t = 0)]
+    /// Most AgentCard reconciles at once (0: unbounded, which holds an API connection and its
+    /// buffers per reconcile in flight).
+    #[arg(long, default_value_t = 32)]
     concurrency: u16,
     /// Audiences accepted in bearer tokens of Kubernetes-mode directories (comma-separated;
     /// default: the API server's own).
@@ -144,8 +145,10 @@ pub fn run(args: RunArgs) -> Result<()> {
                 .context("connecting to the cluster")?;
         let identity = args.identity.clone().unwrap_or_else(default_identity);
         let index = Arc::new(Index::new());
+        // One watch per kind for the card server and the controllers.
+        let hubs = crate::hub::Hubs::start(&client);
         let feed = tokio::spawn(source_cluster::watch_cluster(
-            client.clone(),
+            hubs.clone(),
             args.namespace.clone(),
             index.clone(),
         ));
@@ -221,6 +224,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         let run = servers.run();
         let leading = lead(
             client,
+            hubs,
             config,
             metrics,
             identity,
@@ -248,6 +252,7 @@ pub fn run(args: RunArgs) -> Result<()> {
 /// Hold or wait for the lease; run the controllers while holding it.
 async fn lead(
     client: kube::Client,
+    hubs: Arc<crate::hub::Hubs>,
     config: controller::Config,
     metrics: Arc<ControllerMetrics>,
     identity: String,
@@ -279,6 +284,7 @@ async fn lead(
         tracing::info!("acquired the lease: starting the controllers");
         let mut controllers = tokio::spawn(controller::run(
             client.clone(),
+            hubs.clone(),
             config.clone(),
             metrics.clone(),
         ));

@@ -695,6 +695,105 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_key_stays_published_while_an_invalid_card_is_still_signed_with_it() {
+    let s = setup("retired", &["--jwks-max-age", "2"]).await;
+    let (hg, hs) = (host("good", &s.ns.name), host("stuck", &s.ns.name));
+    apply(&s.cards, &example("good", &hg)).await.unwrap();
+    apply(&s.cards, &example("stuck", &hs)).await.unwrap();
+    wait_card(&s.cards, "good", &s.operator, "Ready", ready).await;
+    let first = wait_card(&s.cards, "stuck", &s.operator, "Ready", ready).await;
+    let old_kid = first.status.unwrap().key_id.unwrap();
+    // The stuck card's latest edit is invalid: its last good version stays served.
+    let mut bad = example("stuck", &hs);
+    bad["spec"]["card"]["description"] = json!("");
+    apply(&s.cards, &bad).await.unwrap();
+    wait_card(&s.cards, "stuck", &s.operator, "Ready=False", |c| {
+        condition(c, "Ready").is_some_and(|(st, _, _)| st == "False")
+    })
+    .await;
+    let stuck_bytes = served_bytes(&s.client, &s.ns.name, "stuck").await.unwrap();
+
+    // Rotate to a new key, then remove the old one from the Secret.
+    let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let key = agentcard_operator::a2a::SigningKey::generate(
+        agentcard_operator::a2a::Algorithm::ES256,
+        Some("next-1"),
+    )
+    .unwrap();
+    merge_secret(
+        &secrets,
+        &json!({
+            "metadata": {"annotations": {"agentcard.dev/active-key": "next-1"}},
+            "stringData": {"next-1.jwk.json": key.private_jwk_json()},
+        }),
+    )
+    .await;
+    wait_card(
+        &s.cards,
+        "good",
+        &s.operator,
+        "signed with the new key",
+        |c| ready(c) && c.status.as_ref().and_then(|st| st.key_id.as_deref()) == Some("next-1"),
+    )
+    .await;
+    let secret = secrets.get("agentcard-signing-keys").await.unwrap();
+    let old_entry = secret
+        .data
+        .unwrap_or_default()
+        .keys()
+        .find(|k| !k.starts_with("next-1"))
+        .cloned()
+        .unwrap();
+    merge_secret(&secrets, &json!({"data": {old_entry: null}})).await;
+    // The good card is signed with the new key alone; the stuck one says its key is retired.
+    wait_card(
+        &s.cards,
+        "good",
+        &s.operator,
+        "signed by the new key alone",
+        |c| condition(c, "Signed").is_some_and(|(_, _, m)| m == "signed with key next-1"),
+    )
+    .await;
+    let stuck = wait_card(
+        &s.cards,
+        "stuck",
+        &s.operator,
+        "retired key reported",
+        |c| {
+            condition(c, "Signed")
+                .is_some_and(|(st, r, _)| st == "True" && r == "SignedWithRetiredKey")
+        },
+    )
+    .await;
+    let (_, _, message) = condition(&stuck, "Signed").unwrap();
+    assert!(message.contains(&old_kid), "{message}");
+    assert_eq!(
+        served_bytes(&s.client, &s.ns.name, "stuck").await.unwrap(),
+        stuck_bytes
+    );
+    // A client fetching the JWKS now still verifies the stuck card as served.
+    let jwks = s.operator.get(&hs, PATH_JWKS);
+    let jwks = agentcard_operator::a2a::Jwks::from_slice(&jwks.body).unwrap();
+    assert!(jwks.find(&old_kid).is_some() && jwks.find("next-1").is_some());
+    let served = s.operator.get(&hs, PATH_CARD);
+    let card = agentcard_operator::a2a::AgentCard::from_json_lenient(&served.body).unwrap();
+    agentcard_operator::a2a::jws::verify_card(&card, &jwks).unwrap();
+
+    // Fixed, the card is signed with the new key, and the old key leaves the JWKS.
+    apply(&s.cards, &example("stuck", &hs)).await.unwrap();
+    wait_card(&s.cards, "stuck", &s.operator, "re-signed", |c| {
+        ready(c) && c.status.as_ref().and_then(|st| st.key_id.as_deref()) == Some("next-1")
+    })
+    .await;
+    let gone = support::http::eventually(Duration::from_secs(20), || {
+        let r = s.operator.get(&hs, PATH_JWKS);
+        let j = agentcard_operator::a2a::Jwks::from_slice(&r.body).ok()?;
+        (j.find(&old_kid).is_none()).then_some(())
+    });
+    assert!(gone.is_some(), "the retired key stayed in the JWKS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_card_removes_its_ingress_and_configmap() {
     let s = setup("delete", &[]).await;
     let mut m = example("gone", &host("gone", &s.ns.name));

@@ -1,11 +1,14 @@
 //! The controllers, run by the lease holder only.
 //!
-//! [`run`] starts the watches the AgentCard reconciler depends on — the signing Secret
-//! (parsed keys, JWKS publication, re-sign everything on change), Namespaces (host allowance),
-//! the ConfigMaps and Ingresses it writes (repair) — waits until they are synced, then runs
-//! [`agentcard::reconcile`] with a shared [`Context`]. The claims table (who holds which
-//! route) is loaded from the cards' status on the first reconcile. Every task [`run`] spawns is
-//! aborted when its future is dropped, so losing the lease stops all of it.
+//! [`run`] reads the process's shared watches ([`crate::hub`]: AgentCards, Namespaces,
+//! AgentDirectories, the published ConfigMaps, also read by the card server) and starts the
+//! ones only the controllers need — the signing Secret (parsed keys, JWKS publication, re-sign
+//! everything on change), the JWKS ConfigMap and the Ingresses and HTTPRoutes it writes
+//! (repair) — waits until they are synced, then runs [`agentcard::reconcile`] and
+//! [`agentdirectory::reconcile`] with a shared [`Context`]. [`watches`] turns each event into the
+//! reconciles it triggers. The claims table (who holds which route) is loaded from the cards'
+//! status on the first reconcile. Every task [`run`] spawns is aborted when its future is
+//! dropped, so losing the lease stops all of it.
 
 pub mod agentcard;
 pub mod agentdirectory;
@@ -33,14 +36,14 @@ use kube::{Client, ResourceExt};
 
 pub use error::Error;
 
-use crate::contract::{ANN_CARD, CONTENT_CARD, LABEL_CONTENT, LABEL_MANAGED_BY, MANAGER};
+use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::{AgentCard, AgentDirectory};
 use agentcard::build::Settings;
 use claims::{Claim, Claims};
 use keys::{KeyCache, Keys};
 
-/// How often the JWKS publisher looks whether a key that left the Secret is still used by a
-/// served card (while it keeps one published).
+/// How often (at most) the JWKS publisher looks whether a key that left the Secret is still
+/// used by a served card, while it keeps one published: every JWKS max-age, at most this long.
 const RETAINED_KEY_RECHECK: Duration = Duration::from_secs(30);
 
 /// Everything `run` needs to know about the deployment.
@@ -275,6 +278,15 @@ impl Context {
                 .activates_at
                 .map(|at| (keys.active.kid().to_string(), at)),
         })
+    }
+
+    /// The keys that sign now, as last published (empty before the first publication).
+    pub fn signing_kids(&self) -> Vec<String> {
+        self.jwks_published
+            .borrow()
+            .as_ref()
+            .map(|p| p.rotation.signing.clone())
+            .unwrap_or_default()
     }
 
     /// Re-check the other cards asking for one of `hosts`: `card` may have freed a claim there
@@ -608,6 +620,7 @@ pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
 /// Run the controllers until the process stops or `run` fails to start.
 pub async fn run(
     client: Client,
+    hubs: Arc<crate::hub::Hubs>,
     config: Config,
     metrics: Arc<metrics::ControllerMetrics>,
 ) -> Result<(), Error> {
@@ -619,39 +632,35 @@ pub async fn run(
         tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
     }
 
-    let cards_api: Api<AgentCard> = match &config.watch_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    // One watch per kind, one store each, read by both controllers (see `watches`).
+    // The process's shared watches (see `crate::hub`): their stores are read by both
+    // controllers, their events fan out to what each one triggers (see `watches`).
     let written = Arc::new(watches::WriteMemo::default());
     let statuses = Arc::new(watches::Unseen::<crate::crd::AgentCardStatus>::default());
     let configmaps_written = Arc::new(watches::Unseen::<ConfigMap>::default());
     let index = Arc::new(Mutex::new(watches::CardIndex::default()));
-    let (cards, cards_writer) = reflector::store();
+    let scope = watches::Scope {
+        namespace: config.watch_namespace.clone(),
+        limit: config.max_cards_per_namespace,
+    };
+    let cards = hubs.cards.store();
     let (card_refs_tx, card_refs_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let (dir_recount_tx, dir_recount_rx) = futures::channel::mpsc::unbounded::<()>();
-    let (gone_tx, mut gone_rx) = futures::channel::mpsc::unbounded::<AgentCard>();
-    let card_memo = statuses.clone();
-    let card_feed = watcher(cards_api.clone(), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(watches::compact_card)
-        .reflect(cards_writer)
-        .inspect(move |ev| card_memo.forget_event(agentcard::STATUS_WRITE, ev));
+    let (gone_tx, mut gone_rx) = futures::channel::mpsc::unbounded::<Arc<AgentCard>>();
     let _card_task = AbortOnDrop(tokio::spawn(watches::fan_out_cards(
-        card_feed,
+        hubs.cards.subscribe(),
         cards.clone(),
         index.clone(),
-        config.max_cards_per_namespace,
+        scope.clone(),
+        statuses.clone(),
         watches::CardTargets {
             cards: card_refs_tx.clone(),
             directories: dir_recount_tx.clone(),
             gone: gone_tx,
         },
     )));
-    // Unbounded by default: on the local plane, 1,000 cards were Ready soonest that way
-    // (benches/controller_load.rs: 47 s unbounded, 53 s at 16, 67 s at 4). The controller's
-    // triggers come from the fan-out above (the card store is shared).
+    // Bounded by default (`--concurrency`): each reconcile in flight holds API connections
+    // and buffers; at 10,000 cards unbounded reconciles took the most memory. The
+    // controller's triggers come from the fan-out above (the card store is shared).
     let controller = Controller::for_stream(
         futures::stream::pending::<Result<AgentCard, watcher::Error>>(),
         cards.clone(),
@@ -659,47 +668,38 @@ pub async fn run(
     .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency));
 
     // Namespaces: labels re-count the directories, allowed hosts re-check the cards.
-    let (ns_store, ns_writer) = reflector::store();
-    let ns_feed = watcher(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(|ns: &mut Namespace| watches::compact_meta(&mut ns.metadata))
-    .reflect(ns_writer);
+    let ns_store = hubs.namespaces.store();
     let _ns_task = AbortOnDrop(tokio::spawn(watches::fan_out_namespaces(
-        ns_feed,
+        hubs.namespaces.subscribe(),
         index.clone(),
         card_refs_tx.clone(),
         dir_recount_tx.clone(),
     )));
+    // The cards' ConfigMaps: read from the shared store; an edit or deletion repairs them.
+    let configmaps = hubs.configmaps.store();
+    let _cm_task = AbortOnDrop(tokio::spawn(watches::fan_out_configmaps(
+        hubs.configmaps.subscribe(),
+        scope.clone(),
+        written.clone(),
+        configmaps_written.clone(),
+        card_refs_tx.clone(),
+    )));
+    // Re-sign every card of the controller's (not every card in the shared store).
+    let (all_tx, mut all_rx) = futures::channel::mpsc::unbounded::<()>();
+    let (all_index, all_refs) = (index.clone(), card_refs_tx.clone());
+    let _all_task = AbortOnDrop(tokio::spawn(async move {
+        while all_rx.next().await.is_some() {
+            let keys = all_index.lock().unwrap_or_else(|e| e.into_inner()).all();
+            for key in keys {
+                let _ = all_refs.unbounded_send(key);
+            }
+        }
+    }));
     drop(card_refs_tx);
     drop(dir_recount_tx);
 
-    // The cards' ConfigMaps: read from this store, and an edit or deletion repairs them.
-    let (configmaps, cm_writer) = reflector::store();
-    let (cm_memo, cm_written) = (written.clone(), configmaps_written.clone());
-    let cm_feed = watcher(
-        match &config.watch_namespace {
-            Some(ns) => Api::<ConfigMap>::namespaced(client.clone(), ns),
-            None => Api::<ConfigMap>::all(client.clone()),
-        },
-        watcher::Config::default().labels(&format!(
-            "{LABEL_MANAGED_BY}={MANAGER},{LABEL_CONTENT}={CONTENT_CARD}"
-        )),
-    )
-    .default_backoff()
-    .modify(|cm: &mut ConfigMap| watches::compact_meta(&mut cm.metadata))
-    .reflect(cm_writer)
-    .inspect(move |ev| {
-        cm_memo.forget_event("ConfigMap", ev);
-        cm_written.forget_event("ConfigMap", ev);
-    });
-    let (_cm_task, cm_touched) = watches::drive(cm_feed);
-
     // The signing Secret: publish the JWKS and re-sign every card when it changes.
     let (secret_store, secret_writer) = reflector::store();
-    let (all_tx, all_rx) = futures::channel::mpsc::unbounded::<()>();
     let secret_feed = watcher(
         secrets_api,
         watcher::Config::default().fields(&format!("metadata.name={}", config.signing_secret)),
@@ -831,7 +831,9 @@ pub async fn run(
                         });
                         if retained > 0 {
                             // A retained key goes once no served card uses it: look again.
-                            let soon = tokio::time::Instant::now() + RETAINED_KEY_RECHECK;
+                            let every = Duration::from_secs(u64::from(jwks_max_age))
+                                .clamp(Duration::from_secs(1), RETAINED_KEY_RECHECK);
+                            let soon = tokio::time::Instant::now() + every;
                             wake = Some(wake.map_or(soon, |w| w.min(soon)));
                         }
                         let note = rotation_note(before.as_ref(), &rotation, keys.active.kid());
@@ -953,21 +955,29 @@ pub async fn run(
     let (peers_tx, peers_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentCard>>();
     let (dir_peers_tx, dir_peers_rx) =
         futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
-    let (directories, directories_writer) = reflector::store();
+    // Directories: from the shared watch; each change reconciles that directory.
+    let directories = hubs.directories.store();
     let (listed_tx, directories_listed) = tokio::sync::watch::channel(false);
-    let directory_feed = watcher(
-        Api::<AgentDirectory>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .reflect(directories_writer)
-    .inspect(move |ev| {
-        if matches!(ev, Ok(watcher::Event::InitDone)) {
-            let _ = listed_tx.send(true);
+    let (dir_refs_tx, dir_refs_rx) =
+        futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
+    let mut dir_feed = hubs.directories.subscribe();
+    let _dir_task = AbortOnDrop(tokio::spawn(async move {
+        while let Some(event) = dir_feed.next().await {
+            match event {
+                watcher::Event::InitDone => {
+                    let _ = listed_tx.send(true);
+                }
+                watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
+                    let _ = dir_refs_tx.unbounded_send(ObjectRef::from_obj(d.as_ref()));
+                }
+                watcher::Event::Init | watcher::Event::Delete(_) => {}
+            }
         }
-    })
-    .applied_objects();
-    let directory_controller = Controller::for_stream(directory_feed, directories.clone());
+    }));
+    let directory_controller = Controller::for_stream(
+        futures::stream::pending::<Result<AgentDirectory, watcher::Error>>(),
+        directories.clone(),
+    );
     let directories_wait = match Api::<AgentDirectory>::all(client.clone())
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
@@ -1027,7 +1037,11 @@ pub async fn run(
     // Directories: count and route follow cards and namespace labels.
     let directory_run = directory_controller
         .reconcile_all_on(dir_recount_rx)
-        .reconcile_on(futures::stream::select(dir_peers_rx, dir_route_rx))
+        .reconcile_on(futures::stream::select_all([
+            dir_refs_rx.boxed(),
+            dir_peers_rx.boxed(),
+            dir_route_rx.boxed(),
+        ]))
         .run(
             agentdirectory::reconcile,
             agentdirectory::error_policy,
@@ -1042,7 +1056,6 @@ pub async fn run(
     let repair_cards = cards.clone();
     let operator_ns = opns.clone();
     let card_run = controller
-        .owns_stream(cm_touched.map(Ok::<_, watcher::Error>))
         .reconcile_on(futures::stream::select_all([
             card_refs_rx.boxed(),
             peers_rx.boxed(),
@@ -1068,7 +1081,6 @@ pub async fn run(
                 repair_cards.get(&r).map(|_| r)
             },
         )
-        .reconcile_all_on(all_rx)
         .run(agentcard::reconcile, agentcard::error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {

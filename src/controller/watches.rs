@@ -1,11 +1,13 @@
-//! The controllers' watches: one per kind, each feeding one store that every controller reads.
+//! What the controllers make of the process's shared watches ([`crate::hub`]).
 //!
-//! Data flow: a watcher stream → [`compact_card`] / [`compact_meta`] (drop what no reconcile
-//! reads, so 10,000 cards fit in little memory) → the reflector store → [`fan_out_cards`] /
-//! [`fan_out_namespaces`], which update the indexes ([`CardIndex`]: cards by host and by
-//! namespace) and only then send what each event triggers (the card itself to the card
-//! controller, a re-count to the directories, the cards of a namespace whose host allowance
-//! changed). Each event costs O(what changed): no trigger scans every card.
+//! Data flow: each hub stores an object compacted ([`compact_card`], [`compact_meta`]: what no
+//! reconcile reads is dropped, so 10,000 cards fit in little memory), then forwards its event
+//! here: [`fan_out_cards`], [`fan_out_namespaces`] and [`fan_out_configmaps`] update the indexes
+//! ([`CardIndex`]: the controller's cards by host and by namespace) and forget the writes the
+//! watch now shows ([`Unseen`]), and only then send what each event triggers (the card itself to
+//! the card controller, a re-count to the directories, the cards of a namespace whose host
+//! allowance changed, the owner of an edited ConfigMap). Each event costs O(what changed): no
+//! trigger scans every card.
 //!
 //! A relist (`Init` … `InitDone`) is held back until `InitDone`: the store swaps in the new list
 //! only then, so a trigger sent earlier could find a new card missing from the store.
@@ -15,15 +17,16 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 
 use super::agentcard::validate::ANN_ALLOWED_HOSTS;
-use crate::contract::MANAGER;
+use crate::contract::{CONTENT_CARD, LABEL_CONTENT, MANAGER};
 use crate::crd::AgentCard;
+use crate::hub::Shared;
 
 /// kubectl's copy of the last applied object: as large as the object, read by nothing here.
 const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -129,6 +132,11 @@ impl CardIndex {
             .unwrap_or_default()
     }
 
+    /// Every card.
+    pub fn all(&self) -> Vec<ObjectRef<AgentCard>> {
+        self.host_of.keys().cloned().collect()
+    }
+
     /// How many cards namespace `ns` has.
     pub fn count_in(&self, ns: &str) -> usize {
         self.by_namespace.get(ns).map_or(0, HashSet::len)
@@ -179,71 +187,114 @@ pub struct CardTargets {
     /// The directory controller (every directory counts again).
     pub directories: UnboundedSender<()>,
     /// The sweeper (a card that is gone; its finalizer may have been removed).
-    pub gone: UnboundedSender<AgentCard>,
+    pub gone: UnboundedSender<Arc<AgentCard>>,
 }
 
-/// Read the reflected card watch until it ends, keeping `index` in step and sending each
-/// change where it matters. `limit`: the cards per namespace that may publish (0: any number);
-/// when a card of a namespace over it goes, the namespace's other cards are looked at again.
+/// Read the shared card watch until it ends: forget the unseen status writes of each card it
+/// shows (`unseen`), keep `index` in step, and send each change where it matters. Only the
+/// cards of `namespace` are the controller's (every namespace when `None`); every card counts
+/// for the directories. `limit`: the cards per namespace that may publish (0: any number); when
+/// a card of a namespace over it goes, the namespace's other cards are looked at again.
 pub async fn fan_out_cards(
-    feed: impl Stream<Item = Result<watcher::Event<AgentCard>, watcher::Error>>,
+    feed: impl Stream<Item = Shared<AgentCard>>,
     store: Store<AgentCard>,
     index: Arc<Mutex<CardIndex>>,
-    limit: usize,
+    scope: Scope,
+    unseen: Arc<Unseen<crate::crd::AgentCardStatus>>,
     targets: CardTargets,
 ) {
     futures::pin_mut!(feed);
     let mut relisted: Option<Vec<ObjectRef<AgentCard>>> = None;
     let lock = || index.lock().unwrap_or_else(|e| e.into_inner());
     while let Some(event) = feed.next().await {
-        let Ok(event) = event else { continue };
+        if let watcher::Event::Apply(c) | watcher::Event::InitApply(c) | watcher::Event::Delete(c) =
+            &event
+        {
+            unseen.forget(
+                super::agentcard::STATUS_WRITE,
+                c.metadata.namespace.as_deref().unwrap_or(""),
+                c.metadata.name.as_deref().unwrap_or(""),
+            );
+        }
         match event {
             watcher::Event::Init => relisted = Some(Vec::new()),
             watcher::Event::InitApply(card) => {
-                relisted
-                    .get_or_insert_with(Vec::new)
-                    .push(ObjectRef::from_obj(&card));
+                if scope.holds(&card) {
+                    relisted
+                        .get_or_insert_with(Vec::new)
+                        .push(ObjectRef::from_obj(card.as_ref()));
+                }
             }
             watcher::Event::InitDone => {
-                lock().rebuild(store.state().iter().map(|c| c.as_ref()));
+                lock().rebuild(
+                    store
+                        .state()
+                        .iter()
+                        .map(|c| c.as_ref())
+                        .filter(|c| scope.holds(c)),
+                );
                 for key in relisted.take().unwrap_or_default() {
                     let _ = targets.cards.unbounded_send(key);
                 }
                 let _ = targets.directories.unbounded_send(());
             }
             watcher::Event::Apply(card) => {
-                lock().apply(&card);
-                let _ = targets.cards.unbounded_send(ObjectRef::from_obj(&card));
+                if scope.holds(&card) {
+                    lock().apply(&card);
+                    let _ = targets
+                        .cards
+                        .unbounded_send(ObjectRef::from_obj(card.as_ref()));
+                }
                 let _ = targets.directories.unbounded_send(());
             }
             watcher::Event::Delete(card) => {
-                let key = ObjectRef::from_obj(&card);
-                let waiting = {
-                    let mut index = lock();
-                    let over =
-                        limit > 0 && index.count_in(key.namespace.as_deref().unwrap_or("")) > limit;
-                    index.remove(&key);
-                    if over {
-                        index.in_namespace(key.namespace.as_deref().unwrap_or(""))
-                    } else {
-                        Vec::new()
+                if scope.holds(&card) {
+                    let key = ObjectRef::from_obj(card.as_ref());
+                    let ns = key.namespace.clone().unwrap_or_default();
+                    let waiting = {
+                        let mut index = lock();
+                        let over = scope.limit > 0 && index.count_in(&ns) > scope.limit;
+                        index.remove(&key);
+                        if over {
+                            index.in_namespace(&ns)
+                        } else {
+                            Vec::new()
+                        }
+                    };
+                    for other in waiting {
+                        let _ = targets.cards.unbounded_send(other);
                     }
-                };
-                for other in waiting {
-                    let _ = targets.cards.unbounded_send(other);
+                    let _ = targets.gone.unbounded_send(card);
                 }
                 let _ = targets.directories.unbounded_send(());
-                let _ = targets.gone.unbounded_send(card);
             }
         }
     }
 }
 
-/// Read the reflected Namespace watch until it ends: every change re-counts the directories
+/// Which cards are the controller's, and how many of a namespace publish.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// Only this namespace's cards (every namespace when `None`).
+    pub namespace: Option<String>,
+    /// Most cards published per namespace (0: any number).
+    pub limit: usize,
+}
+
+impl Scope {
+    /// Whether `card` is the controller's.
+    pub fn holds(&self, card: &AgentCard) -> bool {
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| card.metadata.namespace.as_deref() == Some(ns))
+    }
+}
+
+/// Read the shared Namespace watch until it ends: every change re-counts the directories
 /// (namespace labels select cards); a change of a namespace's allowed hosts re-checks that
 /// namespace's cards, and only then (labels and other annotations do not touch cards).
 pub async fn fan_out_namespaces(
-    feed: impl Stream<Item = Result<watcher::Event<Namespace>, watcher::Error>>,
+    feed: impl Stream<Item = Shared<Namespace>>,
     index: Arc<Mutex<CardIndex>>,
     cards: UnboundedSender<ObjectRef<AgentCard>>,
     directories: UnboundedSender<()>,
@@ -251,7 +302,6 @@ pub async fn fan_out_namespaces(
     futures::pin_mut!(feed);
     let mut allowance: HashMap<String, Option<String>> = HashMap::new();
     while let Some(event) = feed.next().await {
-        let Ok(event) = event else { continue };
         let ns = match event {
             watcher::Event::Apply(ns) | watcher::Event::InitApply(ns) => ns,
             watcher::Event::Delete(ns) => {
@@ -281,6 +331,45 @@ pub async fn fan_out_namespaces(
                     let _ = cards.unbounded_send(key);
                 }
             }
+        }
+    }
+}
+
+/// Read the shared ConfigMap watch until it ends: forget the unseen writes of each ConfigMap
+/// it shows (`unseen`, `configmaps`), then send the card owning a card ConfigMap to the card
+/// controller (someone edited or deleted what it wrote: it is written again).
+pub async fn fan_out_configmaps(
+    feed: impl Stream<Item = Shared<ConfigMap>>,
+    scope: Scope,
+    unseen: Arc<WriteMemo>,
+    configmaps: Arc<Unseen<ConfigMap>>,
+    cards: UnboundedSender<ObjectRef<AgentCard>>,
+) {
+    futures::pin_mut!(feed);
+    while let Some(event) = feed.next().await {
+        let cm = match event {
+            watcher::Event::Apply(cm)
+            | watcher::Event::InitApply(cm)
+            | watcher::Event::Delete(cm) => cm,
+            watcher::Event::Init | watcher::Event::InitDone => continue,
+        };
+        let ns = cm.metadata.namespace.clone().unwrap_or_default();
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        unseen.forget("ConfigMap", &ns, &name);
+        configmaps.forget("ConfigMap", &ns, &name);
+        if cm.labels().get(LABEL_CONTENT).map(String::as_str) != Some(CONTENT_CARD)
+            || scope.namespace.as_deref().is_some_and(|w| w != ns)
+        {
+            continue;
+        }
+        let owner = cm
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == "AgentCard");
+        if let Some(owner) = owner {
+            let _ = cards.unbounded_send(ObjectRef::new(&owner.name).within(&ns));
         }
     }
 }

@@ -93,8 +93,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     client.clone(),
                     crate::controller::agentcard::validate::patterns(&args.token_audiences),
                 )));
+                let hubs = crate::hub::Hubs::start(&client);
                 tokio::spawn(source_cluster::watch_cluster(
-                    client,
+                    hubs,
                     args.namespace.clone(),
                     index.clone(),
                 ))

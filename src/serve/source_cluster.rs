@@ -24,15 +24,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::watcher::Event;
+use kube::ResourceExt;
 
 use crate::contract::*;
 use crate::crd::{AgentCard, AgentDirectory, AgentDirectorySpec, ServedRoute};
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::select;
 use crate::directory::site::Site;
+use crate::hub::Hubs;
 use crate::index::{CardEntry, Index, Published};
 
 /// How long changes are gathered before the directories are rebuilt.
@@ -376,7 +376,7 @@ impl Feed {
         }
     }
 
-    fn on_cm_event(&mut self, event: Event<ConfigMap>) {
+    fn on_cm_event(&mut self, event: Event<Arc<ConfigMap>>) {
         match event {
             Event::Init => self.relist_cms = Some(HashSet::new()),
             Event::InitApply(cm) => {
@@ -397,7 +397,7 @@ impl Feed {
         }
     }
 
-    fn on_directory_event(&mut self, event: Event<AgentDirectory>) {
+    fn on_directory_event(&mut self, event: Event<Arc<AgentDirectory>>) {
         match event {
             Event::Init => self.relist_directories = Some(HashSet::new()),
             Event::InitApply(d) | Event::Apply(d) => {
@@ -419,7 +419,7 @@ impl Feed {
         }
     }
 
-    fn on_card_event(&mut self, event: Event<AgentCard>) {
+    fn on_card_event(&mut self, event: Event<Arc<AgentCard>>) {
         match event {
             Event::Init => self.relist_cards = Some(HashSet::new()),
             Event::InitApply(card) => {
@@ -454,44 +454,20 @@ impl Feed {
 }
 
 enum Change {
-    ConfigMap(Event<ConfigMap>),
-    Card(Event<AgentCard>),
-    Namespace(Event<Namespace>),
-    Directory(Event<AgentDirectory>),
+    ConfigMap(Event<Arc<ConfigMap>>),
+    Card(Event<Arc<AgentCard>>),
+    Namespace(Event<Arc<Namespace>>),
+    Directory(Event<Arc<AgentDirectory>>),
 }
 
-/// Keep `index` in step with the published, confirmed cards until the process ends.
-pub async fn watch_cluster(client: Client, operator_ns: String, index: Arc<Index>) {
-    let cms = watcher::watcher(
-        Api::<ConfigMap>::all(client.clone()),
-        watcher::Config::default().labels(PUBLISHED_SELECTOR),
-    )
-    .default_backoff()
-    .map(|r| r.map(Change::ConfigMap));
-    let cards = watcher::watcher(
-        Api::<AgentCard>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .map(|r| r.map(Change::Card));
-    let namespaces = watcher::watcher(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .map(|r| r.map(|ns| Change::Namespace(Event::Apply(ns))));
-    let directories = watcher::watcher(
-        Api::<AgentDirectory>::all(client),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .map(|r| r.map(Change::Directory));
+/// Keep `index` in step with the published, confirmed cards until the process ends, from the
+/// process's shared watches.
+pub async fn watch_cluster(hubs: Arc<Hubs>, operator_ns: String, index: Arc<Index>) {
     let mut events = futures::stream::select_all([
-        cms.boxed(),
-        cards.boxed(),
-        namespaces.boxed(),
-        directories.boxed(),
+        hubs.configmaps.subscribe().map(Change::ConfigMap).boxed(),
+        hubs.cards.subscribe().map(Change::Card).boxed(),
+        hubs.namespaces.subscribe().map(Change::Namespace).boxed(),
+        hubs.directories.subscribe().map(Change::Directory).boxed(),
     ]);
     let mut feed = Feed::new(index, operator_ns);
     let mut rebuild_at: Option<tokio::time::Instant> = None;
@@ -506,14 +482,13 @@ pub async fn watch_cluster(client: Client, operator_ns: String, index: Arc<Index
             event = events.next() => {
                 let Some(event) = event else { return };
                 match event {
-                    Ok(Change::ConfigMap(e)) => feed.on_cm_event(e),
-                    Ok(Change::Card(e)) => feed.on_card_event(e),
-                    Ok(Change::Namespace(Event::Apply(ns))) => feed.apply_namespace(&ns),
-                    Ok(Change::Namespace(_)) => {}
-                    Ok(Change::Directory(e)) => feed.on_directory_event(e),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "watch failed; serving the last known cards and retrying")
+                    Change::ConfigMap(e) => feed.on_cm_event(e),
+                    Change::Card(e) => feed.on_card_event(e),
+                    Change::Namespace(Event::Apply(ns) | Event::InitApply(ns)) => {
+                        feed.apply_namespace(&ns)
                     }
+                    Change::Namespace(_) => {}
+                    Change::Directory(e) => feed.on_directory_event(e),
                 }
                 if feed.dirty && rebuild_at.is_none() {
                     rebuild_at = Some(tokio::time::Instant::now() + REBUILD_DELAY);

@@ -194,6 +194,20 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     if let Some(r) = &report {
         status::set_source(&mut next, &card, r, Time(jiff::Timestamp::now()));
     }
+    if outcome.is_err() {
+        // A card whose edit failed keeps its last good version, signed with the keys of its
+        // time: say so when those keys no longer sign (a rotation went on meanwhile).
+        let signing = ctx.signing_kids();
+        let retired: Vec<String> = previous
+            .as_ref()
+            .and_then(|cm| cm.data.as_ref()?.get(crate::contract::KEY_CARD).cloned())
+            .map(|b| super::keys::signature_kids(&b))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|k| !signing.is_empty() && !signing.contains(k))
+            .collect();
+        status::set_retired_signature(&mut next, &card, &retired, Time(jiff::Timestamp::now()));
+    }
     status::set_routing(
         &mut next,
         &card,

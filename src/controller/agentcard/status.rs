@@ -277,6 +277,34 @@ pub const ROUTED: &str = "Routed";
 
 /// Record what routes the card and, with HTTPRoutes, the Gateways' verdict as `Routed`
 /// (`routed` = `(status, reason, message)`); a card served nowhere has no routes to report.
+/// Report a served card signed with keys that no longer sign (`retired`): its latest edit
+/// failed, so it was not signed again with the current keys. The Signed condition says so;
+/// the retired keys stay in the JWKS while it is served.
+pub fn set_retired_signature(
+    status: &mut AgentCardStatus,
+    card: &AgentCard,
+    retired: &[String],
+    now: Time,
+) {
+    if retired.is_empty() || status.url.is_none() {
+        return;
+    }
+    let prev = previous_conditions(card);
+    status.conditions.retain(|c| c.type_ != SIGNED);
+    status.conditions.push(condition(
+        &prev,
+        SIGNED,
+        true,
+        "SignedWithRetiredKey",
+        format!(
+            "the served card is signed with key {}, which no longer signs; it is signed again with the current keys once its spec is valid (the key stays in the JWKS until then)",
+            retired.join(", ")
+        ),
+        card.metadata.generation,
+        &now,
+    ));
+}
+
 pub fn set_routing(
     status: &mut AgentCardStatus,
     card: &AgentCard,

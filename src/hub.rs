@@ -1,0 +1,167 @@
+//! One watch per kind for the whole process, shared by the card server's feed (every replica)
+//! and the controllers (the lease holder only).
+//!
+//! Data flow: a watcher stream → compaction (what no reader needs, such as `managedFields`, is
+//! dropped before it is stored) → the reflector store → [`Hub`] forwards each event, the object
+//! behind an `Arc`, to every subscriber. A subscriber that joins late (the controllers, when
+//! this replica gains the lease) first gets the store's content as a relist (`Init`,
+//! `InitApply`…, `InitDone`), then the live events: nothing is missed, and nothing is listed
+//! from the API server twice. The store is updated before an event is forwarded, so a
+//! subscriber reacting to an event reads at least that version from the store.
+
+use std::sync::{Arc, Mutex};
+
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+
+use crate::contract::PUBLISHED_SELECTOR;
+use crate::controller::watches::{compact_card, compact_meta};
+use crate::crd::{AgentCard, AgentDirectory};
+
+/// A watch event with the object shared.
+pub type Shared<K> = Event<Arc<K>>;
+
+struct Subscribers<K> {
+    senders: Vec<UnboundedSender<Shared<K>>>,
+    synced: bool,
+}
+
+/// One kind's watch: its store, and the subscribers its events go to.
+pub struct Hub<K: kube::Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    subscribers: Arc<Mutex<Subscribers<K>>>,
+    _task: AbortOnDrop,
+}
+
+/// Aborts the watch task with its hub.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<K> Hub<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    /// Start watching `api` (with `config`), each object trimmed by `compact` before it is
+    /// stored and forwarded.
+    pub fn start(api: Api<K>, config: watcher::Config, compact: fn(&mut K)) -> Hub<K> {
+        let (store, writer) = reflector::store();
+        let subscribers = Arc::new(Mutex::new(Subscribers {
+            senders: Vec::new(),
+            synced: false,
+        }));
+        let feed = watcher(api, config)
+            .default_backoff()
+            .modify(compact)
+            .reflect(writer);
+        let forward = subscribers.clone();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(feed);
+            while let Some(event) = feed.next().await {
+                let event = match event {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff");
+                        continue;
+                    }
+                };
+                let shared = match event {
+                    Event::Init => Event::Init,
+                    Event::InitApply(o) => Event::InitApply(Arc::new(o)),
+                    Event::InitDone => Event::InitDone,
+                    Event::Apply(o) => Event::Apply(Arc::new(o)),
+                    Event::Delete(o) => Event::Delete(Arc::new(o)),
+                };
+                let mut subs = forward.lock().unwrap_or_else(|e| e.into_inner());
+                if matches!(shared, Event::InitDone) {
+                    subs.synced = true;
+                }
+                subs.senders
+                    .retain(|tx| tx.unbounded_send(shared.clone()).is_ok());
+            }
+        });
+        Hub {
+            store,
+            subscribers,
+            _task: AbortOnDrop(task),
+        }
+    }
+
+    /// The store every reader shares.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// The events from now on, after the store's content as a relist when the watch has
+    /// listed already. Dropping the receiver unsubscribes.
+    pub fn subscribe(&self) -> UnboundedReceiver<Shared<K>> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        if subs.synced {
+            let _ = tx.unbounded_send(Event::Init);
+            for o in self.store.state() {
+                let _ = tx.unbounded_send(Event::InitApply(o));
+            }
+            let _ = tx.unbounded_send(Event::InitDone);
+        }
+        subs.senders.push(tx);
+        rx
+    }
+}
+
+/// The watches the card server and the controllers share: every AgentCard, Namespace and
+/// AgentDirectory, and the ConfigMaps the operator publishes (cards and the JWKS).
+pub struct Hubs {
+    /// Every AgentCard (compacted).
+    pub cards: Hub<AgentCard>,
+    /// Every Namespace.
+    pub namespaces: Hub<Namespace>,
+    /// Every AgentDirectory.
+    pub directories: Hub<AgentDirectory>,
+    /// Every ConfigMap with a published card or the JWKS.
+    pub configmaps: Hub<ConfigMap>,
+}
+
+impl Hubs {
+    /// Start the four watches.
+    pub fn start(client: &Client) -> Arc<Hubs> {
+        Arc::new(Hubs {
+            cards: Hub::start(
+                Api::all(client.clone()),
+                watcher::Config::default().any_semantic(),
+                compact_card,
+            ),
+            namespaces: Hub::start(
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                |ns: &mut Namespace| compact_meta(&mut ns.metadata),
+            ),
+            directories: Hub::start(
+                Api::all(client.clone()),
+                watcher::Config::default().any_semantic(),
+                |d: &mut AgentDirectory| d.metadata.managed_fields = None,
+            ),
+            configmaps: Hub::start(
+                Api::all(client.clone()),
+                watcher::Config::default().labels(PUBLISHED_SELECTOR),
+                |cm: &mut ConfigMap| compact_meta(&mut cm.metadata),
+            ),
+        })
+    }
+}
