@@ -272,14 +272,8 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
     })
     .await
     .expect("restarted operator leads");
-    // Trigger a reconcile with a no-op change of metadata.
-    let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
-    s.cards
-        .patch("card", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    // Wait until the new process has really reconciled the card (twice: start, then the edit),
-    // so the comparison below cannot pass for want of a reconcile.
+    // Wait until the new process has really reconciled the card (at start, then after an
+    // edit), so the comparison below cannot pass for want of a reconcile.
     let reconciles = || {
         let m = support::http::request(op2.server.admin, "GET", "/metrics", &[("Host", "a")]).body;
         String::from_utf8_lossy(&m)
@@ -291,9 +285,26 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
             .unwrap_or(0)
     };
     support::http::eventually(Duration::from_secs(30), || {
+        (reconciles() >= 1).then_some(())
+    })
+    .expect("the restarted operator reconciles the card at start");
+    // Trigger a reconcile with a no-op change of metadata (after the first one: an edit made
+    // while the new leader starts is folded into its first reconcile).
+    let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    s.cards
+        .patch("card", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    if support::http::eventually(Duration::from_secs(30), || {
         (reconciles() >= 2).then_some(())
     })
-    .expect("the restarted operator reconciles the card");
+    .is_none()
+    {
+        panic!(
+            "the restarted operator did not reconcile the card twice; its log:\n{}",
+            op2.logs()
+        );
+    }
     assert_eq!(
         served_bytes(&s.client, &s.ns.name, "card").await.unwrap(),
         second,

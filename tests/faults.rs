@@ -104,7 +104,12 @@ async fn nothing_lost(client: &Client, op: &Operator) {
         }
         assert!(
             started.elapsed() < Duration::from_secs(120),
-            "{ready} of {CARDS} cards Ready after 120 s\n{}",
+            "{ready} of {CARDS} cards Ready after 120 s\nlease and JWKS lines:\n{}\nlog end:\n{}",
+            op.logs()
+                .lines()
+                .filter(|l| l.contains("lease") || l.contains("JWKS") || l.contains("synced"))
+                .collect::<Vec<_>>()
+                .join("\n"),
             support::cluster::tail(&op.logs())
         );
         tokio::time::sleep(Duration::from_millis(500)).await;

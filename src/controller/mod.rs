@@ -46,6 +46,12 @@ use keys::{KeyCache, Keys};
 /// used by a served card, while it keeps one published: every JWKS max-age, at most this long.
 const RETAINED_KEY_RECHECK: Duration = Duration::from_secs(30);
 
+/// How long one JWKS publication (a read and a write) may take before it is retried.
+const JWKS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the directory controller waits for more card events before it counts again.
+const DIRECTORY_DEBOUNCE: Duration = Duration::from_millis(500);
+
 /// Everything `run` needs to know about the deployment.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -677,12 +683,14 @@ pub async fn run(
     )));
     // The cards' ConfigMaps: read from the shared store; an edit or deletion repairs them.
     let configmaps = hubs.configmaps.store();
+    let (cms_listed_tx, cms_listed) = tokio::sync::watch::channel(false);
     let _cm_task = AbortOnDrop(tokio::spawn(watches::fan_out_configmaps(
         hubs.configmaps.subscribe(),
         scope.clone(),
         written.clone(),
         configmaps_written.clone(),
         card_refs_tx.clone(),
+        cms_listed_tx,
     )));
     // Re-sign every card of the controller's (not every card in the shared store).
     let (all_tx, mut all_rx) = futures::channel::mpsc::unbounded::<()>();
@@ -777,10 +785,13 @@ pub async fn run(
     );
     let rotation_recorder = recorder.clone();
     let jwks_cards = configmaps.clone();
+    let mut jwks_cards_listed = cms_listed.clone();
     let _jwks_task = AbortOnDrop(tokio::spawn(async move {
         // Keys that left the Secret stay published while a served card is signed with them:
         // which ones are, the card ConfigMaps say (once listed).
-        let _ = tokio::time::timeout(Duration::from_secs(30), jwks_cards.wait_until_ready()).await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(30), jwks_cards_listed.wait_for(|l| *l)).await;
+        tracing::debug!("the JWKS publisher starts");
         let mut failures = 0u32;
         let mut last = None;
         // When the active key may start signing, while a rotation waits.
@@ -809,17 +820,27 @@ pub async fn run(
                     .filter_map(|cm| cm.data.as_ref()?.get(crate::contract::KEY_CARD).cloned())
                     .flat_map(|card| keys::signature_kids(&card))
                     .collect();
-                match keys::publish_jwks(
-                    &jwks_client,
-                    &keys,
-                    &jwks_ns,
-                    jwks_max_age,
-                    &mut last,
-                    &in_use,
+                // Bounded: a request the API server never answers is a failure, retried.
+                let published = tokio::time::timeout(
+                    JWKS_WRITE_TIMEOUT,
+                    keys::publish_jwks(
+                        &jwks_client,
+                        &keys,
+                        &jwks_ns,
+                        jwks_max_age,
+                        &mut last,
+                        &in_use,
+                    ),
                 )
                 .await
-                {
+                .unwrap_or_else(|_| {
+                    Err(kube::Error::Service(
+                        format!("no answer within {JWKS_WRITE_TIMEOUT:?}").into(),
+                    ))
+                });
+                match published {
                     Ok((rotation, retained)) => {
+                        tracing::debug!(signing = ?rotation.signing, retained, "JWKS published");
                         let before = jwks_published_tx
                             .borrow()
                             .as_ref()
@@ -974,10 +995,13 @@ pub async fn run(
             }
         }
     }));
+    // A directory re-counts every card it lists (O(cards)): triggered by any card event, its
+    // reconciles are debounced, so a bulk apply costs a few counts, not one per card.
     let directory_controller = Controller::for_stream(
         futures::stream::pending::<Result<AgentDirectory, watcher::Error>>(),
         directories.clone(),
-    );
+    )
+    .with_config(kube::runtime::controller::Config::default().debounce(DIRECTORY_DEBOUNCE));
     let directories_wait = match Api::<AgentDirectory>::all(client.clone())
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
@@ -1030,9 +1054,21 @@ pub async fn run(
             }
         }
     }));
-    // Start reconciling only with the stores the reconciler reads.
+    tracing::debug!("waiting for the stores to be listed");
+    // Start reconciling only with the stores the reconciler reads: a reconcile before the
+    // Ingresses or ConfigMaps are listed would take them for missing and create them again
+    // (a conflict and a GET each, for every card, at every start).
     let _ = ns_store.wait_until_ready().await;
     let _ = tokio::time::timeout(Duration::from_secs(30), secret_store.wait_until_ready()).await;
+    // (Bounded: a store wakes only its latest waiter.)
+    let bound = Duration::from_secs(30);
+    let _ = tokio::time::timeout(bound, ctx.ingresses.wait_until_ready()).await;
+    let mut cms_listed = cms_listed;
+    let _ = tokio::time::timeout(bound, cms_listed.wait_for(|l| *l)).await;
+    tracing::debug!("the stores are listed: reconciling");
+    if let Some(routes) = &ctx.routes {
+        let _ = tokio::time::timeout(bound, routes.wait_until_ready()).await;
+    }
 
     // Directories: count and route follow cards and namespace labels.
     let directory_run = directory_controller

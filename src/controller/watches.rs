@@ -233,7 +233,9 @@ pub async fn fan_out_cards(
                         .map(|c| c.as_ref())
                         .filter(|c| scope.holds(c)),
                 );
-                for key in relisted.take().unwrap_or_default() {
+                let keys = relisted.take().unwrap_or_default();
+                tracing::debug!(cards = keys.len(), "cards listed: reconciling each");
+                for key in keys {
                     let _ = targets.cards.unbounded_send(key);
                 }
                 let _ = targets.directories.unbounded_send(());
@@ -337,13 +339,15 @@ pub async fn fan_out_namespaces(
 
 /// Read the shared ConfigMap watch until it ends: forget the unseen writes of each ConfigMap
 /// it shows (`unseen`, `configmaps`), then send the card owning a card ConfigMap to the card
-/// controller (someone edited or deleted what it wrote: it is written again).
+/// controller (someone edited or deleted what it wrote: it is written again). `listed` turns
+/// true once the store holds the whole list (a watch channel: any number may wait on it).
 pub async fn fan_out_configmaps(
     feed: impl Stream<Item = Shared<ConfigMap>>,
     scope: Scope,
     unseen: Arc<WriteMemo>,
     configmaps: Arc<Unseen<ConfigMap>>,
     cards: UnboundedSender<ObjectRef<AgentCard>>,
+    listed: tokio::sync::watch::Sender<bool>,
 ) {
     futures::pin_mut!(feed);
     while let Some(event) = feed.next().await {
@@ -351,7 +355,11 @@ pub async fn fan_out_configmaps(
             watcher::Event::Apply(cm)
             | watcher::Event::InitApply(cm)
             | watcher::Event::Delete(cm) => cm,
-            watcher::Event::Init | watcher::Event::InitDone => continue,
+            watcher::Event::InitDone => {
+                listed.send_replace(true);
+                continue;
+            }
+            watcher::Event::Init => continue,
         };
         let ns = cm.metadata.namespace.clone().unwrap_or_default();
         let name = cm.metadata.name.clone().unwrap_or_default();
