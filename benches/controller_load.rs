@@ -317,13 +317,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let _ = tokio::time::timeout(Duration::from_secs(120), poller).await;
     // What the cards cost in API requests (the operator counts its own, by verb and resource).
-    let scraped = http
-        .get(format!("http://{admin}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
-    let calls = api_calls(&scraped);
+    let calls = api_calls(&scrape(&http, admin).await?);
     let rss = peak_rss_kib(op.id());
     let _ = op.kill();
     let _ = op.wait();
@@ -363,12 +357,7 @@ async fn main() -> anyhow::Result<()> {
     // Writes once every card was reconciled by the new leader and nothing moved for 5 s.
     let mut last = (0.0, Instant::now());
     let settled = loop {
-        let text = http
-            .get(format!("http://{admin}/metrics"))
-            .send()
-            .await?
-            .text()
-            .await?;
+        let text = scrape(&http, admin).await?;
         let reconciles = metric(&text, "agentcard_reconciles_total");
         if reconciles != last.0 {
             last = (reconciles, Instant::now());
@@ -478,6 +467,16 @@ async fn wait_ready(http: &reqwest::Client, admin: std::net::SocketAddr) -> anyh
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
+}
+
+/// The operator's metrics, as scraped from `admin`.
+async fn scrape(http: &reqwest::Client, admin: std::net::SocketAddr) -> anyhow::Result<String> {
+    Ok(http
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?)
 }
 
 /// The value of an unlabelled sample `name` in a scrape (0 when absent).
