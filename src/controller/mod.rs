@@ -713,8 +713,7 @@ pub async fn run(
         watcher::Config::default().fields(&format!("metadata.name={}", config.signing_secret)),
     )
     .default_backoff()
-    .reflect(secret_writer)
-    .touched_objects();
+    .reflect(secret_writer);
     let mut all_tx2 = all_tx.clone();
     // One parse per Secret version, shared with the reconciles and the JWKS publisher.
     let key_cache = Arc::new(KeyCache::default());
@@ -729,11 +728,20 @@ pub async fn run(
         futures::pin_mut!(secret_feed);
         // Every card is signed again only when the keys or the active key change (or the Secret
         // comes or goes): other label and annotation edits, and relists, leave the cards alone.
+        // Acted on once the store holds the change: a relist's objects reach the store only
+        // at its end, so a trigger at `InitApply` would find the Secret missing there.
         let mut last_keys = None;
         while let Some(ev) = secret_feed.next().await {
-            let Ok(secret) = ev else { continue };
-            if let Err(e) = publisher_cache.get(&secret) {
-                tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures")
+            match ev {
+                Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                ) => {}
+                _ => continue,
+            }
+            if let Some(secret) = keys_store.get(&keys_ref) {
+                if let Err(e) = publisher_cache.get(&secret) {
+                    tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures")
+                }
             }
             let _ = secret_jwks_tx.unbounded_send(());
             let keys = Some(keys_store.get(&keys_ref).map(|s| {
@@ -812,6 +820,7 @@ pub async fn run(
                     .get(&jwks_secret_ref)
                     .and_then(|s| jwks_cache.get(&s).ok().map(|k| (s, k)))
                 else {
+                    tracing::debug!("no usable signing Secret yet: the JWKS waits for it");
                     break;
                 };
                 let in_use: std::collections::HashSet<String> = jwks_cards
@@ -983,15 +992,22 @@ pub async fn run(
         futures::channel::mpsc::unbounded::<ObjectRef<AgentDirectory>>();
     let mut dir_feed = hubs.directories.subscribe();
     let _dir_task = AbortOnDrop(tokio::spawn(async move {
+        // A relist's directories are triggered at its end, once the store holds them.
+        let mut relisted = Vec::new();
         while let Some(event) = dir_feed.next().await {
             match event {
                 watcher::Event::InitDone => {
                     let _ = listed_tx.send(true);
+                    for key in relisted.drain(..) {
+                        let _ = dir_refs_tx.unbounded_send(key);
+                    }
                 }
-                watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
+                watcher::Event::InitApply(d) => relisted.push(ObjectRef::from_obj(d.as_ref())),
+                watcher::Event::Apply(d) => {
                     let _ = dir_refs_tx.unbounded_send(ObjectRef::from_obj(d.as_ref()));
                 }
-                watcher::Event::Init | watcher::Event::Delete(_) => {}
+                watcher::Event::Init => relisted.clear(),
+                watcher::Event::Delete(_) => {}
             }
         }
     }));

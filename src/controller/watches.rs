@@ -303,36 +303,50 @@ pub async fn fan_out_namespaces(
 ) {
     futures::pin_mut!(feed);
     let mut allowance: HashMap<String, Option<String>> = HashMap::new();
+    // Namespaces whose allowance changed during a relist: re-checked at its end, once the
+    // store holds the new list.
+    let mut relisted: Option<Vec<String>> = None;
+    let recheck = |name: &str| {
+        let keys = index
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .in_namespace(name);
+        for key in keys {
+            let _ = cards.unbounded_send(key);
+        }
+    };
     while let Some(event) = feed.next().await {
-        let ns = match event {
-            watcher::Event::Apply(ns) | watcher::Event::InitApply(ns) => ns,
+        let (ns, initial) = match event {
+            watcher::Event::Apply(ns) => (ns, false),
+            watcher::Event::InitApply(ns) => (ns, true),
             watcher::Event::Delete(ns) => {
                 allowance.remove(&ns.name_any());
                 let _ = directories.unbounded_send(());
                 continue;
             }
             watcher::Event::InitDone => {
+                for name in relisted.take().unwrap_or_default() {
+                    recheck(&name);
+                }
                 let _ = directories.unbounded_send(());
                 continue;
             }
-            watcher::Event::Init => continue,
+            watcher::Event::Init => {
+                relisted = Some(Vec::new());
+                continue;
+            }
         };
-        let _ = directories.unbounded_send(());
+        if !initial {
+            let _ = directories.unbounded_send(());
+        }
         let name = ns.name_any();
         let now = ns.annotations().get(ANN_ALLOWED_HOSTS).cloned();
         match allowance.insert(name.clone(), now.clone()) {
             // First seen: its cards are reconciled on their own events (or at start).
             None => {}
             Some(before) if before == now => {}
-            Some(_) => {
-                let keys = index
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .in_namespace(&name);
-                for key in keys {
-                    let _ = cards.unbounded_send(key);
-                }
-            }
+            Some(_) if initial => relisted.get_or_insert_with(Vec::new).push(name),
+            Some(_) => recheck(&name),
         }
     }
 }
