@@ -632,10 +632,24 @@ pub async fn run(
 ) -> Result<(), Error> {
     let opns = config.settings.operator_namespace.clone();
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), &opns);
-    if config.create_signing_secret
-        && keys::ensure_secret(&secrets_api, &config.signing_secret, &opns).await?
-    {
-        tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
+    // An API server that fails now (restarting, etcd away) is waited for with backoff: failing
+    // here would end the controllers and the process with them.
+    let mut failures = 0u32;
+    while config.create_signing_secret {
+        match keys::ensure_secret(&secrets_api, &config.signing_secret, &opns).await {
+            Ok(created) => {
+                if created {
+                    tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
+                }
+                break;
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let delay = backoff_delay(failures, 0.5);
+                tracing::warn!(error = %e, retry_in = ?delay, "could not read or create the signing Secret");
+                tokio::time::sleep(delay).await;
+            }
+        }
     }
 
     // The process's shared watches (see `crate::hub`): their stores are read by both
