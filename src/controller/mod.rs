@@ -643,6 +643,10 @@ pub async fn run(
                 }
                 break;
             }
+            // A refusal (invalid name, no rights) does not pass by waiting: fail.
+            Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
+                return Err(Error::Kube(kube::Error::Api(s)));
+            }
             Err(e) => {
                 failures = failures.saturating_add(1);
                 let delay = backoff_delay(failures, 0.5);
