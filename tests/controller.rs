@@ -8,7 +8,6 @@ use std::time::Duration;
 use agentcard_operator::contract::*;
 use agentcard_operator::controller::agentcard::build::{backend_ingress_name_of, ingress_name};
 use agentcard_operator::crd::AgentCard;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -1016,16 +1015,7 @@ async fn on_sigterm_the_lease_holder_drains_then_gives_the_lease_up() {
         &ns.name,
         &["--identity", "draining-one", "--drain-seconds", "2"],
     );
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &op_ns.name);
-    let holder = || async {
-        leases
-            .get_opt("agentcard-operator-leader")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-    };
+    let holder = || support::operator::current_lease_holder(&client, &op_ns.name);
     wait_for(Duration::from_secs(20), || async {
         holder().await.as_deref() == Some("draining-one")
     })

@@ -161,19 +161,25 @@ pub async fn wait_card(
     }
 }
 
-/// The identity holding the operator's lease in `namespace`, once one does (or fail after 20 s).
-pub async fn lease_holder(client: &kube::Client, namespace: &str) -> String {
+/// The identity holding the operator's lease in `namespace` now, if any.
+pub async fn current_lease_holder(client: &kube::Client, namespace: &str) -> Option<String> {
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(client.clone(), namespace);
+    leases
+        .get_opt("agentcard-operator-leader")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// The identity holding the operator's lease in `namespace`, once one does (or fail after 20 s).
+pub async fn lease_holder(client: &kube::Client, namespace: &str) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let holder = leases
-            .get_opt("agentcard-operator-leader")
+        let holder = current_lease_holder(client, namespace)
             .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
             .unwrap_or_default();
         if !holder.is_empty() {
             return holder;
