@@ -789,6 +789,15 @@ async fn a_removed_key_stays_published_while_an_invalid_card_is_still_signed_wit
     let card = agentcard_operator::a2a::AgentCard::from_json_lenient(&served.body).unwrap();
     agentcard_operator::a2a::jws::verify_card(&card, &jwks).unwrap();
 
+    // A tenant copies the old-key card into a ConfigMap of its own with the operator's labels:
+    // that does not keep the old key published (only cards' confirmed ConfigMaps count).
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let forged: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "forged", "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_CARD}},
+        "data": {KEY_CARD: stuck_bytes},
+    }))
+    .unwrap();
+    cms.create(&Default::default(), &forged).await.unwrap();
     // Fixed, the card is signed with the new key, and the old key leaves the JWKS.
     apply(&s.cards, &example("stuck", &hs)).await.unwrap();
     wait_card(&s.cards, "stuck", &s.operator, "re-signed", |c| {

@@ -344,14 +344,16 @@ pub struct JwksState {
 /// Publish the JWKS of `keys` (server-side apply) with the rotation it allows now, unless the
 /// ConfigMap already holds exactly that. Its publication time (the served `Last-Modified`)
 /// moves only with its bytes. Returns the rotation: which keys sign, and when the active key
-/// will, while it waits.
+/// will, while it waits, and how many keys that left the Secret it kept. `served_kids` (the
+/// keys the served cards are signed with) is asked only when the JWKS published before holds a
+/// key the Secret no longer has.
 pub async fn publish_jwks(
     client: &kube::Client,
     keys: &Keys,
     namespace: &str,
     max_age: u32,
     last: &mut Option<JwksState>,
-    in_use: &HashSet<String>,
+    served_kids: impl FnOnce() -> HashSet<String>,
 ) -> Result<(Rotation, usize), kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let existing = api.get_opt(JWKS_CONFIGMAP).await?;
@@ -361,7 +363,27 @@ pub async fn publish_jwks(
         .and_then(|d| d.get(KEY_JWKS))
         .cloned()
         .or_else(|| last.as_ref().map(|l| l.body.clone()));
-    let jwks = published_jwks(keys, previous_body.as_deref(), in_use);
+    let current: HashSet<&str> = keys
+        .jwks
+        .keys
+        .iter()
+        .filter_map(|k| k.get("kid")?.as_str())
+        .collect();
+    let left_the_secret = previous_body
+        .as_deref()
+        .and_then(|p| Jwks::from_slice(p.as_bytes()).ok())
+        .is_some_and(|p| {
+            p.keys
+                .iter()
+                .filter_map(|k| k.get("kid")?.as_str())
+                .any(|kid| !current.contains(kid))
+        });
+    let in_use = if left_the_secret {
+        served_kids()
+    } else {
+        HashSet::new()
+    };
+    let jwks = published_jwks(keys, previous_body.as_deref(), &in_use);
     let retained = jwks.keys.len().saturating_sub(keys.jwks.keys.len());
     let body = jwks_body(&jwks);
     let recorded = existing

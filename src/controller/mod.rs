@@ -21,7 +21,7 @@ pub mod policy;
 pub mod routing;
 pub mod watches;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +45,29 @@ use keys::{KeyCache, Keys};
 /// How often (at most) the JWKS publisher looks whether a key that left the Secret is still
 /// used by a served card, while it keeps one published: every JWKS max-age, at most this long.
 const RETAINED_KEY_RECHECK: Duration = Duration::from_secs(30);
+
+/// The keys the served cards are signed with: each card's ConfigMap as its status confirms it
+/// (the one `status.configMap` names, holding `status.contentHash`), as the card server serves
+/// it. Only the operator writes status, so a ConfigMap a tenant made with the operator's labels
+/// cannot keep a key that left the Secret in the JWKS.
+fn served_kids(cards: &Store<AgentCard>, configmaps: &Store<ConfigMap>) -> HashSet<String> {
+    cards
+        .state()
+        .iter()
+        .filter_map(|card| {
+            let status = card.status.as_ref()?;
+            let cm = configmaps.get(
+                &ObjectRef::new(status.config_map.as_deref()?)
+                    .within(card.metadata.namespace.as_deref()?),
+            )?;
+            let body = cm.data.as_ref()?.get(crate::contract::KEY_CARD)?.clone();
+            (status.content_hash.as_deref()
+                == Some(crate::contract::content_hash(body.as_bytes()).as_str()))
+            .then_some(body)
+        })
+        .flat_map(|body| keys::signature_kids(&body))
+        .collect()
+}
 
 /// How long one JWKS publication (a read and a write) may take before it is retried.
 const JWKS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -810,7 +833,7 @@ pub async fn run(
         },
     );
     let rotation_recorder = recorder.clone();
-    let jwks_cards = configmaps.clone();
+    let (jwks_cards, jwks_served) = (configmaps.clone(), cards.clone());
     let mut jwks_cards_listed = cms_listed.clone();
     let _jwks_task = AbortOnDrop(tokio::spawn(async move {
         // Keys that left the Secret stay published while a served card is signed with them:
@@ -841,12 +864,6 @@ pub async fn run(
                     tracing::debug!("no usable signing Secret yet: the JWKS waits for it");
                     break;
                 };
-                let in_use: std::collections::HashSet<String> = jwks_cards
-                    .state()
-                    .iter()
-                    .filter_map(|cm| cm.data.as_ref()?.get(crate::contract::KEY_CARD).cloned())
-                    .flat_map(|card| keys::signature_kids(&card))
-                    .collect();
                 // Bounded: a request the API server never answers is a failure, retried.
                 let published = tokio::time::timeout(
                     JWKS_WRITE_TIMEOUT,
@@ -856,7 +873,7 @@ pub async fn run(
                         &jwks_ns,
                         jwks_max_age,
                         &mut last,
-                        &in_use,
+                        || served_kids(&jwks_served, &jwks_cards),
                     ),
                 )
                 .await

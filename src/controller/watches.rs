@@ -481,11 +481,6 @@ impl<V: Clone> Unseen<V> {
         }
     }
 
-    /// Entries held.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
