@@ -7,7 +7,9 @@
 //! this replica gains the lease) first gets the store's content as a relist (`Init`,
 //! `InitApply`…, `InitDone`), then the live events: nothing is missed, and nothing is listed
 //! from the API server twice. The store is updated before an event is forwarded, so a
-//! subscriber reacting to an event reads at least that version from the store.
+//! subscriber reacting to an event reads at least that version from the store; a relist's
+//! objects are forwarded at its end, once the store holds them. Subscribers get the very
+//! objects the store holds (one `Arc` each), not copies.
 
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +17,7 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
@@ -61,18 +63,18 @@ where
     /// Start watching `api` (with `config`), each object trimmed by `compact` before it is
     /// stored and forwarded.
     pub fn start(api: Api<K>, config: watcher::Config, compact: fn(&mut K)) -> Hub<K> {
-        let (store, writer) = reflector::store();
+        let (store, mut writer) = reflector::store();
         let subscribers = Arc::new(Mutex::new(Subscribers {
             senders: Vec::new(),
             synced: false,
         }));
-        let feed = watcher(api, config)
-            .default_backoff()
-            .modify(compact)
-            .reflect(writer);
+        let feed = watcher(api, config).default_backoff().modify(compact);
         let forward = subscribers.clone();
+        let reader = store.clone();
         let task = tokio::spawn(async move {
             futures::pin_mut!(feed);
+            // The objects of a relist, forwarded once the store holds them (at its end).
+            let mut relisted: Vec<ObjectRef<K>> = Vec::new();
             while let Some(event) = feed.next().await {
                 let event = match event {
                     Ok(e) => e,
@@ -81,19 +83,38 @@ where
                         continue;
                     }
                 };
-                let shared = match event {
-                    Event::Init => Event::Init,
-                    Event::InitApply(o) => Event::InitApply(Arc::new(o)),
-                    Event::InitDone => Event::InitDone,
-                    Event::Apply(o) => Event::Apply(Arc::new(o)),
-                    Event::Delete(o) => Event::Delete(Arc::new(o)),
+                writer.apply_watcher_event(&event);
+                // Subscribers get the store's own `Arc`s: what they keep of an object (the
+                // card server keeps the card bytes) shares its memory with the store.
+                let stored = |o: &K| reader.get(&key(o));
+                let shared: Vec<Shared<K>> = match event {
+                    Event::Init => {
+                        relisted.clear();
+                        vec![Event::Init]
+                    }
+                    Event::InitApply(o) => {
+                        relisted.push(key(&o));
+                        Vec::new()
+                    }
+                    Event::InitDone => std::mem::take(&mut relisted)
+                        .iter()
+                        .filter_map(|r| reader.get(r))
+                        .map(Event::InitApply)
+                        .chain([Event::InitDone])
+                        .collect(),
+                    Event::Apply(o) => {
+                        vec![Event::Apply(stored(&o).unwrap_or_else(|| Arc::new(o)))]
+                    }
+                    Event::Delete(o) => vec![Event::Delete(Arc::new(o))],
                 };
                 let mut subs = forward.lock().unwrap_or_else(|e| e.into_inner());
-                if matches!(shared, Event::InitDone) {
-                    subs.synced = true;
+                for event in shared {
+                    if matches!(event, Event::InitDone) {
+                        subs.synced = true;
+                    }
+                    subs.senders
+                        .retain(|tx| tx.unbounded_send(event.clone()).is_ok());
                 }
-                subs.senders
-                    .retain(|tx| tx.unbounded_send(shared.clone()).is_ok());
             }
         });
         Hub {
@@ -122,6 +143,16 @@ where
         }
         subs.senders.push(tx);
         rx
+    }
+}
+
+/// `o`'s reference by name and namespace only (a store looks objects up by those).
+fn key<K: kube::Resource<DynamicType = ()>>(o: &K) -> ObjectRef<K> {
+    let meta = o.meta();
+    let r = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
+    match meta.namespace.as_deref() {
+        Some(ns) => r.within(ns),
+        None => r,
     }
 }
 

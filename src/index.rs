@@ -71,7 +71,10 @@ fn header(s: &str) -> HeaderValue {
 fn gzip(body: &[u8]) -> Option<Vec<u8>> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     enc.write_all(body).ok()?;
-    enc.finish().ok()
+    let mut z = enc.finish().ok()?;
+    // Kept as long as the card is served: without the growth slack.
+    z.shrink_to_fit();
+    Some(z)
 }
 
 /// A card as the index knows it: where it is served and what is served.

@@ -125,9 +125,10 @@ impl Claims {
         if let Some(blocker) = self.blocker(&want) {
             return Err(blocker.clone());
         }
+        // Most hosts hold one claim: no room for more until a second comes.
         self.by_host
             .entry(want.host.clone())
-            .or_default()
+            .or_insert_with(|| Vec::with_capacity(1))
             .push(want.clone());
         Ok(want)
     }

@@ -957,7 +957,9 @@ pub async fn run(
     .modify(|ing: &mut Ingress| watches::compact_meta(&mut ing.metadata))
     .reflect(ingress_writer)
     .inspect(move |ev| ingress_memo.forget_event("Ingress", ev));
-    let (_ingress_task, ingress_touched) = watches::drive(ingress_feed);
+    let (_ingress_task, ingress_touched) = watches::drive(ingress_feed, |ing: &Ingress| {
+        watches::WrittenFor::of(&ing.metadata)
+    });
 
     // With HTTPRoute routing: the routes we write, for repair, and for the Gateways' verdicts
     // (their status) that the cards' Routed condition reports.
@@ -1142,32 +1144,31 @@ pub async fn run(
 
     let repair_cards = cards.clone();
     let operator_ns = opns.clone();
+    // Someone deleted or edited an Ingress we write: put it back. An Ingress outside the
+    // operator's namespace only ever names a card of its own namespace.
+    let repairs = ingress_touched.filter_map(move |ing: watches::WrittenFor| {
+        let owner = if let Some(dir) = &ing.directory {
+            if ing.namespace == operator_ns {
+                let _ = dir_ingress_tx.unbounded_send(ObjectRef::new(dir));
+            }
+            None
+        } else {
+            ing.card
+                .as_deref()
+                .and_then(|c| c.split_once('/'))
+                .filter(|(ns, _)| ing.namespace == operator_ns || ing.namespace == *ns)
+                .map(|(ns, name)| ObjectRef::<AgentCard>::new(name).within(ns))
+                .filter(|r| repair_cards.get(r).is_some())
+        };
+        std::future::ready(owner)
+    });
     let card_run = controller
         .reconcile_on(futures::stream::select_all([
             card_refs_rx.boxed(),
             peers_rx.boxed(),
             route_refs_rx.boxed(),
+            repairs.boxed(),
         ]))
-        .watches_stream(
-            ingress_touched.map(Ok::<_, watcher::Error>),
-            move |ing: Ingress| {
-                // Someone deleted or edited an Ingress we write: put it back. An Ingress outside
-                // the operator's namespace only ever names a card of its own namespace.
-                let ing_ns = ing.namespace().unwrap_or_default();
-                if let Some(dir) = ing.annotations().get(agentdirectory::ANN_DIRECTORY) {
-                    if ing_ns == operator_ns {
-                        let _ = dir_ingress_tx.unbounded_send(ObjectRef::new(dir));
-                    }
-                    return None;
-                }
-                let (ns, name) = ing.annotations().get(ANN_CARD)?.split_once('/')?;
-                if ing_ns != operator_ns && ing_ns != ns {
-                    return None;
-                }
-                let r = ObjectRef::<AgentCard>::new(name).within(ns);
-                repair_cards.get(&r).map(|_| r)
-            },
-        )
         .run(agentcard::reconcile, agentcard::error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {

@@ -12,13 +12,13 @@
 //! A relist (`Init` … `InitDone`) is held back until `InitDone`: the store swaps in the new list
 //! only then, so a trigger sent earlier could find a new card missing from the store.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -31,26 +31,64 @@ use crate::hub::Shared;
 /// kubectl's copy of the last applied object: as large as the object, read by nothing here.
 const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Trim an object the operator writes before it is stored: only the operator's own
-/// `managedFields` entries are kept, and of those only the annotation keys (which annotations
-/// the operator set, so it may remove the ones it no longer wants); kubectl's last-applied copy
-/// goes.
+/// `fieldsType` of the one `managedFields` entry [`compact_meta`] leaves on a stored object:
+/// its `fieldsV1` is then a JSON string, the annotation keys the operator set, one per line
+/// (the full field set of every entry, a JSON tree per entry, was the largest part of a stored
+/// ConfigMap or Ingress).
+pub const FIELDS_ANNOTATION_KEYS: &str = "agentcard.dev/AnnotationKeys";
+
+/// Trim an object the operator writes before it is stored: of its `managedFields`, only the
+/// annotation keys the operator set are kept (so it may remove the ones it no longer wants),
+/// in one entry of type [`FIELDS_ANNOTATION_KEYS`]; kubectl's last-applied copy goes.
 pub fn compact_meta(meta: &mut ObjectMeta) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(ANN_LAST_APPLIED);
     }
-    if let Some(entries) = meta.managed_fields.as_mut() {
-        entries.retain(|m| m.manager.as_deref() == Some(MANAGER));
-        for entry in entries.iter_mut() {
-            let annotations = entry
-                .fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:metadata")?.get("f:annotations").cloned());
-            entry.fields_v1 = annotations
-                .map(|a| FieldsV1(serde_json::json!({"f:metadata": {"f:annotations": a}})));
-        }
-        entries.retain(|m| m.fields_v1.is_some());
+    if meta.managed_fields.is_some() {
+        let keys: Vec<String> = operator_annotations(meta).into_iter().collect();
+        meta.managed_fields = (!keys.is_empty()).then(|| {
+            vec![ManagedFieldsEntry {
+                manager: Some(MANAGER.into()),
+                fields_type: Some(FIELDS_ANNOTATION_KEYS.into()),
+                fields_v1: Some(FieldsV1(serde_json::Value::String(keys.join("\n")))),
+                ..Default::default()
+            }]
+        });
     }
+}
+
+/// The annotation keys the operator set on an object (by create or apply), read from its
+/// `managedFields` as the API server returns them or as [`compact_meta`] left them.
+/// Annotations others added are theirs.
+pub fn operator_annotations(meta: &ObjectMeta) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    let ours = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some(MANAGER));
+    for entry in ours {
+        let Some(fields) = entry.fields_v1.as_ref() else {
+            continue;
+        };
+        if entry.fields_type.as_deref() == Some(FIELDS_ANNOTATION_KEYS) {
+            let listed = fields.0.as_str().unwrap_or_default();
+            keys.extend(listed.lines().map(str::to_string));
+            continue;
+        }
+        let set = fields
+            .0
+            .get("f:metadata")
+            .and_then(|m| m.get("f:annotations"))
+            .and_then(serde_json::Value::as_object);
+        keys.extend(
+            set.into_iter()
+                .flat_map(|s| s.keys())
+                .filter_map(|k| k.strip_prefix("f:"))
+                .map(str::to_string),
+        );
+    }
+    keys
 }
 
 /// Trim an AgentCard before it is stored: nothing reads a card's `managedFields` (often as
@@ -62,26 +100,42 @@ pub fn compact_card(card: &mut AgentCard) {
     }
 }
 
+/// A card's reference by namespace and name only: what the indexes and the controller's queue
+/// hold for each card (`ObjectRef::from_obj` also copies its uid and resourceVersion, which
+/// no comparison reads).
+pub fn card_ref(card: &AgentCard) -> ObjectRef<AgentCard> {
+    let r = ObjectRef::new(card.metadata.name.as_deref().unwrap_or_default());
+    match card.metadata.namespace.as_deref() {
+        Some(ns) => r.within(ns),
+        None => r,
+    }
+}
+
 /// The cards by host and by namespace, kept in step with the card store by [`fan_out_cards`]:
 /// which cards to look at again when a host is freed, and how many cards a namespace has.
 #[derive(Default)]
 pub struct CardIndex {
     host_of: HashMap<ObjectRef<AgentCard>, String>,
-    by_host: HashMap<String, HashSet<ObjectRef<AgentCard>>>,
+    /// A host has one card, sometimes a few (shared hosts, conflicts): a list, not a set.
+    by_host: HashMap<String, Vec<ObjectRef<AgentCard>>>,
     by_namespace: HashMap<String, HashSet<ObjectRef<AgentCard>>>,
 }
 
 impl CardIndex {
     /// Record `card` (new, or its host changed).
     pub fn apply(&mut self, card: &AgentCard) {
-        let key = ObjectRef::from_obj(card);
+        let key = card_ref(card);
         let host = card.spec.publish.host.to_ascii_lowercase();
-        if let Some(old) = self.host_of.insert(key.clone(), host.clone()) {
-            if old != host {
-                Self::remove_from(&mut self.by_host, &old, &key);
+        let before = self.host_of.insert(key.clone(), host.clone());
+        if before.as_ref() != Some(&host) {
+            if let Some(old) = before {
+                Self::remove_from_host(&mut self.by_host, &old, &key);
             }
+            self.by_host
+                .entry(host)
+                .or_insert_with(|| Vec::with_capacity(1))
+                .push(key.clone());
         }
-        self.by_host.entry(host).or_default().insert(key.clone());
         let ns = key.namespace.clone().unwrap_or_default();
         self.by_namespace.entry(ns).or_default().insert(key);
     }
@@ -89,10 +143,23 @@ impl CardIndex {
     /// Forget `card`.
     pub fn remove(&mut self, key: &ObjectRef<AgentCard>) {
         if let Some(host) = self.host_of.remove(key) {
-            Self::remove_from(&mut self.by_host, &host, key);
+            Self::remove_from_host(&mut self.by_host, &host, key);
         }
         let ns = key.namespace.clone().unwrap_or_default();
         Self::remove_from(&mut self.by_namespace, &ns, key);
+    }
+
+    fn remove_from_host(
+        map: &mut HashMap<String, Vec<ObjectRef<AgentCard>>>,
+        at: &str,
+        key: &ObjectRef<AgentCard>,
+    ) {
+        if let Some(list) = map.get_mut(at) {
+            list.retain(|k| k != key);
+            if list.is_empty() {
+                map.remove(at);
+            }
+        }
     }
 
     fn remove_from(
@@ -120,7 +187,7 @@ impl CardIndex {
     pub fn on_host(&self, host: &str) -> Vec<ObjectRef<AgentCard>> {
         self.by_host
             .get(&host.to_ascii_lowercase())
-            .map(|s| s.iter().cloned().collect())
+            .cloned()
             .unwrap_or_default()
     }
 
@@ -148,28 +215,31 @@ impl CardIndex {
 /// only as fast as the controller polls, and a reconcile would read an old object). The objects
 /// each event touched come out of the returned channel once the store holds them (a relist's
 /// at its end).
-pub(super) fn drive<K>(
+pub(super) fn drive<K, T>(
     feed: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    touched: impl Fn(&K) -> T + Send + 'static,
 ) -> (
     super::AbortOnDrop,
-    futures::channel::mpsc::UnboundedReceiver<K>,
+    futures::channel::mpsc::UnboundedReceiver<T>,
 )
 where
     K: Send + 'static,
+    T: Send + 'static,
 {
     let (tx, rx) = futures::channel::mpsc::unbounded();
     let task = tokio::spawn(async move {
         futures::pin_mut!(feed);
-        let mut relisted: Vec<K> = Vec::new();
+        // What a relist touched, held (as `T`, not whole objects) until its end.
+        let mut relisted: Vec<T> = Vec::new();
         while let Some(event) = feed.next().await {
             match event {
                 Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
-                    let _ = tx.unbounded_send(o);
+                    let _ = tx.unbounded_send(touched(&o));
                 }
-                Ok(watcher::Event::InitApply(o)) => relisted.push(o),
+                Ok(watcher::Event::InitApply(o)) => relisted.push(touched(&o)),
                 Ok(watcher::Event::InitDone) => {
-                    for o in relisted.drain(..) {
-                        let _ = tx.unbounded_send(o);
+                    for t in std::mem::take(&mut relisted) {
+                        let _ = tx.unbounded_send(t);
                     }
                 }
                 Ok(watcher::Event::Init) => relisted.clear(),
@@ -178,6 +248,29 @@ where
         }
     });
     (super::AbortOnDrop(task), rx)
+}
+
+/// Whom an object the operator writes was written for, as its watch event says: its namespace
+/// and its card (`namespace/name`) or directory annotation.
+pub struct WrittenFor {
+    /// The object's namespace.
+    pub namespace: String,
+    /// The card annotation (`namespace/name`).
+    pub card: Option<String>,
+    /// The directory annotation.
+    pub directory: Option<String>,
+}
+
+impl WrittenFor {
+    /// Read from `meta`.
+    pub fn of(meta: &ObjectMeta) -> WrittenFor {
+        let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
+        WrittenFor {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            card: annotation(crate::contract::ANN_CARD),
+            directory: annotation(super::agentdirectory::ANN_DIRECTORY),
+        }
+    }
 }
 
 /// Where a card event goes once the store and the index hold it.
@@ -220,9 +313,7 @@ pub async fn fan_out_cards(
             watcher::Event::Init => relisted = Some(Vec::new()),
             watcher::Event::InitApply(card) => {
                 if scope.holds(&card) {
-                    relisted
-                        .get_or_insert_with(Vec::new)
-                        .push(ObjectRef::from_obj(card.as_ref()));
+                    relisted.get_or_insert_with(Vec::new).push(card_ref(&card));
                 }
             }
             watcher::Event::InitDone => {
@@ -243,15 +334,13 @@ pub async fn fan_out_cards(
             watcher::Event::Apply(card) => {
                 if scope.holds(&card) {
                     lock().apply(&card);
-                    let _ = targets
-                        .cards
-                        .unbounded_send(ObjectRef::from_obj(card.as_ref()));
+                    let _ = targets.cards.unbounded_send(card_ref(&card));
                 }
                 let _ = targets.directories.unbounded_send(());
             }
             watcher::Event::Delete(card) => {
                 if scope.holds(&card) {
-                    let key = ObjectRef::from_obj(card.as_ref());
+                    let key = card_ref(&card);
                     let ns = key.namespace.clone().unwrap_or_default();
                     let waiting = {
                         let mut index = lock();
@@ -565,7 +654,7 @@ mod tests {
                  "fieldsV1": {"f:metadata": {"f:annotations": {"f:a": {}}, "f:labels": {"f:l": {}}},
                               "f:data": {"f:card.json": {}}}},
                 {"manager": MANAGER, "operation": "Update", "fieldsType": "FieldsV1",
-                 "fieldsV1": {"f:data": {"f:card.json": {}}}},
+                 "fieldsV1": {"f:data": {"f:card.json": {}}, "f:metadata": {"f:annotations": {"f:c": {}}}}},
                 {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1",
                  "fieldsV1": {"f:metadata": {"f:annotations": {"f:b": {}}}}}
             ]
@@ -575,11 +664,26 @@ mod tests {
         let annotations = meta.annotations.clone().unwrap_or_default();
         assert!(!annotations.contains_key(ANN_LAST_APPLIED));
         assert_eq!(annotations.get("keep").map(String::as_str), Some("v"));
-        let entries = meta.managed_fields.unwrap_or_default();
+        let entries = meta.managed_fields.clone().unwrap_or_default();
         assert_eq!(entries.len(), 1);
         assert_eq!(
             entries[0].fields_v1.as_ref().map(|f| f.0.clone()),
-            Some(json!({"f:metadata": {"f:annotations": {"f:a": {}}}}))
+            Some(json!("a\nc"))
         );
+        // Read the same from the compact entry as from the full ones.
+        assert_eq!(
+            operator_annotations(&meta).into_iter().collect::<Vec<_>>(),
+            ["a", "c"]
+        );
+        // Compacting again keeps it.
+        compact_meta(&mut meta);
+        assert_eq!(operator_annotations(&meta).len(), 2);
+        // Nothing of ours: no entry left.
+        let mut theirs: ObjectMeta = serde_json::from_value(json!({"managedFields": [
+            {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:annotations": {"f:b": {}}}}}]}))
+        .unwrap();
+        compact_meta(&mut theirs);
+        assert!(theirs.managed_fields.is_none());
     }
 }

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::runtime::watcher::Event;
@@ -48,46 +49,99 @@ fn source(cm: &ConfigMap) -> String {
     format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any())
 }
 
+/// The card bytes of a card ConfigMap, read in place: the served bytes share the memory of the
+/// ConfigMap the watch's store holds (a card ConfigMap always has them: see `apply_cm`).
+struct CardBody(Arc<ConfigMap>);
+
+impl AsRef<[u8]> for CardBody {
+    fn as_ref(&self) -> &[u8] {
+        self.0
+            .data
+            .as_ref()
+            .and_then(|d| d.get(KEY_CARD))
+            .map_or(&[], |b| b.as_bytes())
+    }
+}
+
 /// A card ConfigMap as the feed keeps it: its controlling AgentCard and its bytes.
 #[derive(Clone, PartialEq)]
 struct CardBytes {
     owner: Option<String>,
     hash: String,
-    body: Arc<String>,
+    /// Shared with what the index serves (no copy per card).
+    body: Bytes,
 }
 
 /// What the feed needs of an AgentCard: where its ConfigMap is, what status confirms, and
 /// what directories select it by.
-#[derive(Clone, PartialEq)]
+#[derive(Clone)]
 struct CardView {
     key: String,
-    namespace: String,
-    name: String,
-    route: Option<ServedRoute>,
-    hash: Option<String>,
-    config_map: Option<String>,
-    url: Option<String>,
-    key_id: Option<String>,
-    labels: BTreeMap<String, String>,
-    deleting: bool,
+    /// The object the shared card store holds (the feed keeps no copy of it).
+    card: Arc<AgentCard>,
 }
 
 impl CardView {
-    fn of(card: &AgentCard) -> Self {
-        let status = card.status.as_ref();
-        let namespace = card.namespace().unwrap_or_default();
+    fn of(card: Arc<AgentCard>) -> Self {
         CardView {
-            key: format!("{namespace}/{}", card.name_any()),
-            name: card.name_any(),
-            namespace,
-            route: status.and_then(|s| s.served.clone()),
-            hash: status.and_then(|s| s.content_hash.clone()),
-            config_map: status.and_then(|s| s.config_map.clone()),
-            url: status.and_then(|s| s.url.clone()),
-            key_id: status.and_then(|s| s.key_id.clone()),
-            labels: card.labels().clone(),
-            deleting: card.metadata.deletion_timestamp.is_some(),
+            key: format!(
+                "{}/{}",
+                card.namespace().unwrap_or_default(),
+                card.name_any()
+            ),
+            card,
         }
+    }
+
+    fn namespace(&self) -> &str {
+        self.card.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.card.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn status(&self) -> Option<&crate::crd::AgentCardStatus> {
+        self.card.status.as_ref()
+    }
+
+    fn route(&self) -> Option<&ServedRoute> {
+        self.status()?.served.as_ref()
+    }
+
+    fn hash(&self) -> Option<&String> {
+        self.status()?.content_hash.as_ref()
+    }
+
+    fn config_map(&self) -> Option<&str> {
+        self.status()?.config_map.as_deref()
+    }
+
+    fn url(&self) -> Option<&str> {
+        self.status()?.url.as_deref()
+    }
+
+    fn key_id(&self) -> Option<&str> {
+        self.status()?.key_id.as_deref()
+    }
+
+    fn labels(&self) -> &BTreeMap<String, String> {
+        self.card.labels()
+    }
+
+    fn deleting(&self) -> bool {
+        self.card.metadata.deletion_timestamp.is_some()
+    }
+
+    /// Whether `self` and `other` serve the same (what directories select them by aside).
+    fn serves_as(&self, other: &CardView) -> bool {
+        self.key == other.key
+            && self.route() == other.route()
+            && self.hash() == other.hash()
+            && self.config_map() == other.config_map()
+            && self.url() == other.url()
+            && self.key_id() == other.key_id()
+            && self.deleting() == other.deleting()
     }
 }
 
@@ -151,25 +205,26 @@ impl Feed {
         let Some(card) = self.cards.get(uid) else {
             return;
         };
-        let (Some(route), Some(hash), Some(cm_name), false) =
-            (&card.route, &card.hash, &card.config_map, card.deleting)
-        else {
+        let (Some(route), Some(hash), Some(cm_name), false) = (
+            card.route(),
+            card.hash(),
+            card.config_map(),
+            card.deleting(),
+        ) else {
             let key = card.key.clone();
             self.unserve(&key);
             return;
         };
         let bytes = self
             .cms
-            .get(&format!("{}/{cm_name}", card.namespace))
+            .get(&format!("{}/{cm_name}", card.namespace()))
             .filter(|b| b.owner.as_deref() == Some(uid) && b.hash == *hash)
             .map(|b| b.body.clone());
         let body = match bytes {
             Some(body) => body,
             // The route may have changed with the bytes already served: re-route those.
             None => match self.index.entry(&card.key) {
-                Some(e) if self.serving.get(&card.key) == Some(hash) => {
-                    Arc::new(String::from_utf8_lossy(&e.content.body).into_owned())
-                }
+                Some(e) if self.serving.get(&card.key) == Some(hash) => e.content.body.clone(),
                 _ => return,
             },
         };
@@ -177,14 +232,14 @@ impl Feed {
         let since = timestamp(&route.since).unwrap_or(UNIX_EPOCH);
         let modified = timestamp(&route.published_at).unwrap_or(since);
         let host = route.host.trim().trim_end_matches('.').to_ascii_lowercase();
-        let content = Arc::new(Published::new(body.as_bytes().to_vec(), modified, max_age));
+        let content = Arc::new(Published::new(body, modified, max_age));
         let placement = Placement {
-            namespace: card.namespace.clone(),
-            name: card.name.clone(),
+            namespace: card.namespace().to_string(),
+            name: card.name().to_string(),
             host: host.clone(),
-            url: card.url.clone().unwrap_or_default(),
+            url: card.url().unwrap_or_default().to_string(),
             content_hash: hash.clone(),
-            key_id: card.key_id.clone().unwrap_or_default(),
+            key_id: card.key_id().unwrap_or_default().to_string(),
             updated_at: route.published_at.clone(),
         };
         let key = card.key.clone();
@@ -213,12 +268,12 @@ impl Feed {
         }
     }
 
-    fn apply_cm(&mut self, cm: &ConfigMap) {
+    fn apply_cm(&mut self, cm: Arc<ConfigMap>) {
         let labels = cm.labels();
         match labels.get(LABEL_CONTENT).map(String::as_str) {
             Some(CONTENT_CARD) => {
                 let Some(body) = cm.data.as_ref().and_then(|d| d.get(KEY_CARD)) else {
-                    return self.remove_cm(cm);
+                    return self.remove_cm(&cm);
                 };
                 let owner = cm
                     .owner_references()
@@ -232,9 +287,9 @@ impl Feed {
                 let bytes = CardBytes {
                     owner: owner.clone(),
                     hash: content_hash(body.as_bytes()),
-                    body: Arc::new(body.clone()),
+                    body: Bytes::from_owner(CardBody(cm.clone())),
                 };
-                let previous = self.cms.insert(source(cm), bytes.clone());
+                let previous = self.cms.insert(source(&cm), bytes.clone());
                 if previous.as_ref() == Some(&bytes) {
                     return;
                 }
@@ -272,7 +327,7 @@ impl Feed {
                     )));
                 }
             }
-            _ => self.remove_cm(cm),
+            _ => self.remove_cm(&cm),
         }
     }
 
@@ -287,24 +342,19 @@ impl Feed {
         self.cms.remove(&source(cm));
     }
 
-    fn apply_card(&mut self, card: &AgentCard) {
+    fn apply_card(&mut self, card: Arc<AgentCard>) {
         let Some(uid) = card.uid() else { return };
         let view = CardView::of(card);
-        let previous = self.cards.insert(uid.clone(), view.clone());
-        if previous.as_ref() == Some(&view) {
+        let Some(previous) = self.cards.insert(uid.clone(), view.clone()) else {
+            return self.settle(&uid);
+        };
+        if previous.labels() != view.labels() {
+            // The directories' selections may change.
+            self.dirty = true;
+        }
+        if previous.serves_as(&view) {
             // Most card events (spec edits, conditions) change nothing served.
             return;
-        }
-        if let Some(p) = previous.filter(|p| p.labels != view.labels) {
-            self.dirty = true;
-            let labels_only = CardView {
-                labels: view.labels.clone(),
-                ..p
-            } == view;
-            if labels_only {
-                // What is served is unchanged: only the directories' selections may be.
-                return;
-            }
         }
         self.settle(&uid);
     }
@@ -351,8 +401,8 @@ impl Feed {
                 .values()
                 .filter_map(|c| {
                     let entry = self.entries.get(&c.key)?;
-                    let ns_labels = self.namespaces.get(&c.namespace).unwrap_or(&empty);
-                    select::listed(&dir.spec, ns_labels, &c.labels).then(|| entry.clone())
+                    let ns_labels = self.namespaces.get(c.namespace()).unwrap_or(&empty);
+                    select::listed(&dir.spec, ns_labels, c.labels()).then(|| entry.clone())
                 })
                 .collect();
             let site = Site::new(
@@ -383,7 +433,7 @@ impl Feed {
                 if let Some(seen) = self.relist_cms.as_mut() {
                     seen.insert(source(&cm));
                 }
-                self.apply_cm(&cm);
+                self.apply_cm(cm);
             }
             Event::InitDone => {
                 if let Some(seen) = self.relist_cms.take() {
@@ -392,7 +442,7 @@ impl Feed {
                 self.cms_synced = true;
                 self.mark_ready();
             }
-            Event::Apply(cm) => self.apply_cm(&cm),
+            Event::Apply(cm) => self.apply_cm(cm),
             Event::Delete(cm) => self.remove_cm(&cm),
         }
     }
@@ -426,7 +476,7 @@ impl Feed {
                 if let (Some(seen), Some(uid)) = (self.relist_cards.as_mut(), card.uid()) {
                     seen.insert(uid);
                 }
-                self.apply_card(&card);
+                self.apply_card(card);
             }
             Event::InitDone => {
                 if let Some(seen) = self.relist_cards.take() {
@@ -443,7 +493,7 @@ impl Feed {
                 self.cards_synced = true;
                 self.mark_ready();
             }
-            Event::Apply(card) => self.apply_card(&card),
+            Event::Apply(card) => self.apply_card(card),
             Event::Delete(card) => {
                 if let Some(uid) = card.uid() {
                     self.remove_card(&uid);
@@ -553,53 +603,77 @@ mod tests {
     #[test]
     fn routing_comes_from_the_status_never_from_configmap_annotations() {
         let mut f = feed();
-        f.apply_card(&card("a", "victim", "u-v", "v.example", Some("victim")));
-        f.apply_cm(&cm("a", "agentcard-victim", "u-v", "victim", "v.example"));
+        f.apply_card(Arc::new(card(
+            "a",
+            "victim",
+            "u-v",
+            "v.example",
+            Some("victim"),
+        )));
+        f.apply_cm(Arc::new(cm(
+            "a",
+            "agentcard-victim",
+            "u-v",
+            "victim",
+            "v.example",
+        )));
         // The attacker's own card is confirmed for its own host; its ConfigMap claims the
         // victim's host in its annotations.
-        f.apply_cm(&cm("b", "agentcard-evil", "u-e", "evil", "v.example"));
-        f.apply_card(&card("b", "evil", "u-e", "e.example", Some("evil")));
+        f.apply_cm(Arc::new(cm(
+            "b",
+            "agentcard-evil",
+            "u-e",
+            "evil",
+            "v.example",
+        )));
+        f.apply_card(Arc::new(card(
+            "b",
+            "evil",
+            "u-e",
+            "e.example",
+            Some("evil"),
+        )));
         assert_eq!(served(&f, "v.example").as_deref(), Some("victim"));
         assert_eq!(served(&f, "e.example").as_deref(), Some("evil"));
         // A second ConfigMap owned by the attacker's card, with confirmed bytes, but not the
         // one its status names: ignored.
-        f.apply_cm(&cm("b", "other", "u-e", "evil", "v.example"));
+        f.apply_cm(Arc::new(cm("b", "other", "u-e", "evil", "v.example")));
         assert_eq!(served(&f, "v.example").as_deref(), Some("victim"));
     }
 
     #[test]
     fn unconfirmed_bytes_wait_and_a_cleared_or_deleting_card_goes_at_once() {
         let mut f = feed();
-        f.apply_card(&card("a", "c", "u", "h.example", Some("one")));
-        f.apply_cm(&cm("a", "agentcard-c", "u", "one", ""));
-        f.apply_cm(&cm("a", "agentcard-c", "u", "two", ""));
+        f.apply_card(Arc::new(card("a", "c", "u", "h.example", Some("one"))));
+        f.apply_cm(Arc::new(cm("a", "agentcard-c", "u", "one", "")));
+        f.apply_cm(Arc::new(cm("a", "agentcard-c", "u", "two", "")));
         assert_eq!(served(&f, "h.example").as_deref(), Some("one"));
-        f.apply_card(&card("a", "c", "u", "h.example", Some("two")));
+        f.apply_card(Arc::new(card("a", "c", "u", "h.example", Some("two"))));
         assert_eq!(served(&f, "h.example").as_deref(), Some("two"));
         // The ConfigMap going alone changes nothing; the status losing its route does.
         f.remove_cm(&cm("a", "agentcard-c", "u", "two", ""));
         assert_eq!(served(&f, "h.example").as_deref(), Some("two"));
-        f.apply_card(&card("a", "c", "u", "h.example", None));
+        f.apply_card(Arc::new(card("a", "c", "u", "h.example", None)));
         assert_eq!(served(&f, "h.example"), None);
         // Deletion starts: gone before any garbage collection.
-        f.apply_cm(&cm("a", "agentcard-c", "u", "two", ""));
-        f.apply_card(&card("a", "c", "u", "h.example", Some("two")));
+        f.apply_cm(Arc::new(cm("a", "agentcard-c", "u", "two", "")));
+        f.apply_card(Arc::new(card("a", "c", "u", "h.example", Some("two"))));
         assert!(served(&f, "h.example").is_some());
         let mut deleting = card("a", "c", "u", "h.example", Some("two"));
         deleting.metadata.deletion_timestamp = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
         );
-        f.apply_card(&deleting);
+        f.apply_card(Arc::new(deleting));
         assert_eq!(served(&f, "h.example"), None);
     }
 
     #[test]
     fn a_moved_route_carries_the_served_bytes_along() {
         let mut f = feed();
-        f.apply_card(&card("a", "c", "u", "one.example", Some("b")));
-        f.apply_cm(&cm("a", "agentcard-c", "u", "b", ""));
+        f.apply_card(Arc::new(card("a", "c", "u", "one.example", Some("b"))));
+        f.apply_cm(Arc::new(cm("a", "agentcard-c", "u", "b", "")));
         f.cms.clear();
-        f.apply_card(&card("a", "c", "u", "two.example", Some("b")));
+        f.apply_card(Arc::new(card("a", "c", "u", "two.example", Some("b"))));
         assert_eq!(served(&f, "one.example"), None);
         assert_eq!(served(&f, "two.example").as_deref(), Some("b"));
     }

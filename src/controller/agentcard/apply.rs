@@ -19,7 +19,7 @@ use kube::{Client, Resource, ResourceExt};
 use super::build::{backend_ingress_name, card_key, configmap_name, ingress_name, Built, Settings};
 use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
 use crate::controller::routing::{httproute_resource, RouteKind};
-use crate::controller::watches::{digest, Unseen, WriteMemo};
+use crate::controller::watches::{digest, operator_annotations, Unseen, WriteMemo};
 use crate::controller::Error;
 use crate::crd::AgentCard;
 
@@ -77,33 +77,10 @@ pub fn written_for_card(meta: &ObjectMeta, card: &AgentCard) -> bool {
             .is_some_and(|c| *c == card_key(card))
 }
 
-/// Annotation keys the operator set on an object (by create or apply), read from
-/// `managedFields`: the ones it may remove. Annotations others added are theirs.
-fn our_annotations(meta: &ObjectMeta) -> BTreeSet<String> {
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| m.manager.as_deref() == Some(MANAGER))
-        .filter_map(|m| m.fields_v1.as_ref())
-        .filter_map(|f| {
-            f.0.get("f:metadata")?
-                .get("f:annotations")?
-                .as_object()
-                .cloned()
-        })
-        .flat_map(|keys| {
-            keys.keys()
-                .filter_map(|k| k.strip_prefix("f:"))
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// Annotations the operator set on `have` that `want` no longer carries.
 fn stale_annotations(have: &ObjectMeta, want: &ObjectMeta) -> BTreeSet<String> {
     let wanted = want.annotations.clone().unwrap_or_default();
-    our_annotations(have)
+    operator_annotations(have)
         .into_iter()
         .filter(|k| !wanted.contains_key(k))
         .collect()
@@ -240,7 +217,7 @@ pub struct Rules<Ours, Current, Removals> {
 /// `NameInUse` when the name belongs to someone else.
 ///
 /// `memo` skips a write that repeats the operator's last one while the store (`have`) has not
-/// caught up with it yet (see [`WriteMemo`]).
+/// caught up with it yet (see [`WriteMemo`]). `true` when something was written.
 pub async fn write<K, O, C, R>(
     api: &Api<K>,
     want: &K,
@@ -248,7 +225,7 @@ pub async fn write<K, O, C, R>(
     rules: Rules<O, C, R>,
     dt: &K::DynamicType,
     memo: &WriteMemo,
-) -> Result<(), Error>
+) -> Result<bool, Error>
 where
     O: Fn(&ObjectMeta) -> bool,
     C: Fn(Option<&K>) -> bool,
@@ -261,7 +238,7 @@ where
     let version = have.and_then(|h| h.meta().resource_version.clone());
     let wanted = digest(want);
     if memo.pending(&kind, &ns, &name, version.as_deref(), wanted) {
-        return Ok(());
+        return Ok(false);
     }
     let existing = match have {
         Some(h) => h.clone(),
@@ -269,7 +246,7 @@ where
             None => {
                 tracing::debug!(%kind, %ns, %name, "created");
                 memo.remember(&kind, &ns, &name, None, wanted);
-                return Ok(());
+                return Ok(true);
             }
             Some(found) => {
                 tracing::debug!(%kind, %ns, %name, "the name was taken: the watch had not shown it");
@@ -281,7 +258,7 @@ where
         return Err(name_in_use(want, dt));
     }
     if (rules.current)(Some(&existing)) {
-        return Ok(());
+        return Ok(false);
     }
     if let Some(patch) = (rules.removals)(&existing) {
         let params = PatchParams {
@@ -293,7 +270,7 @@ where
     api.patch(&name, &ssa(), &Patch::Apply(want)).await?;
     tracing::debug!(%kind, %ns, %name, ?version, "applied over a version that differed");
     memo.remember(&kind, &ns, &name, version.as_deref(), wanted);
-    Ok(())
+    Ok(true)
 }
 
 /// Whether `have` holds every field `want` sets, with the same value (fields the API server
@@ -312,14 +289,14 @@ fn json_holds(have: &serde_json::Value, want: &serde_json::Value) -> bool {
 }
 
 /// Write HTTPRoute `want` through [`write`]: its spec is current when it holds every field we
-/// set (the API server defaults others).
+/// set (the API server defaults others). `true` when something was written.
 pub async fn write_route(
     client: &Client,
     want: &DynamicObject,
     have: Option<&DynamicObject>,
     ours: impl Fn(&ObjectMeta) -> bool,
     memo: &WriteMemo,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let ar = httproute_resource();
     let ns = want.metadata.namespace.clone().unwrap_or_default();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
@@ -392,7 +369,7 @@ pub async fn apply(
     let ns = card.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let cm_version = existing.configmap.and_then(|c| c.resource_version());
-    write(
+    let written = write(
         &cms,
         &built.configmap,
         existing.configmap,
@@ -407,13 +384,17 @@ pub async fn apply(
     .await?;
     // Until the watch shows it, later reconciles read this ConfigMap as written (its
     // publication time included), so a retry after a later step failed writes nothing new.
-    configmaps.remember(
-        "ConfigMap",
-        &ns,
-        &configmap_name(card),
-        cm_version.as_deref(),
-        built.configmap.clone(),
-    );
+    // Nothing is held when nothing was written: the store has it already (or the same write is
+    // on its way, and held from when it was made).
+    if written {
+        configmaps.remember(
+            "ConfigMap",
+            &ns,
+            &configmap_name(card),
+            cm_version.as_deref(),
+            built.configmap.clone(),
+        );
+    }
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
     if let Some(ing) = &built.ingress {
         write(
@@ -455,7 +436,7 @@ pub async fn apply(
                 &(),
                 memo,
             )
-            .await?
+            .await?;
         }
         None => {
             if existing
@@ -476,7 +457,7 @@ pub async fn apply(
                 |m| owned_by_card(m, card),
                 memo,
             )
-            .await?
+            .await?;
         }
         None if existing.backend_route.is_some() => {
             delete_route_if_ours(client, &ns, &backend_ingress_name(card), |m| {
