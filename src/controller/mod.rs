@@ -658,23 +658,25 @@ pub async fn run(
     // An API server that fails now (restarting, etcd away) is waited for with backoff: failing
     // here would end the controllers and the process with them.
     let mut failures = 0u32;
-    while config.create_signing_secret {
-        match keys::ensure_secret(&secrets_api, &config.signing_secret, &opns).await {
-            Ok(created) => {
-                if created {
-                    tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
+    if config.create_signing_secret {
+        loop {
+            match keys::ensure_secret(&secrets_api, &config.signing_secret, &opns).await {
+                Ok(created) => {
+                    if created {
+                        tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
+                    }
+                    break;
                 }
-                break;
-            }
-            // A refusal (invalid name, no rights) does not pass by waiting: fail.
-            Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
-                return Err(Error::Kube(kube::Error::Api(s)));
-            }
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                let delay = backoff_delay(failures, 0.5);
-                tracing::warn!(error = %e, retry_in = ?delay, "could not read or create the signing Secret");
-                tokio::time::sleep(delay).await;
+                // A refusal (invalid name, no rights) does not pass by waiting: fail.
+                Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
+                    return Err(Error::Kube(kube::Error::Api(s)));
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let delay = backoff_delay(failures, 0.5);
+                    tracing::warn!(error = %e, retry_in = ?delay, "could not read or create the signing Secret");
+                    tokio::time::sleep(delay).await;
+                }
             }
         }
     }
