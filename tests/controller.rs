@@ -309,6 +309,47 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
         second,
         "re-signing an unchanged card changed the bytes"
     );
+    // What the restarted process asked of the API server (its own count, by verb and
+    // resource): with nothing changed it wrote nothing but its Lease, and it watched each kind
+    // once (the card server and the controllers share the watches; ConfigMaps twice: the
+    // published ones and the JWKS).
+    let metrics = support::http::request(op2.server.admin, "GET", "/metrics", &[("Host", "a")]);
+    let calls: Vec<(String, String, f64)> = String::from_utf8_lossy(&metrics.body)
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("agentcard_api_requests_total{verb=\"")?;
+            let (verb, rest) = rest.split_once("\",resource=\"")?;
+            let (resource, count) = rest.split_once("\"} ")?;
+            Some((
+                verb.to_string(),
+                resource.to_string(),
+                count.trim().parse().ok()?,
+            ))
+        })
+        .collect();
+    assert!(!calls.is_empty(), "no API request counts in the metrics");
+    let writes: Vec<_> = calls
+        .iter()
+        .filter(|(verb, resource, n)| {
+            ["create", "update", "patch", "delete"].contains(&verb.as_str())
+                && resource != "leases"
+                && *n > 0.0
+        })
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "the restarted operator wrote with nothing changed: {writes:?}"
+    );
+    let watches = |resource: &str| {
+        calls
+            .iter()
+            .filter(|(v, r, _)| v == "watch" && r == resource)
+            .map(|(_, _, n)| *n)
+            .sum::<f64>()
+    };
+    assert_eq!(watches("agentcards"), 1.0, "{calls:?}");
+    assert_eq!(watches("namespaces"), 1.0, "{calls:?}");
+    assert_eq!(watches("configmaps"), 2.0, "{calls:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
