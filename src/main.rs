@@ -3,7 +3,9 @@
 /// jemalloc instead of the system allocator: the operator's many small, short-lived
 /// allocations across tokio's worker threads fragment glibc's per-thread arenas; with
 /// jemalloc the resident memory stays close to the live heap (see the controller load
-/// benchmark's peak RSS).
+/// benchmark's peak RSS). The `system-alloc` feature keeps the system allocator, for heap
+/// profilers that hook it (`heaptrack`).
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -22,7 +22,7 @@ use agentcard_operator::crd::AgentCard;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::json;
 use support::cluster::*;
@@ -291,8 +291,36 @@ async fn ingress_names_never_collide_and_the_longest_names_publish() {
     );
     assert_ne!(names.0, names.1);
     let ingresses: Api<Ingress> = Api::namespaced(p.admin.clone(), &p.opns);
-    ingresses.get(&names.0).await.unwrap();
+    let written = ingresses.get(&names.0).await.unwrap().spec;
     ingresses.get(&names.1).await.unwrap();
+    // Someone re-points the card's Ingress, then deletes it: the operator puts it back.
+    let elsewhere = json!({"spec": {"rules": [{"host": "elsewhere.open.test", "http": {"paths": [
+        {"path": "/", "pathType": "Prefix",
+         "backend": {"service": {"name": "other", "port": {"number": 80}}}}]}}]}});
+    ingresses
+        .patch(&names.0, &PatchParams::default(), &Patch::Merge(&elsewhere))
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(10), || async {
+        ingresses
+            .get(&names.0)
+            .await
+            .is_ok_and(|i| i.spec == written)
+    })
+    .await
+    .expect("an edited Ingress is repaired");
+    ingresses
+        .delete(&names.0, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(10), || async {
+        ingresses
+            .get_opt(&names.0)
+            .await
+            .is_ok_and(|i| i.is_some_and(|i| i.spec == written))
+    })
+    .await
+    .expect("a deleted Ingress is put back");
     // Deleting one card removes its own route only.
     team.delete("a-weather").await;
     wait_for(Duration::from_secs(20), || async {

@@ -25,6 +25,7 @@ use super::agentcard::build::{ingress_object, IngressTarget, Settings, MAX_INGRE
 use super::agentcard::status::{condition, condition_with, READY, ROUTED};
 use super::claims::Claim;
 use super::routing::{self, RouteKind};
+use super::seen::SeenIngress;
 use super::{Context, Error};
 use crate::contract::{hashed_name, normalize_prefix, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::agentdirectory::DirectoryRoute;
@@ -214,8 +215,8 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
             have.as_deref(),
             Rules {
                 ours,
-                current: |h: Option<&Ingress>| apply::ingress_current(h, ing),
-                removals: |h: &Ingress| apply::ingress_removals(h, ing),
+                current: |h: Option<&SeenIngress>| apply::ingress_current(h, ing),
+                removals: |h: &SeenIngress| apply::ingress_removals(h, ing),
             },
             &(),
             &ctx.written,

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod metrics;
 pub mod policy;
 pub mod routing;
+pub mod seen;
 pub mod watches;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -27,7 +28,6 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -201,8 +201,8 @@ pub struct Context {
     pub secrets: Store<Secret>,
     /// Name of the signing Secret.
     pub signing_secret: String,
-    /// The Ingresses this operator wrote (every namespace).
-    pub ingresses: Store<Ingress>,
+    /// The Ingresses this operator wrote (every namespace), as [`seen::SeenIngress`].
+    pub ingresses: Store<seen::SeenIngress>,
     /// The HTTPRoutes this operator wrote (with HTTPRoute routing).
     pub routes: Option<Store<DynamicObject>>,
     /// Every AgentDirectory.
@@ -542,7 +542,7 @@ impl Context {
     }
 
     /// The Ingress `namespace/name` as last seen, if it exists.
-    pub fn ingress(&self, namespace: &str, name: &str) -> Option<Arc<Ingress>> {
+    pub fn ingress(&self, namespace: &str, name: &str) -> Option<Arc<seen::SeenIngress>> {
         self.ingresses.get(&ObjectRef::new(name).within(namespace))
     }
 
@@ -952,16 +952,16 @@ pub async fn run(
     let (ingress_store, ingress_writer) = reflector::store();
     let ingress_memo = written.clone();
     let ingress_feed = watcher(
-        Api::<Ingress>::all(client.clone()),
+        Api::<seen::SeenIngress>::all(client.clone()),
         watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
     )
     .default_backoff()
-    .modify(|ing: &mut Ingress| watches::compact_meta(&mut ing.metadata))
     .reflect(ingress_writer)
     .inspect(move |ev| ingress_memo.forget_event("Ingress", ev));
-    let (_ingress_task, ingress_touched) = watches::drive(ingress_feed, |ing: &Ingress| {
-        watches::WrittenFor::of(&ing.metadata)
-    });
+    let (_ingress_task, ingress_touched) =
+        watches::drive(ingress_feed, |ing: &seen::SeenIngress| {
+            watches::WrittenFor::of(&ing.metadata)
+        });
 
     // With HTTPRoute routing: the routes we write, for repair, and for the Gateways' verdicts
     // (their status) that the cards' Routed condition reports.

@@ -164,8 +164,10 @@ struct Feed {
     cards: HashMap<String, CardView>,
     /// Content hash of what the index serves per card key.
     serving: HashMap<String, String>,
-    /// Directory entry of each served card, by card key.
-    entries: HashMap<String, Arc<Entry>>,
+    /// Directory entry of each served card, by card key; kept only while an AgentDirectory
+    /// exists (`None` otherwise: a cluster without directories pays neither the memory nor
+    /// the text indexing of an entry per card).
+    entries: Option<HashMap<String, Arc<Entry>>>,
     /// Labels of each namespace.
     namespaces: HashMap<String, BTreeMap<String, String>>,
     /// AgentDirectories by name.
@@ -187,7 +189,7 @@ impl Feed {
             cms: HashMap::new(),
             cards: HashMap::new(),
             serving: HashMap::new(),
-            entries: HashMap::new(),
+            entries: None,
             namespaces: HashMap::new(),
             directories: HashMap::new(),
             dirty: false,
@@ -233,15 +235,6 @@ impl Feed {
         let modified = timestamp(&route.published_at).unwrap_or(since);
         let host = route.host.trim().trim_end_matches('.').to_ascii_lowercase();
         let content = Arc::new(Published::new(body, modified, max_age));
-        let placement = Placement {
-            namespace: card.namespace().to_string(),
-            name: card.name().to_string(),
-            host: host.clone(),
-            url: card.url().unwrap_or_default().to_string(),
-            content_hash: hash.clone(),
-            key_id: card.key_id().unwrap_or_default().to_string(),
-            updated_at: route.published_at.clone(),
-        };
         let key = card.key.clone();
         self.index.upsert(CardEntry {
             source: key.clone(),
@@ -249,21 +242,66 @@ impl Feed {
             prefix: normalize_prefix(&route.path_prefix),
             legacy: route.legacy_path,
             created: since,
-            content: content.clone(),
+            content,
         });
         self.serving.insert(key.clone(), hash.clone());
-        match Entry::build(placement, content.body.clone()) {
-            Some(entry) => self.entries.insert(key, Arc::new(entry)),
-            None => self.entries.remove(&key),
-        };
+        if self.entries.is_some() {
+            let entry = self.cards.get(uid).and_then(|c| self.entry_of(c));
+            if let Some(entries) = self.entries.as_mut() {
+                match entry {
+                    Some(entry) => entries.insert(key, entry),
+                    None => entries.remove(&key),
+                };
+            }
+        }
         self.dirty = true;
+    }
+
+    /// The directory entry of `card` as the index serves it now (`None` when it is not served
+    /// or its bytes are not a card).
+    fn entry_of(&self, card: &CardView) -> Option<Arc<Entry>> {
+        let hash = self.serving.get(&card.key)?;
+        let served = self.index.entry(&card.key)?;
+        let route = card.route()?;
+        let placement = Placement {
+            namespace: card.namespace().to_string(),
+            name: card.name().to_string(),
+            host: served.host.clone(),
+            url: card.url().unwrap_or_default().to_string(),
+            content_hash: hash.clone(),
+            key_id: card.key_id().unwrap_or_default().to_string(),
+            updated_at: route.published_at.clone(),
+        };
+        Entry::build(placement, served.content.body.clone()).map(Arc::new)
+    }
+
+    /// Keep directory entries exactly while a directory exists: built for every served card
+    /// when the first one appears, dropped with the last.
+    fn sync_listing(&mut self) {
+        match (self.directories.is_empty(), self.entries.is_some()) {
+            (true, true) => self.entries = None,
+            (false, false) => {
+                let entries = self
+                    .cards
+                    .values()
+                    .filter_map(|c| Some((c.key.clone(), self.entry_of(c)?)))
+                    .collect();
+                self.entries = Some(entries);
+                self.dirty = true;
+            }
+            _ => {}
+        }
     }
 
     /// Stop serving card `key` (and listing it).
     fn unserve(&mut self, key: &str) {
         self.index.remove(key);
         self.serving.remove(key);
-        if self.entries.remove(key).is_some() {
+        if self
+            .entries
+            .as_mut()
+            .is_some_and(|e| e.remove(key).is_some())
+        {
             self.dirty = true;
         }
     }
@@ -392,6 +430,8 @@ impl Feed {
         self.dirty = false;
         let empty = BTreeMap::new();
         let mut sites = HashMap::new();
+        let no_entries = HashMap::new();
+        let entries = self.entries.as_ref().unwrap_or(&no_entries);
         for (name, dir) in &self.directories {
             let Some(host) = dir.host.clone().filter(|_| !dir.deleting) else {
                 continue;
@@ -400,7 +440,7 @@ impl Feed {
                 .cards
                 .values()
                 .filter_map(|c| {
-                    let entry = self.entries.get(&c.key)?;
+                    let entry = entries.get(&c.key)?;
                     let ns_labels = self.namespaces.get(c.namespace()).unwrap_or(&empty);
                     select::listed(&dir.spec, ns_labels, c.labels()).then(|| entry.clone())
                 })
@@ -467,6 +507,7 @@ impl Feed {
                 self.dirty = true;
             }
         }
+        self.sync_listing();
     }
 
     fn on_card_event(&mut self, event: Event<Arc<AgentCard>>) {
@@ -676,5 +717,53 @@ mod tests {
         f.apply_card(Arc::new(card("a", "c", "u", "two.example", Some("b"))));
         assert_eq!(served(&f, "one.example"), None);
         assert_eq!(served(&f, "two.example").as_deref(), Some("b"));
+    }
+
+    fn directory(name: &str, host: &str) -> Arc<AgentDirectory> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDirectory",
+                "metadata": {"name": name},
+                "spec": {"publish": {"host": host}},
+                "status": {"served": {"host": host, "since": "2026-01-01T00:00:00Z"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn listed(f: &mut Feed, host: &str) -> Vec<String> {
+        f.rebuild_sites();
+        f.index.site(host).map_or_else(Vec::new, |s| {
+            s.catalog
+                .entries()
+                .iter()
+                .map(|e| e.placement.name.clone())
+                .collect()
+        })
+    }
+
+    #[test]
+    fn directory_entries_exist_exactly_while_a_directory_does() {
+        let mut f = feed();
+        let body = |n: &str| format!(r#"{{"name":"{n}","description":"d","skills":[]}}"#);
+        let (one, two) = (body("one"), body("two"));
+        f.apply_card(Arc::new(card("a", "one", "u1", "one.example", Some(&one))));
+        f.apply_cm(Arc::new(cm("a", "agentcard-one", "u1", &one, "")));
+        assert!(served(&f, "one.example").is_some());
+        assert!(f.entries.is_none(), "no directory, no entries");
+        // The first directory lists what is already served, then what is served after.
+        f.on_directory_event(Event::Apply(directory("dir", "dir.example")));
+        assert_eq!(listed(&mut f, "dir.example"), ["one"]);
+        f.apply_card(Arc::new(card("a", "two", "u2", "two.example", Some(&two))));
+        f.apply_cm(Arc::new(cm("a", "agentcard-two", "u2", &two, "")));
+        let mut names = listed(&mut f, "dir.example");
+        names.sort();
+        assert_eq!(names, ["one", "two"]);
+        // The last directory gone, the entries go; a new directory lists every card again.
+        f.on_directory_event(Event::Delete(directory("dir", "dir.example")));
+        assert!(f.entries.is_none());
+        assert!(listed(&mut f, "dir.example").is_empty());
+        f.on_directory_event(Event::Apply(directory("other", "other.example")));
+        assert_eq!(listed(&mut f, "other.example").len(), 2);
     }
 }

@@ -19,6 +19,7 @@ use kube::{Client, Resource, ResourceExt};
 use super::build::{backend_ingress_name, card_key, configmap_name, ingress_name, Built, Settings};
 use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
 use crate::controller::routing::{httproute_resource, RouteKind};
+use crate::controller::seen::{OptionalSpec, SeenIngress};
 use crate::controller::watches::{digest, operator_annotations, Unseen, WriteMemo};
 use crate::controller::Error;
 use crate::crd::AgentCard;
@@ -29,9 +30,9 @@ pub struct Existing<'a> {
     /// The card's ConfigMap.
     pub configmap: Option<&'a ConfigMap>,
     /// The Ingress in the operator's namespace.
-    pub ingress: Option<Arc<Ingress>>,
+    pub ingress: Option<Arc<SeenIngress>>,
     /// The backend Ingress in the card's namespace.
-    pub backend: Option<Arc<Ingress>>,
+    pub backend: Option<Arc<SeenIngress>>,
     /// The HTTPRoute in the operator's namespace (when routes are watched).
     pub route: Option<Arc<DynamicObject>>,
     /// The backend HTTPRoute in the card's namespace (when routes are watched).
@@ -132,19 +133,16 @@ fn configmap_removals(have: &ConfigMap, want: &ConfigMap) -> Option<serde_json::
 }
 
 /// The merge patch removing what the operator set on Ingress `have` and `want` lacks.
-pub fn ingress_removals(have: &Ingress, want: &Ingress) -> Option<serde_json::Value> {
-    let (h, w) = (
-        have.spec.clone().unwrap_or_default(),
-        want.spec.clone().unwrap_or_default(),
-    );
+pub fn ingress_removals(have: &SeenIngress, want: &Ingress) -> Option<serde_json::Value> {
+    let (h, w) = (have.optional, OptionalSpec::of(want.spec.as_ref()));
     let mut spec = serde_json::Map::new();
-    if h.tls.is_some() && w.tls.is_none() {
+    if h.tls && !w.tls {
         spec.insert("tls".into(), serde_json::Value::Null);
     }
-    if h.ingress_class_name.is_some() && w.ingress_class_name.is_none() {
+    if h.class && !w.class {
         spec.insert("ingressClassName".into(), serde_json::Value::Null);
     }
-    if h.default_backend.is_some() && w.default_backend.is_none() {
+    if h.default_backend && !w.default_backend {
         spec.insert("defaultBackend".into(), serde_json::Value::Null);
     }
     removals(&have.metadata, &want.metadata, spec)
@@ -155,8 +153,8 @@ fn configmap_current(have: Option<&ConfigMap>, want: &ConfigMap) -> bool {
 }
 
 /// Whether Ingress `have` already holds `want`.
-pub fn ingress_current(have: Option<&Ingress>, want: &Ingress) -> bool {
-    have.is_some_and(|h| h.spec == want.spec && meta_holds(&h.metadata, &want.metadata))
+pub fn ingress_current(have: Option<&SeenIngress>, want: &Ingress) -> bool {
+    have.is_some_and(|h| h.holds_spec(&want.spec) && meta_holds(&h.metadata, &want.metadata))
 }
 
 /// Delete `name`, a 404 being success.
@@ -218,19 +216,23 @@ pub struct Rules<Ours, Current, Removals> {
 ///
 /// `memo` skips a write that repeats the operator's last one while the store (`have`) has not
 /// caught up with it yet (see [`WriteMemo`]). `true` when something was written.
-pub async fn write<K, O, C, R>(
+///
+/// `have` is the object as the store keeps it (`H`: the object itself, or what the store keeps
+/// of it, such as a [`SeenIngress`]).
+pub async fn write<K, H, O, C, R>(
     api: &Api<K>,
     want: &K,
-    have: Option<&K>,
+    have: Option<&H>,
     rules: Rules<O, C, R>,
     dt: &K::DynamicType,
     memo: &WriteMemo,
 ) -> Result<bool, Error>
 where
     O: Fn(&ObjectMeta) -> bool,
-    C: Fn(Option<&K>) -> bool,
-    R: Fn(&K) -> Option<serde_json::Value>,
+    C: Fn(Option<&H>) -> bool,
+    R: Fn(&H) -> Option<serde_json::Value>,
     K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    H: Resource + From<K>,
 {
     let name = want.meta().name.clone().unwrap_or_default();
     let ns = want.meta().namespace.clone().unwrap_or_default();
@@ -240,27 +242,29 @@ where
     if memo.pending(&kind, &ns, &name, version.as_deref(), wanted) {
         return Ok(false);
     }
+    let found: H;
     let existing = match have {
-        Some(h) => h.clone(),
+        Some(h) => h,
         None => match create_or_find(api, want, &name).await? {
             None => {
                 tracing::debug!(%kind, %ns, %name, "created");
                 memo.remember(&kind, &ns, &name, None, wanted);
                 return Ok(true);
             }
-            Some(found) => {
+            Some(f) => {
                 tracing::debug!(%kind, %ns, %name, "the name was taken: the watch had not shown it");
-                found
+                found = H::from(f);
+                &found
             }
         },
     };
     if !(rules.ours)(existing.meta()) {
         return Err(name_in_use(want, dt));
     }
-    if (rules.current)(Some(&existing)) {
+    if (rules.current)(Some(existing)) {
         return Ok(false);
     }
-    if let Some(patch) = (rules.removals)(&existing) {
+    if let Some(patch) = (rules.removals)(existing) {
         let params = PatchParams {
             field_manager: Some(MANAGER.into()),
             ..Default::default()
@@ -403,8 +407,8 @@ pub async fn apply(
             existing.ingress.as_deref(),
             Rules {
                 ours: |m: &ObjectMeta| written_for_card(m, card),
-                current: |h: Option<&Ingress>| ingress_current(h, ing),
-                removals: |h: &Ingress| ingress_removals(h, ing),
+                current: |h: Option<&SeenIngress>| ingress_current(h, ing),
+                removals: |h: &SeenIngress| ingress_removals(h, ing),
             },
             &(),
             memo,
@@ -430,8 +434,8 @@ pub async fn apply(
                 existing.backend.as_deref(),
                 Rules {
                     ours: |m: &ObjectMeta| owned_by_card(m, card),
-                    current: |h: Option<&Ingress>| ingress_current(h, b),
-                    removals: |h: &Ingress| ingress_removals(h, b),
+                    current: |h: Option<&SeenIngress>| ingress_current(h, b),
+                    removals: |h: &SeenIngress| ingress_removals(h, b),
                 },
                 &(),
                 memo,
@@ -537,7 +541,7 @@ async fn cleanup(
     client: &Client,
     card: &AgentCard,
     settings: &Settings,
-    ingress: Option<&Ingress>,
+    ingress: Option<&SeenIngress>,
     routes: bool,
 ) -> Result<(), Error> {
     let name = ingress_name(&card.namespace().unwrap_or_default(), &card.name_any());
