@@ -492,8 +492,11 @@ pub async fn fan_out_configmaps(
 /// write again (and, for a status, record the same Event twice). Every watch event of an object
 /// forgets its entry, so once the store holds the write, or anyone else changes the object, the
 /// store decides again.
+///
+/// Values are boxed and the table shrinks as it empties: a bulk apply leaves thousands of
+/// writes unseen for a while, and a table of inline statuses sized for that peak would stay.
 pub struct Unseen<V> {
-    written: Mutex<HashMap<(String, String, String), (Option<String>, V)>>,
+    written: Mutex<Entries<V>>,
 }
 
 /// Digests of the objects the operator wrote (see [`Unseen`]).
@@ -517,7 +520,7 @@ pub fn digest(value: &impl serde::Serialize) -> u64 {
     hasher.finish()
 }
 
-type Entries<V> = HashMap<(String, String, String), (Option<String>, V)>;
+type Entries<V> = HashMap<(String, String, String), (Option<String>, Box<V>)>;
 
 fn key(kind: &str, ns: &str, name: &str) -> (String, String, String) {
     (kind.to_string(), ns.to_string(), name.to_string())
@@ -534,20 +537,27 @@ impl<V: Clone> Unseen<V> {
         self.lock()
             .get(&key(kind, ns, name))
             .filter(|(v, _)| v.as_deref() == version)
-            .map(|(_, written)| written.clone())
+            .map(|(_, written)| V::clone(written))
     }
 
     /// Record a write of `written` over store version `version`.
     pub fn remember(&self, kind: &str, ns: &str, name: &str, version: Option<&str>, written: V) {
-        self.lock()
-            .insert(key(kind, ns, name), (version.map(str::to_string), written));
+        self.lock().insert(
+            key(kind, ns, name),
+            (version.map(str::to_string), Box::new(written)),
+        );
     }
 
     /// The watch showed `kind` `ns/name` (changed, or gone): the store decides from now on.
     pub fn forget(&self, kind: &str, ns: &str, name: &str) {
         let mut written = self.lock();
-        if !written.is_empty() {
-            written.remove(&key(kind, ns, name));
+        if written.is_empty() || written.remove(&key(kind, ns, name)).is_none() {
+            return;
+        }
+        // Shrunk by halves at most: amortised O(1) per removal.
+        if written.capacity() > 64 && written.len() * 4 < written.capacity() {
+            let keep = written.len() * 2;
+            written.shrink_to(keep);
         }
     }
 
@@ -642,6 +652,25 @@ mod tests {
         memo.forget("ConfigMap", "ns", "x");
         assert!(!memo.pending("ConfigMap", "ns", "x", None, d));
         assert!(memo.is_empty());
+    }
+
+    #[test]
+    fn the_table_of_unseen_writes_shrinks_as_the_watch_catches_up() {
+        let memo: Unseen<crate::crd::AgentCardStatus> = Unseen::default();
+        for i in 0..5000 {
+            memo.remember("AgentCard", "ns", &i.to_string(), None, Default::default());
+        }
+        let peak = memo.lock().capacity();
+        assert!(peak >= 5000);
+        for i in 0..4990 {
+            memo.forget("AgentCard", "ns", &i.to_string());
+        }
+        let after = memo.lock().capacity();
+        assert!(after <= 64, "capacity {after} after the bulk (peak {peak})");
+        // What is still unseen is still known.
+        assert!(memo
+            .get("AgentCard", "ns", "4995", None)
+            .is_some_and(|s| s == Default::default()));
     }
 
     #[test]
