@@ -12,6 +12,7 @@
 //! benchmark itself adds little load to the API server and the card server it measures.
 
 use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -232,8 +233,11 @@ async fn main() -> anyhow::Result<()> {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // A group of its own: a wrapper and the operator under it stop together.
+            .process_group(0)
             .spawn()
     };
+    let graceful = !wrapper.is_empty();
     let mut op = start_operator()?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(16)
@@ -374,8 +378,7 @@ async fn main() -> anyhow::Result<()> {
     let calls = api_calls(&scrape(&http, admin).await?);
     let rss = peak_rss_kib(op.id());
     let cpu = cpu_time(op.id());
-    let _ = op.kill();
-    let _ = op.wait();
+    stop(&mut op, graceful);
 
     // Restart with every card unchanged: a fresh process serves them all, and writes nothing.
     let restarted = Instant::now();
@@ -430,8 +433,7 @@ async fn main() -> anyhow::Result<()> {
         .filter(|((verb, _), _)| matches!(verb.as_str(), "create" | "patch" | "update" | "delete"))
         .collect();
     let restart_rss = peak_rss_kib(op.id());
-    let _ = op.kill();
-    let _ = op.wait();
+    stop(&mut op, graceful);
     let all_served = last_served.lock().await.map(|t| t.duration_since(started));
     let mut lat: Vec<Duration> = served.lock().await.values().copied().collect();
     lat.sort();
@@ -541,6 +543,22 @@ fn metric(text: &str, name: &str) -> f64 {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
+}
+
+/// Stop the operator and whatever runs it (its process group). Under a wrapper (a profiler)
+/// SIGTERM first, so the profiler writes its data and the operator drains and exits (up to
+/// 30 s); then SIGKILL, so nothing is left running into the next measurement.
+fn stop(op: &mut std::process::Child, graceful: bool) {
+    let group = format!("-{}", op.id());
+    if graceful {
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline && matches!(op.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = op.wait();
 }
 
 /// `agentcard_api_requests_total` samples of a scrape, by `(verb, resource)`.
