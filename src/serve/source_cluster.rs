@@ -64,12 +64,21 @@ impl AsRef<[u8]> for CardBody {
 }
 
 /// A card ConfigMap as the feed keeps it: its controlling AgentCard and its bytes.
-#[derive(Clone, PartialEq)]
+#[derive(Clone)]
 struct CardBytes {
     owner: Option<String>,
+    /// The content hash of `body`.
     hash: String,
     /// Shared with what the index serves (no copy per card).
     body: Bytes,
+}
+
+/// The same owner and the same bytes: `hash` is the bytes' content hash, so the bytes
+/// themselves are not compared again on every ConfigMap event.
+impl PartialEq for CardBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.owner == other.owner && self.hash == other.hash
+    }
 }
 
 /// What the feed needs of an AgentCard: where its ConfigMap is, what status confirms, and
@@ -143,6 +152,24 @@ impl CardView {
             && self.key_id() == other.key_id()
             && self.deleting() == other.deleting()
     }
+}
+
+/// The directory entry of `card` served on `host` with `body` (its content hash `hash`);
+/// `None` when the bytes are not a card.
+fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<Entry>> {
+    let placement = Placement {
+        namespace: card.namespace().to_string(),
+        name: card.name().to_string(),
+        host: host.to_string(),
+        url: card.url().unwrap_or_default().to_string(),
+        content_hash: hash.to_string(),
+        key_id: card.key_id().unwrap_or_default().to_string(),
+        updated_at: card
+            .route()
+            .map(|r| r.published_at.clone())
+            .unwrap_or_default(),
+    };
+    Entry::build(placement, body).map(Arc::new)
 }
 
 /// What the feed needs of an AgentDirectory.
@@ -234,45 +261,31 @@ impl Feed {
         let since = timestamp(&route.since).unwrap_or(UNIX_EPOCH);
         let modified = timestamp(&route.published_at).unwrap_or(since);
         let host = route.host.trim().trim_end_matches('.').to_ascii_lowercase();
-        let content = Arc::new(Published::new(body, modified, max_age));
+        let content = Arc::new(Published::new(body.clone(), modified, max_age));
         let key = card.key.clone();
         self.index.upsert(CardEntry {
             source: key.clone(),
-            host,
+            host: host.clone(),
             prefix: normalize_prefix(&route.path_prefix),
             legacy: route.legacy_path,
             created: since,
             content,
         });
         self.serving.insert(key.clone(), hash.clone());
-        if self.entries.is_some() {
-            let entry = self.cards.get(uid).and_then(|c| self.entry_of(c));
-            if let Some(entries) = self.entries.as_mut() {
-                match entry {
-                    Some(entry) => entries.insert(key, entry),
-                    None => entries.remove(&key),
-                };
-            }
+        if let Some(entries) = self.entries.as_mut() {
+            match entry_of(card, &host, hash, body) {
+                Some(entry) => entries.insert(key, entry),
+                None => entries.remove(&key),
+            };
         }
         self.dirty = true;
     }
 
-    /// The directory entry of `card` as the index serves it now (`None` when it is not served
-    /// or its bytes are not a card).
-    fn entry_of(&self, card: &CardView) -> Option<Arc<Entry>> {
-        let hash = self.serving.get(&card.key)?;
+    /// The directory entry of `card` as the index serves it now (see [`entry_of`]).
+    fn served_entry(&self, card: &CardView) -> Option<Arc<Entry>> {
         let served = self.index.entry(&card.key)?;
-        let route = card.route()?;
-        let placement = Placement {
-            namespace: card.namespace().to_string(),
-            name: card.name().to_string(),
-            host: served.host.clone(),
-            url: card.url().unwrap_or_default().to_string(),
-            content_hash: hash.clone(),
-            key_id: card.key_id().unwrap_or_default().to_string(),
-            updated_at: route.published_at.clone(),
-        };
-        Entry::build(placement, served.content.body.clone()).map(Arc::new)
+        let hash = self.serving.get(&card.key)?;
+        entry_of(card, &served.host, hash, served.content.body.clone())
     }
 
     /// Keep directory entries exactly while a directory exists: built for every served card
@@ -284,7 +297,7 @@ impl Feed {
                 let entries = self
                     .cards
                     .values()
-                    .filter_map(|c| Some((c.key.clone(), self.entry_of(c)?)))
+                    .filter_map(|c| Some((c.key.clone(), self.served_entry(c)?)))
                     .collect();
                 self.entries = Some(entries);
                 self.dirty = true;
