@@ -86,14 +86,14 @@ where
                 writer.apply_watcher_event(&event);
                 // Subscribers get the store's own `Arc`s: what they keep of an object (the
                 // card server keeps the card bytes) shares its memory with the store.
-                let stored = |o: &K| reader.get(&key(o));
+                let stored = |o: &K| reader.get(&name_ref(o));
                 let shared: Vec<Shared<K>> = match event {
                     Event::Init => {
                         relisted.clear();
                         vec![Event::Init]
                     }
                     Event::InitApply(o) => {
-                        relisted.push(key(&o));
+                        relisted.push(name_ref(&o));
                         Vec::new()
                     }
                     Event::InitDone => std::mem::take(&mut relisted)
@@ -146,8 +146,10 @@ where
     }
 }
 
-/// `o`'s reference by name and namespace only (a store looks objects up by those).
-fn key<K: kube::Resource<DynamicType = ()>>(o: &K) -> ObjectRef<K> {
+/// `o`'s reference by namespace and name only: what a store looks objects up by, and what the
+/// indexes and the controllers' queues hold (`ObjectRef::from_obj` also copies the uid and
+/// resourceVersion, which no lookup or comparison reads).
+pub fn name_ref<K: kube::Resource<DynamicType = ()>>(o: &K) -> ObjectRef<K> {
     let meta = o.meta();
     let r = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
     match meta.namespace.as_deref() {

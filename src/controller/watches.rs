@@ -26,7 +26,7 @@ use kube::ResourceExt;
 use super::agentcard::validate::ANN_ALLOWED_HOSTS;
 use crate::contract::{CONTENT_CARD, LABEL_CONTENT, MANAGER};
 use crate::crd::AgentCard;
-use crate::hub::Shared;
+use crate::hub::{name_ref, Shared};
 
 /// kubectl's copy of the last applied object: as large as the object, read by nothing here.
 const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -100,17 +100,6 @@ pub fn compact_card(card: &mut AgentCard) {
     }
 }
 
-/// A card's reference by namespace and name only: what the indexes and the controller's queue
-/// hold for each card (`ObjectRef::from_obj` also copies its uid and resourceVersion, which
-/// no comparison reads).
-pub fn card_ref(card: &AgentCard) -> ObjectRef<AgentCard> {
-    let r = ObjectRef::new(card.metadata.name.as_deref().unwrap_or_default());
-    match card.metadata.namespace.as_deref() {
-        Some(ns) => r.within(ns),
-        None => r,
-    }
-}
-
 /// The cards by host and by namespace, kept in step with the card store by [`fan_out_cards`]:
 /// which cards to look at again when a host is freed, and how many cards a namespace has.
 #[derive(Default)]
@@ -124,7 +113,7 @@ pub struct CardIndex {
 impl CardIndex {
     /// Record `card` (new, or its host changed).
     pub fn apply(&mut self, card: &AgentCard) {
-        let key = card_ref(card);
+        let key = name_ref(card);
         let host = card.spec.publish.host.to_ascii_lowercase();
         let before = self.host_of.insert(key.clone(), host.clone());
         if before.as_ref() != Some(&host) {
@@ -313,7 +302,9 @@ pub async fn fan_out_cards(
             watcher::Event::Init => relisted = Some(Vec::new()),
             watcher::Event::InitApply(card) => {
                 if scope.holds(&card) {
-                    relisted.get_or_insert_with(Vec::new).push(card_ref(&card));
+                    relisted
+                        .get_or_insert_with(Vec::new)
+                        .push(name_ref(card.as_ref()));
                 }
             }
             watcher::Event::InitDone => {
@@ -334,13 +325,13 @@ pub async fn fan_out_cards(
             watcher::Event::Apply(card) => {
                 if scope.holds(&card) {
                     lock().apply(&card);
-                    let _ = targets.cards.unbounded_send(card_ref(&card));
+                    let _ = targets.cards.unbounded_send(name_ref(card.as_ref()));
                 }
                 let _ = targets.directories.unbounded_send(());
             }
             watcher::Event::Delete(card) => {
                 if scope.holds(&card) {
-                    let key = card_ref(&card);
+                    let key = name_ref(card.as_ref());
                     let ns = key.namespace.clone().unwrap_or_default();
                     let waiting = {
                         let mut index = lock();
