@@ -313,19 +313,31 @@ pub fn signature_kids(card_json: &str) -> Vec<String> {
 }
 
 /// The JWKS to publish: every key of the Secret, then the keys of the JWKS published before
-/// (`previous`) that left the Secret while a served card is still signed with them (`in_use`),
-/// so that card keeps verifying until it is signed again. Pure.
-pub fn published_jwks(keys: &Keys, previous: Option<&str>, in_use: &HashSet<String>) -> Jwks {
+/// (`previous`) that left the Secret while a served card is still signed with them (`in_use`,
+/// asked only when such a key exists: it reads every served card), so that card keeps
+/// verifying until it is signed again. Pure.
+pub fn published_jwks(
+    keys: &Keys,
+    previous: Option<&str>,
+    in_use: impl FnOnce() -> HashSet<String>,
+) -> Jwks {
     let mut jwks = keys.jwks.clone();
     let kid = |k: &serde_json::Map<String, serde_json::Value>| {
         k.get("kid").and_then(|v| v.as_str()).map(str::to_string)
     };
     let current: HashSet<String> = jwks.keys.iter().filter_map(kid).collect();
-    if let Some(previous) = previous.and_then(|p| Jwks::from_slice(p.as_bytes()).ok()) {
+    let left: Vec<_> = previous
+        .and_then(|p| Jwks::from_slice(p.as_bytes()).ok())
+        .map(|p| p.keys)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|k| kid(k).is_some_and(|id| !current.contains(&id)))
+        .collect();
+    if !left.is_empty() {
+        let in_use = in_use();
         jwks.keys.extend(
-            previous.keys.into_iter().filter(|k| {
-                kid(k).is_some_and(|id| !current.contains(&id) && in_use.contains(&id))
-            }),
+            left.into_iter()
+                .filter(|k| kid(k).is_some_and(|id| in_use.contains(&id))),
         );
     }
     jwks
@@ -363,27 +375,7 @@ pub async fn publish_jwks(
         .and_then(|d| d.get(KEY_JWKS))
         .cloned()
         .or_else(|| last.as_ref().map(|l| l.body.clone()));
-    let current: HashSet<&str> = keys
-        .jwks
-        .keys
-        .iter()
-        .filter_map(|k| k.get("kid")?.as_str())
-        .collect();
-    let left_the_secret = previous_body
-        .as_deref()
-        .and_then(|p| Jwks::from_slice(p.as_bytes()).ok())
-        .is_some_and(|p| {
-            p.keys
-                .iter()
-                .filter_map(|k| k.get("kid")?.as_str())
-                .any(|kid| !current.contains(kid))
-        });
-    let in_use = if left_the_secret {
-        served_kids()
-    } else {
-        HashSet::new()
-    };
-    let jwks = published_jwks(keys, previous_body.as_deref(), &in_use);
+    let jwks = published_jwks(keys, previous_body.as_deref(), served_kids);
     let retained = jwks.keys.len().saturating_sub(keys.jwks.keys.len());
     let body = jwks_body(&jwks);
     let recorded = existing
@@ -616,6 +608,7 @@ mod tests {
         let before = keys_with("old", &["old", "new"]);
         let published = jwks_body(&before.jwks);
         let after = keys_with("new", &["new"]);
+        let after_body = jwks_body(&after.jwks);
         // The served card is still signed by the removed key: it stays in the JWKS.
         let card = crate::a2a::AgentCard::from_json_lenient(br#"{"name":"a"}"#).unwrap();
         let old_key = before
@@ -634,15 +627,25 @@ mod tests {
                 .map(|k| k["kid"].as_str().unwrap().to_string())
                 .collect()
         };
-        let kept = published_jwks(&after, Some(&published), &in_use);
+        let kept = published_jwks(&after, Some(&published), || in_use.clone());
         assert_eq!(kids(&kept), ["new", "old"]);
         assert_eq!(kept.find("old"), before.jwks.find("old"));
         // Once no served card uses it, it goes; keys never published are not invented.
         assert_eq!(
-            kids(&published_jwks(&after, Some(&published), &HashSet::new())),
+            kids(&published_jwks(&after, Some(&published), HashSet::new)),
             ["new"]
         );
-        assert_eq!(kids(&published_jwks(&after, None, &in_use)), ["new"]);
+        // Nothing left the Secret: the served cards are not read at all.
+        assert_eq!(
+            kids(&published_jwks(&after, None, || unreachable!("read"))),
+            ["new"]
+        );
+        assert_eq!(
+            kids(&published_jwks(&after, Some(&after_body), || unreachable!(
+                "read"
+            ))),
+            ["new"]
+        );
         assert!(signature_kids("not json").is_empty());
     }
 }
