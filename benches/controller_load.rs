@@ -18,6 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agentcard_operator::controller::api_calls::read_counts;
 use agentcard_operator::crd::AgentCard;
 use futures::{stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -375,7 +376,7 @@ async fn main() -> anyhow::Result<()> {
         .duration_since(started);
     let _ = tokio::time::timeout(Duration::from_secs(120), poller).await;
     // What the cards cost in API requests (the operator counts its own, by verb and resource).
-    let calls = api_calls(&scrape(&http, admin).await?);
+    let calls = read_counts(&scrape(&http, admin).await?);
     let rss = peak_rss_kib(op.id());
     let cpu = cpu_time(op.id());
     stop(&mut op, graceful);
@@ -428,7 +429,7 @@ async fn main() -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let restart_writes: Vec<((String, String), f64)> = api_calls(&settled)
+    let restart_writes: Vec<((String, String), f64)> = read_counts(&settled)
         .into_iter()
         .filter(|((verb, _), _)| matches!(verb.as_str(), "create" | "patch" | "update" | "delete"))
         .collect();
@@ -559,27 +560,4 @@ fn stop(op: &mut std::process::Child, graceful: bool) {
     }
     let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
     let _ = op.wait();
-}
-
-/// `agentcard_api_requests_total` samples of a scrape, by `(verb, resource)`.
-fn api_calls(text: &str) -> std::collections::BTreeMap<(String, String), f64> {
-    let mut out = std::collections::BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("agentcard_api_requests_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
-        let value: f64 = value.trim().parse().unwrap_or(0.0);
-        out.insert((label("verb"), label("resource")), value);
-    }
-    out
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use agentcard_operator::contract::*;
 use agentcard_operator::controller::agentcard::build::{backend_ingress_name_of, ingress_name};
+use agentcard_operator::controller::api_calls::read_counts;
 use agentcard_operator::crd::AgentCard;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -314,26 +315,14 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
     // once (the card server and the controllers share the watches; ConfigMaps twice: the
     // published ones and the JWKS).
     let metrics = support::http::request(op2.server.admin, "GET", "/metrics", &[("Host", "a")]);
-    let calls: Vec<(String, String, f64)> = String::from_utf8_lossy(&metrics.body)
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("agentcard_api_requests_total{verb=\"")?;
-            let (verb, rest) = rest.split_once("\",resource=\"")?;
-            let (resource, count) = rest.split_once("\"} ")?;
-            Some((
-                verb.to_string(),
-                resource.to_string(),
-                count.trim().parse().ok()?,
-            ))
-        })
-        .collect();
+    let calls = read_counts(&String::from_utf8_lossy(&metrics.body));
     assert!(!calls.is_empty(), "no API request counts in the metrics");
     let writes: Vec<_> = calls
         .iter()
-        .filter(|(verb, resource, n)| {
+        .filter(|((verb, resource), n)| {
             ["create", "update", "patch", "delete"].contains(&verb.as_str())
                 && resource != "leases"
-                && *n > 0.0
+                && **n > 0.0
         })
         .collect();
     assert!(
@@ -342,10 +331,9 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
     );
     let watches = |resource: &str| {
         calls
-            .iter()
-            .filter(|(v, r, _)| v == "watch" && r == resource)
-            .map(|(_, _, n)| *n)
-            .sum::<f64>()
+            .get(&("watch".to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or_default()
     };
     assert_eq!(watches("agentcards"), 1.0, "{calls:?}");
     assert_eq!(watches("namespaces"), 1.0, "{calls:?}");

@@ -71,9 +71,57 @@ pub fn counted_client(config: kube::Config, calls: ApiCalls) -> Result<kube::Cli
         .build())
 }
 
+/// The request counts of a `/metrics` scrape, by `(verb, resource)`: how tests and the load
+/// benchmark read what the operator asked of the API server.
+pub fn read_counts(scrape: &str) -> std::collections::BTreeMap<(String, String), f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in scrape.lines() {
+        let Some((labels, value)) = line
+            .strip_prefix("agentcard_api_requests_total{")
+            .and_then(|rest| rest.split_once("} "))
+        else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix("=\""))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let value: f64 = value.trim().parse().unwrap_or(0.0);
+        out.insert((label("verb"), label("resource")), value);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_read_back_from_what_metrics_serves() {
+        // The operator's own metrics, as `/metrics` encodes them.
+        let metrics = super::super::metrics::ControllerMetrics::default();
+        let calls = &metrics.api_calls;
+        for (method, uri) in [
+            ("PATCH", "/api/v1/namespaces/a/configmaps/x"),
+            ("PATCH", "/api/v1/namespaces/b/configmaps/y"),
+            ("GET", "/api/v1/configmaps?watch=true"),
+        ] {
+            let labels = classify(&method.parse().unwrap(), &uri.parse().unwrap()).unwrap();
+            calls.get_or_create(&labels).inc();
+        }
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let counts = read_counts(&text);
+        let at = |v: &str, r: &str| counts.get(&(v.to_string(), r.to_string())).copied();
+        assert_eq!(at("patch", "configmaps"), Some(2.0), "{text}");
+        assert_eq!(at("watch", "configmaps"), Some(1.0), "{text}");
+        assert_eq!(counts.len(), 2, "{text}");
+    }
 
     fn c(method: &str, uri: &str) -> Option<(&'static str, String)> {
         let m: http::Method = method.parse().unwrap();
