@@ -301,26 +301,22 @@ async fn ingress_names_never_collide_and_the_longest_names_publish() {
         .patch(&names.0, &PatchParams::default(), &Patch::Merge(&elsewhere))
         .await
         .unwrap();
-    wait_for(Duration::from_secs(10), || async {
-        ingresses
-            .get(&names.0)
-            .await
-            .is_ok_and(|i| i.spec == written)
-    })
-    .await
-    .expect("an edited Ingress is repaired");
-    ingresses
-        .delete(&names.0, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(Duration::from_secs(10), || async {
+    let as_written = || async {
         ingresses
             .get_opt(&names.0)
             .await
             .is_ok_and(|i| i.is_some_and(|i| i.spec == written))
-    })
-    .await
-    .expect("a deleted Ingress is put back");
+    };
+    wait_for(Duration::from_secs(10), as_written)
+        .await
+        .expect("an edited Ingress is repaired");
+    ingresses
+        .delete(&names.0, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(10), as_written)
+        .await
+        .expect("a deleted Ingress is put back");
     // Deleting one card removes its own route only.
     team.delete("a-weather").await;
     wait_for(Duration::from_secs(20), || async {
