@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher, Event};
@@ -23,6 +23,7 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 
 use crate::contract::PUBLISHED_SELECTOR;
+use crate::controller::seen::SeenConfigMap;
 use crate::controller::watches::{compact_card, compact_meta};
 use crate::crd::{AgentCard, AgentDirectory};
 
@@ -167,8 +168,8 @@ pub struct Hubs {
     pub namespaces: Hub<Namespace>,
     /// Every AgentDirectory.
     pub directories: Hub<AgentDirectory>,
-    /// Every ConfigMap with a published card or the JWKS.
-    pub configmaps: Hub<ConfigMap>,
+    /// Every ConfigMap with a published card or the JWKS, as the stores keep a ConfigMap.
+    pub configmaps: Hub<SeenConfigMap>,
 }
 
 impl Hubs {
@@ -193,7 +194,8 @@ impl Hubs {
             configmaps: Hub::start(
                 Api::all(client.clone()),
                 watcher::Config::default().labels(PUBLISHED_SELECTOR),
-                |cm: &mut ConfigMap| compact_meta(&mut cm.metadata),
+                // Reduced while it is deserialised (`SeenConfigMap: From<ConfigMap>`).
+                |_: &mut SeenConfigMap| {},
             ),
         })
     }

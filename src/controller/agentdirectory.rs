@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DynamicObject, ObjectMeta};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::{Resource, ResourceExt};
@@ -25,7 +25,7 @@ use super::agentcard::build::{ingress_object, IngressTarget, Settings, MAX_INGRE
 use super::agentcard::status::{condition, condition_with, READY, ROUTED};
 use super::claims::Claim;
 use super::routing::{self, RouteKind};
-use super::seen::SeenIngress;
+use super::seen::{MetaView, SeenIngress};
 use super::{Context, Error};
 use crate::contract::{hashed_name, normalize_prefix, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::agentdirectory::DirectoryRoute;
@@ -116,13 +116,8 @@ fn routed_by_route(dir: &AgentDirectory) -> bool {
         .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == ROUTED))
 }
 
-fn written_for(meta: &ObjectMeta, dir: &AgentDirectory) -> bool {
-    apply::managed(meta)
-        && meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_DIRECTORY))
-            .is_some_and(|n| *n == dir.name_any())
+fn written_for(meta: &dyn MetaView, dir: &AgentDirectory) -> bool {
+    apply::managed(meta) && meta.annotation(ANN_DIRECTORY) == Some(dir.name_any().as_str())
 }
 
 /// Cards the directory lists now, by the lease holder's stores.
@@ -179,7 +174,7 @@ async fn remove_routes(ctx: &Context, dir: &AgentDirectory) -> Result<(), Error>
     }
     if ctx
         .ingress(opns, &name)
-        .is_some_and(|i| written_for(&i.metadata, dir))
+        .is_some_and(|i| written_for(&i.seen, dir))
     {
         let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), opns);
         apply::delete_if_present(&api, &name).await?;
@@ -205,7 +200,7 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
     let want = build(dir, &ctx.settings)?;
     let name = ingress_name(&dir.name_any());
     let opns = &ctx.settings.operator_namespace;
-    let ours = |m: &ObjectMeta| written_for(m, dir);
+    let ours = |m: &dyn MetaView| written_for(m, dir);
     let have = ctx.ingress(opns, &name);
     if let Some(ing) = &want.ingress {
         let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), opns);
@@ -233,7 +228,7 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
         || route
             .as_deref()
             .is_some_and(|r| routing::routed(&[r], &ctx.settings.routing.parents).0 == "True");
-    if want.ingress.is_none() && replaced && have.is_some_and(|i| ours(&i.metadata)) {
+    if want.ingress.is_none() && replaced && have.is_some_and(|i| ours(&i.seen)) {
         let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), opns);
         apply::delete_if_present(&api, &name).await?;
     }

@@ -15,6 +15,7 @@ pub mod agentdirectory;
 pub mod api_calls;
 pub mod claims;
 pub mod error;
+pub mod events;
 pub mod keys;
 pub mod metrics;
 pub mod policy;
@@ -29,7 +30,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DynamicObject};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Client, ResourceExt};
@@ -50,7 +51,10 @@ const RETAINED_KEY_RECHECK: Duration = Duration::from_secs(30);
 /// (the one `status.configMap` names, holding `status.contentHash`), as the card server serves
 /// it. Only the operator writes status, so a ConfigMap a tenant made with the operator's labels
 /// cannot keep a key that left the Secret in the JWKS.
-fn served_kids(cards: &Store<AgentCard>, configmaps: &Store<ConfigMap>) -> HashSet<String> {
+fn served_kids(
+    cards: &Store<AgentCard>,
+    configmaps: &Store<seen::SeenConfigMap>,
+) -> HashSet<String> {
     cards
         .state()
         .iter()
@@ -60,7 +64,7 @@ fn served_kids(cards: &Store<AgentCard>, configmaps: &Store<ConfigMap>) -> HashS
                 &ObjectRef::new(status.config_map.as_deref()?)
                     .within(card.metadata.namespace.as_deref()?),
             )?;
-            let body = cm.data.as_ref()?.get(crate::contract::KEY_CARD)?.clone();
+            let body = cm.text(crate::contract::KEY_CARD)?.to_string();
             (status.content_hash.as_deref()
                 == Some(crate::contract::content_hash(body.as_bytes()).as_str()))
             .then_some(body)
@@ -168,8 +172,8 @@ impl Drop for AbortOnDrop {
 pub struct Context {
     /// API client.
     pub client: Client,
-    /// Event recorder.
-    pub recorder: Recorder,
+    /// Event publisher (kube's recorder, its memory bounded).
+    pub recorder: Arc<events::Events>,
     /// Controller metrics.
     pub metrics: Arc<metrics::ControllerMetrics>,
     /// Operator settings.
@@ -184,12 +188,12 @@ pub struct Context {
     /// Every Namespace (allowed-hosts annotations, directory selectors).
     pub namespaces: Store<Namespace>,
     /// The cards' ConfigMaps (read here instead of a GET per reconcile).
-    pub configmaps: Store<ConfigMap>,
+    pub configmaps: Store<seen::SeenConfigMap>,
     /// Writes the watches have not shown yet.
     pub written: Arc<watches::WriteMemo>,
     /// The card ConfigMaps written and not yet seen by their watch: read instead of the
     /// older version in the store.
-    pub configmaps_written: Arc<watches::Unseen<ConfigMap>>,
+    pub configmaps_written: Arc<watches::Unseen<seen::SeenConfigMap>>,
     /// The card statuses written and not yet seen by the card watch: a reconcile reads its
     /// own last write instead of the older status in the store.
     pub statuses: Arc<watches::Unseen<crate::crd::AgentCardStatus>>,
@@ -488,7 +492,7 @@ impl Context {
 
     /// The card's ConfigMap: as the operator last wrote it while the watch has not shown
     /// that write yet, else as the watch last saw it.
-    pub fn configmap(&self, card: &AgentCard) -> Option<Arc<ConfigMap>> {
+    pub fn configmap(&self, card: &AgentCard) -> Option<Arc<seen::SeenConfigMap>> {
         let ns = card.namespace().unwrap_or_default();
         let name = agentcard::build::configmap_name(card);
         let stored = self.configmaps.get(&ObjectRef::new(&name).within(&ns));
@@ -594,7 +598,7 @@ impl Context {
     pub fn existing<'a>(
         &self,
         card: &AgentCard,
-        configmap: Option<&'a ConfigMap>,
+        configmap: Option<&'a seen::SeenConfigMap>,
     ) -> agentcard::apply::Existing<'a> {
         let ns = card.namespace().unwrap_or_default();
         let opns = &self.settings.operator_namespace;
@@ -635,6 +639,13 @@ impl Context {
         self.recheck_hosts(&freed, card);
         Ok(())
     }
+}
+
+/// The pause between two cards of a resync that walks `cards` cards in `period` (`None`: no
+/// card to walk).
+pub fn resync_gap(period: Duration, cards: usize) -> Option<Duration> {
+    let n = u32::try_from(cards).unwrap_or(u32::MAX);
+    (n > 0).then(|| period / n)
 }
 
 /// Retry delay after the `failures`-th consecutive failure: 1 s doubling to at most 5 min,
@@ -685,7 +696,7 @@ pub async fn run(
     // controllers, their events fan out to what each one triggers (see `watches`).
     let written = Arc::new(watches::WriteMemo::default());
     let statuses = Arc::new(watches::Unseen::<crate::crd::AgentCardStatus>::default());
-    let configmaps_written = Arc::new(watches::Unseen::<ConfigMap>::default());
+    let configmaps_written = Arc::new(watches::Unseen::<seen::SeenConfigMap>::default());
     let index = Arc::new(Mutex::new(watches::CardIndex::default()));
     let scope = watches::Scope {
         namespace: config.watch_namespace.clone(),
@@ -743,6 +754,24 @@ pub async fn run(
             let keys = all_index.lock().unwrap_or_else(|e| e.into_inner()).all();
             for key in keys {
                 let _ = all_refs.unbounded_send(key);
+            }
+        }
+    }));
+    // Every card is looked at again about once per resync period, one at a time and evenly
+    // spread over it (a safety net: every change already triggers its reconciles).
+    let (resync_index, resync_refs) = (index.clone(), card_refs_tx.clone());
+    let _resync_task = AbortOnDrop(tokio::spawn(async move {
+        loop {
+            let keys = resync_index.lock().unwrap_or_else(|e| e.into_inner()).all();
+            let Some(gap) = resync_gap(agentcard::RESYNC, keys.len()) else {
+                tokio::time::sleep(agentcard::RESYNC).await;
+                continue;
+            };
+            for key in keys {
+                tokio::time::sleep(gap).await;
+                if resync_refs.unbounded_send(key).is_err() {
+                    return;
+                }
             }
         }
     }));
@@ -827,13 +856,13 @@ pub async fn run(
     let jwks_max_age = config.jwks_max_age;
     let resign_all = all_tx.clone();
     // One recorder for the whole process: the card controller and the key rotation share it.
-    let recorder = Recorder::new(
+    let recorder = Arc::new(events::Events::new(
         client.clone(),
         Reporter {
             controller: MANAGER.into(),
             instance: Some(config.instance.clone()),
         },
-    );
+    ));
     let rotation_recorder = recorder.clone();
     let (jwks_cards, jwks_served) = (configmaps.clone(), cards.clone());
     let mut jwks_cards_listed = cms_listed.clone();
@@ -959,9 +988,7 @@ pub async fn run(
     .reflect(ingress_writer)
     .inspect(move |ev| ingress_memo.forget_event("Ingress", ev));
     let (_ingress_task, ingress_touched) =
-        watches::drive(ingress_feed, |ing: &seen::SeenIngress| {
-            watches::WrittenFor::of(&ing.metadata)
-        });
+        watches::drive(ingress_feed, watches::WrittenFor::of::<seen::SeenIngress>);
 
     // With HTTPRoute routing: the routes we write, for repair, and for the Gateways' verdicts
     // (their status) that the cards' Routed condition reports.
@@ -1189,6 +1216,14 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resync_spreads_the_cards_over_its_period() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(resync_gap(hour, 0), None);
+        assert_eq!(resync_gap(hour, 1), Some(hour));
+        assert_eq!(resync_gap(hour, 10_000), Some(Duration::from_millis(360)));
+    }
 
     #[test]
     fn backoff_doubles_per_failure_up_to_five_minutes_with_jitter() {

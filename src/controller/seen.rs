@@ -1,27 +1,332 @@
-//! What the controllers keep of the Ingresses they write: enough to tell whose an Ingress is,
-//! whether it still holds what the operator wants, and what a removal patch must clear, in a
-//! fraction of the object's memory (10,000 cards have 10,000 Ingresses in the store).
+//! What the operator keeps of the objects it writes and watches in bulk (one ConfigMap and one
+//! or two Ingresses per card: 10,000 cards put 20,000–30,000 of them in the stores): enough to
+//! tell whose an object is, whether it still holds what the operator wants and what a removal
+//! patch must clear, in a fraction of the typed object's memory.
 //!
-//! Data flow: the Ingress watch deserialises each object as an [`Ingress`] and at once turns it
-//! into a [`SeenIngress`] (`serde(from)`): its metadata, compacted like every stored object
-//! ([`compact_meta`]), a digest of its spec and which optional spec fields are set; the spec
-//! and status themselves are dropped before the store holds it. The apply step compares the
-//! spec it builds by the same digest ([`SeenIngress::holds_spec`]); an Ingress found by a
-//! conflicting create is reduced the same way.
+//! Data flow: a watch deserialises each object as its typed form ([`ConfigMap`], [`Ingress`])
+//! and at once turns it into the stored form (`serde(from)`), before the store holds it:
+//! - the metadata keeps what identifies the object (name, namespace, uid, resourceVersion, and
+//!   its creation and deletion times: what stores, keys and read-your-own-writes read, with no
+//!   allocation of their own); labels, annotations,
+//!   owners and the annotation keys the operator set move into a [`SeenMeta`] of sorted boxed
+//!   pairs (a `BTreeMap` node costs about 640 bytes however few entries it has, and a typed
+//!   `ObjectMeta` about 350 bytes inline, most of it empty);
+//! - a [`SeenConfigMap`] keeps its `data` as shared [`Bytes`], which the card server serves
+//!   as they are (no copy);
+//! - a [`SeenIngress`] keeps a digest of its spec and which optional spec fields are set.
+//!
+//! Readers look at an existing object's metadata through [`MetaView`], which a [`SeenMeta`] and
+//! an HTTPRoute (kept typed) answer; what the operator builds is compared as the typed
+//! `ObjectMeta` it is. An object found by a conflicting create is reduced the same way as a
+//! watched one.
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::{Ingress, IngressSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::watches::{compact_meta, digest};
+use super::watches::{digest, operator_annotations, ANN_LAST_APPLIED};
 
-/// An Ingress as the controllers' store holds it.
+/// One owner reference, as [`MetaView::owners`] lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner<'a> {
+    /// `apiVersion` of the owner.
+    pub api_version: &'a str,
+    /// `kind` of the owner.
+    pub kind: &'a str,
+    /// Name of the owner.
+    pub name: &'a str,
+    /// Uid of the owner.
+    pub uid: &'a str,
+    /// Whether the owner is the controller.
+    pub controller: bool,
+}
+
+/// What the controllers and the card server read of an object's metadata, whether it is kept
+/// typed ([`ObjectMeta`]) or compact ([`SeenMeta`]).
+pub trait MetaView {
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// The value of annotation `key`.
+    fn annotation(&self, key: &str) -> Option<&str>;
+    /// The owner references.
+    fn owners(&self) -> Vec<Owner<'_>>;
+    /// The annotation keys the operator set (by create or apply); the others are someone
+    /// else's.
+    fn operator_annotations(&self) -> BTreeSet<String>;
+}
+
+/// An HTTPRoute (the one kind the controllers keep typed, as a `DynamicObject`) answers from
+/// its metadata. A stored form's own `metadata` answers nothing: only its [`SeenMeta`] does,
+/// so `ObjectMeta` itself is no `MetaView` (a stripped one would say "not ours" to every
+/// question).
+impl MetaView for kube::api::DynamicObject {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(key)
+            .map(String::as_str)
+    }
+
+    fn owners(&self) -> Vec<Owner<'_>> {
+        self.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| Owner {
+                api_version: &o.api_version,
+                kind: &o.kind,
+                name: &o.name,
+                uid: &o.uid,
+                controller: o.controller == Some(true),
+            })
+            .collect()
+    }
+
+    fn operator_annotations(&self) -> BTreeSet<String> {
+        operator_annotations(&self.metadata)
+    }
+}
+
+/// Sorted key-value pairs: a map of a few entries in one allocation (plus its strings).
+type Pairs = Box<[(Box<str>, Box<str>)]>;
+
+fn pairs(map: Option<BTreeMap<String, String>>) -> Pairs {
+    // A BTreeMap iterates in key order: the pairs come out sorted.
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+        .collect()
+}
+
+fn lookup<'a>(pairs: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> {
+    pairs
+        .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+        .ok()
+        .map(|i| pairs[i].1.as_ref())
+}
+
+/// An owner reference as [`SeenMeta`] keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SeenOwner {
+    api_version: Box<str>,
+    kind: Box<str>,
+    name: Box<str>,
+    uid: Box<str>,
+    controller: bool,
+}
+
+/// Labels, annotations (without kubectl's last-applied copy), owners and the annotation keys
+/// the operator set, of a stored object: see the module doc.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeenMeta {
+    labels: Pairs,
+    annotations: Pairs,
+    owners: Box<[SeenOwner]>,
+    /// The annotation keys the operator set, one per line.
+    operator_keys: Box<str>,
+}
+
+impl SeenMeta {
+    /// Move labels, annotations and owners out of `meta` (and read the operator's annotation
+    /// keys from its `managedFields`), leaving in it only what identifies the object.
+    pub fn take(meta: &mut ObjectMeta) -> SeenMeta {
+        let keys: Vec<String> = operator_annotations(meta).into_iter().collect();
+        let mut annotations = meta.annotations.take();
+        if let Some(a) = annotations.as_mut() {
+            a.remove(ANN_LAST_APPLIED);
+        }
+        let owners = meta
+            .owner_references
+            .take()
+            .into_iter()
+            .flatten()
+            .map(|o| SeenOwner {
+                api_version: o.api_version.into_boxed_str(),
+                kind: o.kind.into_boxed_str(),
+                name: o.name.into_boxed_str(),
+                uid: o.uid.into_boxed_str(),
+                controller: o.controller == Some(true),
+            })
+            .collect();
+        let seen = SeenMeta {
+            labels: pairs(meta.labels.take()),
+            annotations: pairs(annotations),
+            owners,
+            operator_keys: keys.join("\n").into_boxed_str(),
+        };
+        *meta = ObjectMeta {
+            name: meta.name.take(),
+            namespace: meta.namespace.take(),
+            uid: meta.uid.take(),
+            resource_version: meta.resource_version.take(),
+            creation_timestamp: meta.creation_timestamp.take(),
+            deletion_timestamp: meta.deletion_timestamp.take(),
+            ..ObjectMeta::default()
+        };
+        seen
+    }
+}
+
+impl MetaView for SeenMeta {
+    fn label(&self, key: &str) -> Option<&str> {
+        lookup(&self.labels, key)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        lookup(&self.annotations, key)
+    }
+
+    fn owners(&self) -> Vec<Owner<'_>> {
+        self.owners
+            .iter()
+            .map(|o| Owner {
+                api_version: &o.api_version,
+                kind: &o.kind,
+                name: &o.name,
+                uid: &o.uid,
+                controller: o.controller,
+            })
+            .collect()
+    }
+
+    fn operator_annotations(&self) -> BTreeSet<String> {
+        self.operator_keys
+            .lines()
+            .filter(|k| !k.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// An object the apply step compares: its metadata as a [`MetaView`].
+pub trait Viewed {
+    /// The object's labels, annotations and owners.
+    fn view(&self) -> &dyn MetaView;
+}
+
+impl Viewed for kube::api::DynamicObject {
+    fn view(&self) -> &dyn MetaView {
+        self
+    }
+}
+
+/// Implements `kube::Resource` for a stored form with the API coordinates of its typed kind.
+macro_rules! stored_as {
+    ($stored:ty, $typed:ty) => {
+        impl kube::Resource for $stored {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+
+            fn kind(dt: &()) -> Cow<'_, str> {
+                <$typed as kube::Resource>::kind(dt)
+            }
+
+            fn group(dt: &()) -> Cow<'_, str> {
+                <$typed as kube::Resource>::group(dt)
+            }
+
+            fn version(dt: &()) -> Cow<'_, str> {
+                <$typed as kube::Resource>::version(dt)
+            }
+
+            fn plural(dt: &()) -> Cow<'_, str> {
+                <$typed as kube::Resource>::plural(dt)
+            }
+
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+
+        impl Viewed for $stored {
+            fn view(&self) -> &dyn MetaView {
+                &self.seen
+            }
+        }
+    };
+}
+
+/// A ConfigMap as the stores hold it (see the module doc).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(from = "ConfigMap")]
+pub struct SeenConfigMap {
+    /// What identifies the ConfigMap (name, namespace, uid, resourceVersion).
+    pub metadata: ObjectMeta,
+    /// Its labels, annotations and owners.
+    pub seen: SeenMeta,
+    /// `data`, sorted by key; each value the bytes of its string.
+    data: Box<[(Box<str>, Bytes)]>,
+}
+
+impl SeenConfigMap {
+    /// The bytes of `data[key]` (valid UTF-8: they were a string).
+    pub fn bytes(&self, key: &str) -> Option<&Bytes> {
+        self.data
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()
+            .map(|i| &self.data[i].1)
+    }
+
+    /// `data[key]`.
+    pub fn text(&self, key: &str) -> Option<&str> {
+        self.bytes(key).and_then(|b| std::str::from_utf8(b).ok())
+    }
+
+    /// Whether `data` is exactly `want`.
+    pub fn holds_data(&self, want: &Option<BTreeMap<String, String>>) -> bool {
+        let want = want.as_ref();
+        self.data.len() == want.map_or(0, BTreeMap::len)
+            && want
+                .into_iter()
+                .flatten()
+                .zip(self.data.iter())
+                .all(|((wk, wv), (hk, hv))| {
+                    wk.as_str() == hk.as_ref() && wv.as_bytes() == hv.as_ref()
+                })
+    }
+}
+
+impl From<ConfigMap> for SeenConfigMap {
+    fn from(cm: ConfigMap) -> SeenConfigMap {
+        let mut metadata = cm.metadata;
+        let seen = SeenMeta::take(&mut metadata);
+        let data = cm
+            .data
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.into_boxed_str(), Bytes::from(v.into_bytes())))
+            .collect();
+        SeenConfigMap {
+            metadata,
+            seen,
+            data,
+        }
+    }
+}
+
+stored_as!(SeenConfigMap, ConfigMap);
+
+/// An Ingress as the controllers' store holds it (see the module doc).
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(from = "Ingress")]
 pub struct SeenIngress {
-    /// The Ingress's metadata (compacted: see [`compact_meta`]).
+    /// What identifies the Ingress (name, namespace, uid, resourceVersion).
     pub metadata: ObjectMeta,
+    /// Its labels, annotations and owners.
+    pub seen: SeenMeta,
     /// [`digest`] of the whole `spec` (the operator writes all of it).
     spec_digest: u64,
     /// The optional spec fields that are set.
@@ -61,43 +366,17 @@ impl SeenIngress {
 impl From<Ingress> for SeenIngress {
     fn from(ing: Ingress) -> SeenIngress {
         let mut metadata = ing.metadata;
-        compact_meta(&mut metadata);
+        let seen = SeenMeta::take(&mut metadata);
         SeenIngress {
             metadata,
+            seen,
             spec_digest: digest(&ing.spec),
             optional: OptionalSpec::of(ing.spec.as_ref()),
         }
     }
 }
 
-impl kube::Resource for SeenIngress {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        <Ingress as kube::Resource>::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        <Ingress as kube::Resource>::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        <Ingress as kube::Resource>::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        <Ingress as kube::Resource>::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+stored_as!(SeenIngress, Ingress);
 
 #[cfg(test)]
 mod tests {
@@ -138,11 +417,72 @@ mod tests {
                 default_backend: false
             }
         );
-        // Metadata as every stored object keeps it: the operator's annotation keys only.
+        // What identifies it stays in the metadata; the rest is compact.
         assert_eq!(seen.metadata.resource_version.as_deref(), Some("7"));
+        assert!(seen.metadata.annotations.is_none() && seen.metadata.managed_fields.is_none());
+        assert_eq!(seen.seen.annotation("a"), Some("1"));
+        assert_eq!(seen.seen.operator_annotations(), ["a".to_string()].into());
+    }
+
+    #[test]
+    fn a_seen_configmap_answers_as_the_configmap_it_was_read_from() {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "team", "uid": "u-1", "resourceVersion": "9",
+                "generation": 3, "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"z": "1", "a": "2", "m": "3"},
+                "annotations": {"k": "v", ANN_LAST_APPLIED: "{}", "b": ""},
+                "ownerReferences": [
+                    {"apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard", "name": "w",
+                     "uid": "card-1", "controller": true},
+                    {"apiVersion": "v1", "kind": "Other", "name": "o", "uid": "o-1"}],
+                "managedFields": [{"manager": "agentcard-operator", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {"f:k": {}}}}}]},
+            "data": {"two": "2", "one": "{\"x\":1}"}
+        }))
+        .unwrap();
+        let seen = SeenConfigMap::from(cm.clone());
+        for (k, v) in [("z", "1"), ("a", "2"), ("m", "3")] {
+            assert_eq!(seen.seen.label(k), Some(v), "label {k}");
+        }
+        assert_eq!(seen.seen.label("missing"), None);
+        assert_eq!(seen.seen.annotation("k"), Some("v"));
+        assert_eq!(seen.seen.annotation("b"), Some(""));
+        assert_eq!(seen.seen.annotation(ANN_LAST_APPLIED), None);
+        let typed = kube::api::DynamicObject {
+            types: None,
+            metadata: cm.metadata.clone(),
+            data: json!({}),
+        };
+        assert_eq!(seen.seen.owners(), typed.owners());
+        assert_eq!(seen.seen.owners().len(), 2);
+        assert!(seen.seen.owners()[0].controller && !seen.seen.owners()[1].controller);
         assert_eq!(
-            super::super::watches::operator_annotations(&seen.metadata),
-            ["a".to_string()].into()
+            seen.seen.operator_annotations(),
+            typed.operator_annotations()
+        );
+        assert_eq!(seen.seen.operator_annotations(), ["k".to_string()].into());
+        assert_eq!(seen.text("one"), Some("{\"x\":1}"));
+        assert_eq!(seen.text("none"), None);
+        assert!(seen.holds_data(&cm.data));
+        let mut other = cm.data.clone().unwrap();
+        other.insert("two".into(), "3".into());
+        assert!(!seen.holds_data(&Some(other.clone())));
+        other.remove("two");
+        assert!(!seen.holds_data(&Some(other)));
+        assert!(!seen.holds_data(&None));
+        // Identity stays; nothing else of the typed metadata is kept.
+        assert_eq!(seen.metadata.uid.as_deref(), Some("u-1"));
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("9"));
+        assert_eq!(
+            seen.metadata,
+            ObjectMeta {
+                name: Some("c".into()),
+                namespace: Some("team".into()),
+                uid: Some("u-1".into()),
+                resource_version: Some("9".into()),
+                creation_timestamp: cm.metadata.creation_timestamp.clone(),
+                ..ObjectMeta::default()
+            }
         );
     }
 }

@@ -17,19 +17,20 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 
 use super::agentcard::validate::ANN_ALLOWED_HOSTS;
+use super::seen::{MetaView, SeenConfigMap, Viewed};
 use crate::contract::{CONTENT_CARD, LABEL_CONTENT, MANAGER};
 use crate::crd::AgentCard;
 use crate::hub::{name_ref, Shared};
 
 /// kubectl's copy of the last applied object: as large as the object, read by nothing here.
-const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(crate) const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// `fieldsType` of the one `managedFields` entry [`compact_meta`] leaves on a stored object:
 /// its `fieldsV1` is then a JSON string, the annotation keys the operator set, one per line
@@ -92,9 +93,10 @@ pub fn operator_annotations(meta: &ObjectMeta) -> BTreeSet<String> {
 }
 
 /// Trim an AgentCard before it is stored: nothing reads a card's `managedFields` (often as
-/// large as the card) or kubectl's last-applied copy.
+/// large as the card) or kubectl's last-applied copy. The list goes whole (`None`): a cleared
+/// `Vec` would keep its buffer, a few hundred bytes per stored card.
 pub fn compact_card(card: &mut AgentCard) {
-    card.managed_fields_mut().clear();
+    card.metadata.managed_fields = None;
     if let Some(annotations) = card.metadata.annotations.as_mut() {
         annotations.remove(ANN_LAST_APPLIED);
     }
@@ -102,31 +104,39 @@ pub fn compact_card(card: &mut AgentCard) {
 
 /// The cards by host and by namespace, kept in step with the card store by [`fan_out_cards`]:
 /// which cards to look at again when a host is freed, and how many cards a namespace has.
+/// Each card's reference is held once (an `Arc` shared by the three maps) and each host once.
 #[derive(Default)]
 pub struct CardIndex {
-    host_of: HashMap<ObjectRef<AgentCard>, String>,
+    host_of: HashMap<CardKey, Arc<str>>,
     /// A host has one card, sometimes a few (shared hosts, conflicts): a list, not a set.
-    by_host: HashMap<String, Vec<ObjectRef<AgentCard>>>,
-    by_namespace: HashMap<String, HashSet<ObjectRef<AgentCard>>>,
+    by_host: HashMap<Arc<str>, Vec<CardKey>>,
+    by_namespace: HashMap<String, HashSet<CardKey>>,
 }
+
+/// A card's reference as the [`CardIndex`] holds it.
+type CardKey = Arc<ObjectRef<AgentCard>>;
 
 impl CardIndex {
     /// Record `card` (new, or its host changed).
     pub fn apply(&mut self, card: &AgentCard) {
         let key = name_ref(card);
         let host = card.spec.publish.host.to_ascii_lowercase();
-        let before = self.host_of.insert(key.clone(), host.clone());
-        if before.as_ref() != Some(&host) {
-            if let Some(old) = before {
-                Self::remove_from_host(&mut self.by_host, &old, &key);
-            }
-            self.by_host
-                .entry(host)
-                .or_insert_with(|| Vec::with_capacity(1))
-                .push(key.clone());
+        let shared = match self.host_of.get_key_value(&key) {
+            // Known on this host: nothing moves (its namespace cannot change).
+            Some((_, h)) if **h == *host => return,
+            Some((k, _)) => k.clone(),
+            None => Arc::new(key),
+        };
+        let host: Arc<str> = Arc::from(host);
+        if let Some(old) = self.host_of.insert(shared.clone(), host.clone()) {
+            Self::remove_from_host(&mut self.by_host, &old, &shared);
         }
-        let ns = key.namespace.clone().unwrap_or_default();
-        self.by_namespace.entry(ns).or_default().insert(key);
+        self.by_host
+            .entry(host)
+            .or_insert_with(|| Vec::with_capacity(1))
+            .push(shared.clone());
+        let ns = shared.namespace.clone().unwrap_or_default();
+        self.by_namespace.entry(ns).or_default().insert(shared);
     }
 
     /// Forget `card`.
@@ -135,30 +145,22 @@ impl CardIndex {
             Self::remove_from_host(&mut self.by_host, &host, key);
         }
         let ns = key.namespace.clone().unwrap_or_default();
-        Self::remove_from(&mut self.by_namespace, &ns, key);
-    }
-
-    fn remove_from_host(
-        map: &mut HashMap<String, Vec<ObjectRef<AgentCard>>>,
-        at: &str,
-        key: &ObjectRef<AgentCard>,
-    ) {
-        if let Some(list) = map.get_mut(at) {
-            list.retain(|k| k != key);
-            if list.is_empty() {
-                map.remove(at);
+        if let Some(set) = self.by_namespace.get_mut(&ns) {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_namespace.remove(&ns);
             }
         }
     }
 
-    fn remove_from(
-        map: &mut HashMap<String, HashSet<ObjectRef<AgentCard>>>,
+    fn remove_from_host(
+        map: &mut HashMap<Arc<str>, Vec<CardKey>>,
         at: &str,
         key: &ObjectRef<AgentCard>,
     ) {
-        if let Some(set) = map.get_mut(at) {
-            set.remove(key);
-            if set.is_empty() {
+        if let Some(list) = map.get_mut(at) {
+            list.retain(|k| **k != *key);
+            if list.is_empty() {
                 map.remove(at);
             }
         }
@@ -175,8 +177,8 @@ impl CardIndex {
     /// The cards asking for `host` (any case).
     pub fn on_host(&self, host: &str) -> Vec<ObjectRef<AgentCard>> {
         self.by_host
-            .get(&host.to_ascii_lowercase())
-            .cloned()
+            .get(host.to_ascii_lowercase().as_str())
+            .map(|list| list.iter().map(|k| ObjectRef::clone(k)).collect())
             .unwrap_or_default()
     }
 
@@ -184,13 +186,13 @@ impl CardIndex {
     pub fn in_namespace(&self, ns: &str) -> Vec<ObjectRef<AgentCard>> {
         self.by_namespace
             .get(ns)
-            .map(|s| s.iter().cloned().collect())
+            .map(|s| s.iter().map(|k| ObjectRef::clone(k)).collect())
             .unwrap_or_default()
     }
 
     /// Every card.
     pub fn all(&self) -> Vec<ObjectRef<AgentCard>> {
-        self.host_of.keys().cloned().collect()
+        self.host_of.keys().map(|k| ObjectRef::clone(k)).collect()
     }
 
     /// How many cards namespace `ns` has.
@@ -251,11 +253,12 @@ pub struct WrittenFor {
 }
 
 impl WrittenFor {
-    /// Read from `meta`.
-    pub fn of(meta: &ObjectMeta) -> WrittenFor {
-        let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
+    /// Read from `object`.
+    pub fn of<K: kube::Resource + Viewed>(object: &K) -> WrittenFor {
+        let view = object.view();
+        let annotation = |k: &str| view.annotation(k).map(str::to_string);
         WrittenFor {
-            namespace: meta.namespace.clone().unwrap_or_default(),
+            namespace: object.meta().namespace.clone().unwrap_or_default(),
             card: annotation(crate::contract::ANN_CARD),
             directory: annotation(super::agentdirectory::ANN_DIRECTORY),
         }
@@ -436,10 +439,10 @@ pub async fn fan_out_namespaces(
 /// controller (someone edited or deleted what it wrote: it is written again). `listed` turns
 /// true once the store holds the whole list (a watch channel: any number may wait on it).
 pub async fn fan_out_configmaps(
-    feed: impl Stream<Item = Shared<ConfigMap>>,
+    feed: impl Stream<Item = Shared<SeenConfigMap>>,
     scope: Scope,
     unseen: Arc<WriteMemo>,
-    configmaps: Arc<Unseen<ConfigMap>>,
+    configmaps: Arc<Unseen<SeenConfigMap>>,
     cards: UnboundedSender<ObjectRef<AgentCard>>,
     listed: tokio::sync::watch::Sender<bool>,
 ) {
@@ -459,19 +462,17 @@ pub async fn fan_out_configmaps(
         let name = cm.metadata.name.clone().unwrap_or_default();
         unseen.forget("ConfigMap", &ns, &name);
         configmaps.forget("ConfigMap", &ns, &name);
-        if cm.labels().get(LABEL_CONTENT).map(String::as_str) != Some(CONTENT_CARD)
+        if cm.seen.label(LABEL_CONTENT) != Some(CONTENT_CARD)
             || scope.namespace.as_deref().is_some_and(|w| w != ns)
         {
             continue;
         }
-        let owner = cm
-            .metadata
-            .owner_references
+        let owners = cm.seen.owners();
+        let owner = owners
             .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true) && o.kind == "AgentCard");
+            .find(|o| o.controller && o.kind == "AgentCard");
         if let Some(owner) = owner {
-            let _ = cards.unbounded_send(ObjectRef::new(&owner.name).within(&ns));
+            let _ = cards.unbounded_send(ObjectRef::new(owner.name).within(&ns));
         }
     }
 }
@@ -619,6 +620,11 @@ mod tests {
         assert_eq!(index.on_host("h.example").len(), 1);
         assert_eq!(index.on_host("other.example").len(), 2);
         assert_eq!(index.count_in("a"), 2);
+        // Seen again unchanged (any case): listed once.
+        index.apply(&card("a", "two", "Other.example"));
+        assert_eq!(index.on_host("other.example").len(), 2);
+        assert_eq!(index.count_in("a"), 2);
+        assert_eq!(index.all().len(), 3);
         index.remove(&ObjectRef::from_obj(&card("a", "one", "h.example")));
         assert!(index.on_host("h.example").is_empty());
         assert_eq!(index.count_in("a"), 1);

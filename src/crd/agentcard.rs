@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::a2a::card::AgentCard as A2aCard;
 
+// The parts most cards leave out (`source`, `overrides`, `backend`, `status.source`) are boxed:
+// every stored card carries the struct inline (the watches hold 10,000 cards), and an absent
+// box costs one word instead of the part's full size. The schema is the same.
 /// An A2A Agent Card published by the operator at `https://<host>/.well-known/agent-card.json`.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -48,16 +51,16 @@ pub struct AgentCardSpec {
     /// Import the card the agent already serves, from its Service in this namespace (v1.0 or
     /// v0.3, converted to v1.0), refreshed periodically. Exactly one of `card` and `source`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<Source>,
+    pub source: Option<Box<Source>>,
     /// With `source`: fields set over the imported card before it is signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overrides: Option<Overrides>,
+    pub overrides: Option<Box<Overrides>>,
     /// Where and how the card is served.
     pub publish: Publish,
     /// The agent's own Service: its A2A traffic is routed on the same host, and the public
     /// interface URL is written into the card as its preferred interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend: Option<Backend>,
+    pub backend: Option<Box<Backend>>,
 }
 
 /// Where the card is served.
@@ -224,7 +227,7 @@ pub struct AgentCardStatus {
     pub served: Option<ServedRoute>,
     /// With `spec.source`: where the card was fetched and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<SourceStatus>,
+    pub source: Option<Box<SourceStatus>>,
 }
 
 /// The last fetches of an imported card.

@@ -24,11 +24,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 
 use crate::contract::*;
+use crate::controller::seen::{MetaView, SeenConfigMap};
 use crate::crd::{AgentCard, AgentDirectory, AgentDirectorySpec, ServedRoute};
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::select;
@@ -45,22 +46,8 @@ fn timestamp(text: &str) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs(secs))
 }
 
-fn source(cm: &ConfigMap) -> String {
+fn source(cm: &SeenConfigMap) -> String {
     format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any())
-}
-
-/// The card bytes of a card ConfigMap, read in place: the served bytes share the memory of the
-/// ConfigMap the watch's store holds (a card ConfigMap always has them: see `apply_cm`).
-struct CardBody(Arc<ConfigMap>);
-
-impl AsRef<[u8]> for CardBody {
-    fn as_ref(&self) -> &[u8] {
-        self.0
-            .data
-            .as_ref()
-            .and_then(|d| d.get(KEY_CARD))
-            .map_or(&[], |b| b.as_bytes())
-    }
 }
 
 /// A card ConfigMap as the feed keeps it: its controlling AgentCard and its bytes.
@@ -319,26 +306,27 @@ impl Feed {
         }
     }
 
-    fn apply_cm(&mut self, cm: Arc<ConfigMap>) {
-        let labels = cm.labels();
-        match labels.get(LABEL_CONTENT).map(String::as_str) {
+    fn apply_cm(&mut self, cm: Arc<SeenConfigMap>) {
+        match cm.seen.label(LABEL_CONTENT) {
             Some(CONTENT_CARD) => {
-                let Some(body) = cm.data.as_ref().and_then(|d| d.get(KEY_CARD)) else {
+                let Some(body) = cm.bytes(KEY_CARD) else {
                     return self.remove_cm(&cm);
                 };
                 let owner = cm
-                    .owner_references()
+                    .seen
+                    .owners()
                     .iter()
                     .find(|o| {
                         o.kind == "AgentCard"
                             && o.api_version.starts_with("agentcard.dev/")
-                            && o.controller == Some(true)
+                            && o.controller
                     })
-                    .map(|o| o.uid.clone());
+                    .map(|o| o.uid.to_string());
+                // The served bytes are the stored ConfigMap's own (shared, no copy).
                 let bytes = CardBytes {
                     owner: owner.clone(),
-                    hash: content_hash(body.as_bytes()),
-                    body: Bytes::from_owner(CardBody(cm.clone())),
+                    hash: content_hash(body),
+                    body: body.clone(),
                 };
                 let previous = self.cms.insert(source(&cm), bytes.clone());
                 if previous.as_ref() == Some(&bytes) {
@@ -355,11 +343,11 @@ impl Feed {
                 }
             }
             Some(CONTENT_JWKS) if cm.namespace().as_deref() == Some(self.operator_ns.as_str()) => {
-                if let Some(body) = cm.data.as_ref().and_then(|d| d.get(KEY_JWKS)) {
-                    let ann = cm.annotations();
+                if let Some(body) = cm.bytes(KEY_JWKS) {
+                    let ann = &cm.seen;
                     let modified = ann
-                        .get(ANN_PUBLISHED_AT)
-                        .and_then(|t| timestamp(t))
+                        .annotation(ANN_PUBLISHED_AT)
+                        .and_then(timestamp)
                         .or_else(|| {
                             cm.metadata
                                 .creation_timestamp
@@ -368,14 +356,11 @@ impl Feed {
                         })
                         .unwrap_or(UNIX_EPOCH);
                     let max_age = ann
-                        .get(ANN_MAX_AGE)
+                        .annotation(ANN_MAX_AGE)
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(DEFAULT_MAX_AGE);
-                    self.index.set_jwks(Some(Published::new(
-                        body.clone().into_bytes(),
-                        modified,
-                        max_age,
-                    )));
+                    self.index
+                        .set_jwks(Some(Published::new(body.clone(), modified, max_age)));
                 }
             }
             _ => self.remove_cm(&cm),
@@ -384,9 +369,9 @@ impl Feed {
 
     /// A ConfigMap is gone (or no longer a card): what was confirmed stays served until the
     /// card's status says otherwise; only the JWKS goes with its ConfigMap.
-    fn remove_cm(&mut self, cm: &ConfigMap) {
+    fn remove_cm(&mut self, cm: &SeenConfigMap) {
         if cm.namespace().as_deref() == Some(self.operator_ns.as_str())
-            && cm.labels().get(LABEL_CONTENT).map(String::as_str) == Some(CONTENT_JWKS)
+            && cm.seen.label(LABEL_CONTENT) == Some(CONTENT_JWKS)
         {
             self.index.set_jwks(None);
         }
@@ -479,7 +464,7 @@ impl Feed {
         }
     }
 
-    fn on_cm_event(&mut self, event: Event<Arc<ConfigMap>>) {
+    fn on_cm_event(&mut self, event: Event<Arc<SeenConfigMap>>) {
         match event {
             Event::Init => self.relist_cms = Some(HashSet::new()),
             Event::InitApply(cm) => {
@@ -558,7 +543,7 @@ impl Feed {
 }
 
 enum Change {
-    ConfigMap(Event<Arc<ConfigMap>>),
+    ConfigMap(Event<Arc<SeenConfigMap>>),
     Card(Event<Arc<AgentCard>>),
     Namespace(Event<Arc<Namespace>>),
     Directory(Event<Arc<AgentDirectory>>),
@@ -618,7 +603,7 @@ mod tests {
         f
     }
 
-    fn cm(ns: &str, name: &str, owner: &str, body: &str, host_ann: &str) -> ConfigMap {
+    fn cm(ns: &str, name: &str, owner: &str, body: &str, host_ann: &str) -> SeenConfigMap {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": ns,
                 "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_CARD},

@@ -19,8 +19,8 @@ use kube::{Client, Resource, ResourceExt};
 use super::build::{backend_ingress_name, card_key, configmap_name, ingress_name, Built, Settings};
 use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
 use crate::controller::routing::{httproute_resource, RouteKind};
-use crate::controller::seen::{OptionalSpec, SeenIngress};
-use crate::controller::watches::{digest, operator_annotations, Unseen, WriteMemo};
+use crate::controller::seen::{MetaView, OptionalSpec, SeenConfigMap, SeenIngress, Viewed};
+use crate::controller::watches::{digest, Unseen, WriteMemo};
 use crate::controller::Error;
 use crate::crd::AgentCard;
 
@@ -28,7 +28,7 @@ use crate::crd::AgentCard;
 #[derive(Default)]
 pub struct Existing<'a> {
     /// The card's ConfigMap.
-    pub configmap: Option<&'a ConfigMap>,
+    pub configmap: Option<&'a SeenConfigMap>,
     /// The Ingress in the operator's namespace.
     pub ingress: Option<Arc<SeenIngress>>,
     /// The backend Ingress in the card's namespace.
@@ -47,70 +47,54 @@ fn ssa() -> PatchParams {
 }
 
 /// Whether the object carries the operator's managed-by label.
-pub fn managed(meta: &ObjectMeta) -> bool {
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_MANAGED_BY))
-        .is_some_and(|v| v == MANAGER)
+pub fn managed(meta: &dyn MetaView) -> bool {
+    meta.label(LABEL_MANAGED_BY) == Some(MANAGER)
 }
 
 /// Whether an object in the card's namespace is the card's own: managed by us and controlled
 /// by the card (by uid, so a re-created card with the same name does not inherit it either).
-pub fn owned_by_card(meta: &ObjectMeta, card: &AgentCard) -> bool {
+pub fn owned_by_card(meta: &dyn MetaView, card: &AgentCard) -> bool {
     let Some(uid) = card.meta().uid.as_deref() else {
         return false;
     };
-    managed(meta)
-        && meta
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true) && o.uid == uid)
+    managed(meta) && meta.owners().iter().any(|o| o.controller && o.uid == uid)
 }
 
 /// Whether an object in the operator's namespace was written for `card`.
-pub fn written_for_card(meta: &ObjectMeta, card: &AgentCard) -> bool {
-    managed(meta)
-        && meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_CARD))
-            .is_some_and(|c| *c == card_key(card))
+pub fn written_for_card(meta: &dyn MetaView, card: &AgentCard) -> bool {
+    managed(meta) && meta.annotation(ANN_CARD) == Some(card_key(card).as_str())
 }
 
 /// Annotations the operator set on `have` that `want` no longer carries.
-fn stale_annotations(have: &ObjectMeta, want: &ObjectMeta) -> BTreeSet<String> {
-    let wanted = want.annotations.clone().unwrap_or_default();
-    operator_annotations(have)
+fn stale_annotations(have: &dyn MetaView, want: &ObjectMeta) -> BTreeSet<String> {
+    have.operator_annotations()
         .into_iter()
-        .filter(|k| !wanted.contains_key(k))
+        .filter(|k| want.annotations.as_ref().is_none_or(|a| !a.contains_key(k)))
         .collect()
 }
 
 /// Whether `have` already carries every label and annotation of `want` with the same value,
 /// no annotation we applied before and no longer want, and `want`'s owners.
-fn meta_holds(have: &ObjectMeta, want: &ObjectMeta) -> bool {
-    let holds = |h: &Option<BTreeMap<String, String>>, w: &Option<BTreeMap<String, String>>| {
-        w.iter()
-            .flatten()
-            .all(|(k, v)| h.as_ref().and_then(|h| h.get(k)) == Some(v))
-    };
-    holds(&have.labels, &want.labels)
-        && holds(&have.annotations, &want.annotations)
+fn meta_holds(have: &dyn MetaView, want: &ObjectMeta) -> bool {
+    fn entries(map: &Option<BTreeMap<String, String>>) -> impl Iterator<Item = (&str, &str)> {
+        map.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+    let owners = have.owners();
+    entries(&want.labels).all(|(k, v)| have.label(k) == Some(v))
+        && entries(&want.annotations).all(|(k, v)| have.annotation(k) == Some(v))
         && stale_annotations(have, want).is_empty()
-        && want.owner_references.iter().flatten().all(|o| {
-            have.owner_references
-                .iter()
-                .flatten()
-                .any(|h| h.uid == o.uid)
-        })
+        && want
+            .owner_references
+            .iter()
+            .flatten()
+            .all(|o| owners.iter().any(|h| h.uid == o.uid))
 }
 
 /// A merge patch removing what the operator set on `have` and `want` no longer has: stale
 /// annotations, and for Ingresses the optional spec fields. Needed because a create co-owns
 /// every field it wrote, so a later apply that leaves a field out does not remove it.
 fn removals(
-    have: &ObjectMeta,
+    have: &dyn MetaView,
     want: &ObjectMeta,
     spec: serde_json::Map<String, serde_json::Value>,
 ) -> Option<serde_json::Value> {
@@ -128,8 +112,8 @@ fn removals(
     (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
 }
 
-fn configmap_removals(have: &ConfigMap, want: &ConfigMap) -> Option<serde_json::Value> {
-    removals(&have.metadata, &want.metadata, serde_json::Map::new())
+fn configmap_removals(have: &SeenConfigMap, want: &ConfigMap) -> Option<serde_json::Value> {
+    removals(&have.seen, &want.metadata, serde_json::Map::new())
 }
 
 /// The merge patch removing what the operator set on Ingress `have` and `want` lacks.
@@ -145,16 +129,16 @@ pub fn ingress_removals(have: &SeenIngress, want: &Ingress) -> Option<serde_json
     if h.default_backend && !w.default_backend {
         spec.insert("defaultBackend".into(), serde_json::Value::Null);
     }
-    removals(&have.metadata, &want.metadata, spec)
+    removals(&have.seen, &want.metadata, spec)
 }
 
-fn configmap_current(have: Option<&ConfigMap>, want: &ConfigMap) -> bool {
-    have.is_some_and(|h| h.data == want.data && meta_holds(&h.metadata, &want.metadata))
+fn configmap_current(have: Option<&SeenConfigMap>, want: &ConfigMap) -> bool {
+    have.is_some_and(|h| h.holds_data(&want.data) && meta_holds(&h.seen, &want.metadata))
 }
 
 /// Whether Ingress `have` already holds `want`.
 pub fn ingress_current(have: Option<&SeenIngress>, want: &Ingress) -> bool {
-    have.is_some_and(|h| h.holds_spec(&want.spec) && meta_holds(&h.metadata, &want.metadata))
+    have.is_some_and(|h| h.holds_spec(&want.spec) && meta_holds(&h.seen, &want.metadata))
 }
 
 /// Delete `name`, a 404 being success.
@@ -218,7 +202,7 @@ pub struct Rules<Ours, Current, Removals> {
 /// caught up with it yet (see [`WriteMemo`]). `true` when something was written.
 ///
 /// `have` is the object as the store keeps it (`H`: the object itself, or what the store keeps
-/// of it, such as a [`SeenIngress`]).
+/// of it, such as a [`SeenIngress`]); `ours` judges its metadata.
 pub async fn write<K, H, O, C, R>(
     api: &Api<K>,
     want: &K,
@@ -228,11 +212,11 @@ pub async fn write<K, H, O, C, R>(
     memo: &WriteMemo,
 ) -> Result<bool, Error>
 where
-    O: Fn(&ObjectMeta) -> bool,
+    O: Fn(&dyn MetaView) -> bool,
     C: Fn(Option<&H>) -> bool,
     R: Fn(&H) -> Option<serde_json::Value>,
     K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-    H: Resource + From<K>,
+    H: Resource + Viewed + From<K>,
 {
     let name = want.meta().name.clone().unwrap_or_default();
     let ns = want.meta().namespace.clone().unwrap_or_default();
@@ -258,7 +242,7 @@ where
             }
         },
     };
-    if !(rules.ours)(existing.meta()) {
+    if !(rules.ours)(existing.view()) {
         return Err(name_in_use(want, dt));
     }
     if (rules.current)(Some(existing)) {
@@ -298,7 +282,7 @@ pub async fn write_route(
     client: &Client,
     want: &DynamicObject,
     have: Option<&DynamicObject>,
-    ours: impl Fn(&ObjectMeta) -> bool,
+    ours: impl Fn(&dyn MetaView) -> bool,
     memo: &WriteMemo,
 ) -> Result<bool, Error> {
     let ar = httproute_resource();
@@ -312,13 +296,10 @@ pub async fn write_route(
             ours,
             current: |h: Option<&DynamicObject>| {
                 h.is_some_and(|h| {
-                    json_holds(&h.data["spec"], &want.data["spec"])
-                        && meta_holds(&h.metadata, &want.metadata)
+                    json_holds(&h.data["spec"], &want.data["spec"]) && meta_holds(h, &want.metadata)
                 })
             },
-            removals: |h: &DynamicObject| {
-                removals(&h.metadata, &want.metadata, serde_json::Map::new())
-            },
+            removals: |h: &DynamicObject| removals(h, &want.metadata, serde_json::Map::new()),
         },
         &ar,
         memo,
@@ -331,12 +312,12 @@ pub async fn delete_route_if_ours(
     client: &Client,
     namespace: &str,
     name: &str,
-    ours: impl Fn(&ObjectMeta) -> bool,
+    ours: impl Fn(&dyn MetaView) -> bool,
 ) -> Result<(), Error> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &httproute_resource());
     match api.get_opt(name).await {
-        Ok(Some(r)) if ours(&r.metadata) => delete_if_present(&api, name).await,
+        Ok(Some(r)) if ours(&r) => delete_if_present(&api, name).await,
         Ok(_) => Ok(()),
         // Without the Gateway API installed there is nothing to delete.
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -368,7 +349,7 @@ pub async fn apply(
     settings: &Settings,
     existing: &Existing<'_>,
     memo: &WriteMemo,
-    configmaps: &Unseen<ConfigMap>,
+    configmaps: &Unseen<SeenConfigMap>,
 ) -> Result<(), Error> {
     let ns = card.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -378,9 +359,9 @@ pub async fn apply(
         &built.configmap,
         existing.configmap,
         Rules {
-            ours: |m: &ObjectMeta| owned_by_card(m, card),
-            current: |h: Option<&ConfigMap>| configmap_current(h, &built.configmap),
-            removals: |h: &ConfigMap| configmap_removals(h, &built.configmap),
+            ours: |m: &dyn MetaView| owned_by_card(m, card),
+            current: |h: Option<&SeenConfigMap>| configmap_current(h, &built.configmap),
+            removals: |h: &SeenConfigMap| configmap_removals(h, &built.configmap),
         },
         &(),
         memo,
@@ -396,7 +377,7 @@ pub async fn apply(
             &ns,
             &configmap_name(card),
             cm_version.as_deref(),
-            built.configmap.clone(),
+            SeenConfigMap::from(built.configmap.clone()),
         );
     }
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
@@ -406,7 +387,7 @@ pub async fn apply(
             ing,
             existing.ingress.as_deref(),
             Rules {
-                ours: |m: &ObjectMeta| written_for_card(m, card),
+                ours: |m: &dyn MetaView| written_for_card(m, card),
                 current: |h: Option<&SeenIngress>| ingress_current(h, ing),
                 removals: |h: &SeenIngress| ingress_removals(h, ing),
             },
@@ -433,7 +414,7 @@ pub async fn apply(
                 b,
                 existing.backend.as_deref(),
                 Rules {
-                    ours: |m: &ObjectMeta| owned_by_card(m, card),
+                    ours: |m: &dyn MetaView| owned_by_card(m, card),
                     current: |h: Option<&SeenIngress>| ingress_current(h, b),
                     removals: |h: &SeenIngress| ingress_removals(h, b),
                 },
@@ -446,7 +427,7 @@ pub async fn apply(
             if existing
                 .backend
                 .as_deref()
-                .is_some_and(|b| owned_by_card(b.meta(), card))
+                .is_some_and(|b| owned_by_card(&b.seen, card))
             {
                 delete_if_present(&local, &backend_ingress_name(card)).await?
             }
@@ -479,7 +460,7 @@ pub async fn apply(
         && existing
             .ingress
             .as_deref()
-            .is_some_and(|i| written_for_card(i.meta(), card))
+            .is_some_and(|i| written_for_card(&i.seen, card))
     {
         delete_if_present(&ingresses, &ingress_name(&ns, &card.name_any())).await?;
     }
@@ -511,7 +492,7 @@ pub async fn unpublish(
     let ns = card.namespace().unwrap_or_default();
     if let Some(cm) = existing
         .configmap
-        .filter(|cm| owned_by_card(&cm.metadata, card))
+        .filter(|cm| owned_by_card(&cm.seen, card))
     {
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
         delete_if_present(&cms, &cm.name_any()).await?;
@@ -519,7 +500,7 @@ pub async fn unpublish(
     if existing
         .backend
         .as_deref()
-        .is_some_and(|b| owned_by_card(b.meta(), card))
+        .is_some_and(|b| owned_by_card(&b.seen, card))
     {
         let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
         delete_if_present(&local, &backend_ingress_name(card)).await?;
@@ -551,7 +532,7 @@ async fn cleanup(
         })
         .await?;
     }
-    if !ingress.is_some_and(|i| written_for_card(i.meta(), card)) {
+    if !ingress.is_some_and(|i| written_for_card(&i.seen, card)) {
         return Ok(());
     }
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
@@ -570,15 +551,26 @@ mod tests {
         .unwrap()
     }
 
+    /// `cm` as the store keeps it.
+    fn seen(cm: &ConfigMap) -> SeenConfigMap {
+        SeenConfigMap::from(cm.clone())
+    }
+
     #[test]
     fn unchanged_objects_are_not_written_again() {
         let want = cm("a", &[("k", "v")]);
         assert!(configmap_current(
-            Some(&cm("a", &[("k", "v"), ("other", "kept")])),
+            Some(&seen(&cm("a", &[("k", "v"), ("other", "kept")]))),
             &want
         ));
-        assert!(!configmap_current(Some(&cm("b", &[("k", "v")])), &want));
-        assert!(!configmap_current(Some(&cm("a", &[("k", "w")])), &want));
+        assert!(!configmap_current(
+            Some(&seen(&cm("b", &[("k", "v")]))),
+            &want
+        ));
+        assert!(!configmap_current(
+            Some(&seen(&cm("a", &[("k", "w")]))),
+            &want
+        ));
         assert!(!configmap_current(None, &want));
     }
 
@@ -587,13 +579,17 @@ mod tests {
         let mut have = cm("a", &[("k", "v"), ("gone", "x")]);
         let want = cm("a", &[("k", "v")]);
         // Without a record of ours, extra annotations belong to someone else.
-        assert!(configmap_current(Some(&have), &want));
+        assert!(configmap_current(Some(&seen(&have)), &want));
         have.metadata.managed_fields = Some(vec![serde_json::from_value(serde_json::json!({
             "manager": MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
             "fieldsV1": {"f:metadata": {"f:annotations": {"f:k": {}, "f:gone": {}}}}
         }))
         .unwrap()]);
-        assert!(!configmap_current(Some(&have), &want));
+        assert!(!configmap_current(Some(&seen(&have)), &want));
+        assert_eq!(
+            configmap_removals(&seen(&have), &want),
+            Some(serde_json::json!({"metadata": {"annotations": {"gone": null}}}))
+        );
     }
 
     #[test]
@@ -613,8 +609,32 @@ mod tests {
             .unwrap()
         };
         let managed = serde_json::json!({LABEL_MANAGED_BY: MANAGER});
-        assert!(owned_by_card(&meta(managed.clone(), "u-1"), &card));
-        assert!(!owned_by_card(&meta(managed, "u-2"), &card));
-        assert!(!owned_by_card(&meta(serde_json::json!({}), "u-1"), &card));
+        // As an HTTPRoute (kept typed) and as the compact form the stores keep of the rest.
+        let route = |m: ObjectMeta| DynamicObject {
+            types: None,
+            metadata: m,
+            data: serde_json::json!({}),
+        };
+        let stored = |m: ObjectMeta| {
+            SeenConfigMap::from(ConfigMap {
+                metadata: m,
+                ..Default::default()
+            })
+        };
+        assert!(owned_by_card(&route(meta(managed.clone(), "u-1")), &card));
+        assert!(!owned_by_card(&route(meta(managed.clone(), "u-2")), &card));
+        assert!(!owned_by_card(
+            &route(meta(serde_json::json!({}), "u-1")),
+            &card
+        ));
+        assert!(owned_by_card(
+            &stored(meta(managed.clone(), "u-1")).seen,
+            &card
+        ));
+        assert!(!owned_by_card(&stored(meta(managed, "u-2")).seen, &card));
+        assert!(!owned_by_card(
+            &stored(meta(serde_json::json!({}), "u-1")).seen,
+            &card
+        ));
     }
 }

@@ -20,6 +20,7 @@ use crate::a2a::SigningKey;
 use crate::contract::*;
 use crate::controller::policy::IngressPolicy;
 use crate::controller::routing::{RouteKind, Routing};
+use crate::controller::seen::{MetaView, SeenConfigMap};
 use crate::controller::Error;
 use crate::crd::agentcard::IngressSettings;
 use crate::crd::{AgentCard, ServedRoute};
@@ -223,7 +224,7 @@ pub fn build(
     card: &AgentCard,
     signers: &[SigningKey],
     settings: &Settings,
-    previous: Option<&ConfigMap>,
+    previous: Option<&SeenConfigMap>,
     since: jiff::Timestamp,
     now: jiff::Timestamp,
 ) -> Result<Built, Error> {
@@ -235,9 +236,8 @@ pub fn build(
     let jku = format!("{}{PATH_JWKS}", public_base(card));
 
     let previous_card = previous
-        .and_then(|cm| cm.data.as_ref())
-        .and_then(|d| d.get(KEY_CARD))
-        .and_then(|b| A2aCard::from_json_lenient(b.as_bytes()).ok());
+        .and_then(|cm| cm.bytes(KEY_CARD))
+        .and_then(|b| A2aCard::from_json_lenient(b).ok());
     let previous_signatures = previous_card.map(|c| c.signatures).unwrap_or_default();
     let key_id = signers
         .first()
@@ -267,19 +267,17 @@ pub fn build(
     // operator alone) when it confirms these bytes, else from the ConfigMap already holding
     // them (a status write that failed must not make every retry a new ConfigMap version).
     let status = card.status.as_ref();
-    let previous_ann = previous
-        .map(|cm| cm.annotations().clone())
-        .unwrap_or_default();
+    let previous_ann = |key: &str| previous.and_then(|cm| cm.seen.annotation(key));
     let published_at = match (
         status.and_then(|s| s.content_hash.as_ref()),
         status.and_then(|s| s.served.as_ref()),
     ) {
         (Some(h), Some(served)) if *h == hash => served.published_at.clone(),
         _ => match (
-            previous_ann.get(ANN_CONTENT_HASH),
-            previous_ann.get(ANN_PUBLISHED_AT),
+            previous_ann(ANN_CONTENT_HASH),
+            previous_ann(ANN_PUBLISHED_AT),
         ) {
-            (Some(h), Some(at)) if *h == hash => at.clone(),
+            (Some(h), Some(at)) if h == hash => at.to_string(),
             _ => now.to_string(),
         },
     };
@@ -724,7 +722,7 @@ mod tests {
                 &published,
                 k,
                 &settings(),
-                Some(&first.configmap),
+                Some(&SeenConfigMap::from(first.configmap.clone())),
                 now(),
                 later,
             )
@@ -745,7 +743,7 @@ mod tests {
                 &edited,
                 k,
                 &settings(),
-                Some(&first.configmap),
+                Some(&SeenConfigMap::from(first.configmap.clone())),
                 now(),
                 later,
             )

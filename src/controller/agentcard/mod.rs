@@ -35,8 +35,10 @@ pub const FINALIZER: &str = "agentcard.dev/ingress-cleanup";
 /// The [`crate::controller::watches::Unseen`] kind of a card's status writes.
 pub const STATUS_WRITE: &str = "AgentCard/status";
 
-/// How often a healthy card is re-checked without any change.
-const RESYNC: Duration = Duration::from_secs(3600);
+/// How often a healthy card is re-checked without any change: by the controllers' resync,
+/// which walks every card once per period, evenly spread (a requeue timer per card would keep
+/// an entry for each in the controller's scheduler, about 450 bytes per card).
+pub const RESYNC: Duration = Duration::from_secs(3600);
 /// How soon a card that lost a host conflict looks again (the holder's release also triggers it).
 const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
 
@@ -200,8 +202,8 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
         let signing = ctx.signing_kids();
         let retired: Vec<String> = previous
             .as_ref()
-            .and_then(|cm| cm.data.as_ref()?.get(crate::contract::KEY_CARD).cloned())
-            .map(|b| super::keys::signature_kids(&b))
+            .and_then(|cm| cm.text(crate::contract::KEY_CARD))
+            .map(super::keys::signature_kids)
             .unwrap_or_default()
             .into_iter()
             .filter(|k| !signing.is_empty() && !signing.contains(k))
@@ -244,11 +246,11 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     }
     ctx.recheck_hosts(&freed, &card);
     // An imported card is looked at again every refresh interval, whatever happened.
-    let refresh = card.spec.source.as_ref().map(source::refresh);
+    let refresh = card.spec.source.as_deref().map(source::refresh);
     match outcome {
         Ok(_) => {
             ctx.reset_backoff(&card);
-            Ok(Action::requeue(refresh.unwrap_or(RESYNC)))
+            Ok(refresh.map_or_else(Action::await_change, Action::requeue))
         }
         Err(e) if e.waits_for_change() => {
             ctx.metrics

@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 
 use super::build::effective_card;
@@ -28,6 +27,7 @@ use crate::a2a::parse::{card_from_value, Strictness};
 use crate::a2a::validate::validate;
 use crate::a2a::Problems;
 use crate::contract::KEY_CARD;
+use crate::controller::seen::{MetaView, SeenConfigMap};
 use crate::controller::Context;
 use crate::crd::{AgentCard, Source, SourceStatus};
 
@@ -453,7 +453,7 @@ pub async fn look(
     card: &AgentCard,
     source: &Source,
     ctx: &Context,
-    previous: Option<&ConfigMap>,
+    previous: Option<&SeenConfigMap>,
 ) -> Report {
     let uid = card.uid().unwrap_or_default();
     if let Some(report) = ctx.sources.fresh(&uid, source) {
@@ -470,7 +470,7 @@ async fn fetch_and_read(
     card: &AgentCard,
     source: &Source,
     ctx: &Context,
-    previous: Option<&ConfigMap>,
+    previous: Option<&SeenConfigMap>,
 ) -> (Report, Option<Cached>) {
     let ns = card.namespace().unwrap_or_default();
     let uid = card.uid().unwrap_or_default();
@@ -478,7 +478,7 @@ async fn fetch_and_read(
     let mut status = card
         .status
         .as_ref()
-        .and_then(|s| s.source.clone())
+        .and_then(|s| s.source.as_deref().cloned())
         .unwrap_or_default();
     let last_good = || {
         cached
@@ -587,14 +587,15 @@ fn read(card: &AgentCard, url: &str, body: &[u8]) -> Result<Imported, SourceErro
 
 /// The card the operator serves for `card` (its own ConfigMap, read back after a restart),
 /// as the base of a re-publication while the source cannot be fetched.
-fn served_card(card: &AgentCard, previous: Option<&ConfigMap>) -> Option<A2aCard> {
+fn served_card(card: &AgentCard, previous: Option<&SeenConfigMap>) -> Option<A2aCard> {
     let cm = previous?;
     let ours = cm
-        .owner_references()
+        .seen
+        .owners()
         .iter()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == card.uid().as_ref());
-    let body = cm.data.as_ref()?.get(KEY_CARD)?;
-    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+        .any(|o| o.controller && Some(o.uid) == card.uid().as_deref());
+    let body = cm.bytes(KEY_CARD)?;
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let mut parsed = card_from_value(&value, Strictness::Lenient).ok()?.card;
     parsed.signatures.clear();
     ours.then_some(parsed)

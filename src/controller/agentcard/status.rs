@@ -253,7 +253,7 @@ pub fn set_source(
         }
     };
     status.conditions.push(cond);
-    status.source = Some(report.status.clone());
+    status.source = Some(Box::new(report.status.clone()));
     if status.url.is_some() {
         for note in &report.notes {
             if !status.warnings.contains(note) {
