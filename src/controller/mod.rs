@@ -758,9 +758,11 @@ pub async fn run(
         }
     }));
     // Every card is looked at again about once per resync period, one at a time and evenly
-    // spread over it (a safety net: every change already triggers its reconciles).
+    // spread over it (a safety net: every change already triggers its reconciles). The first
+    // walk starts a period after the start, which reconciles every card anyway.
     let (resync_index, resync_refs) = (index.clone(), card_refs_tx.clone());
     let _resync_task = AbortOnDrop(tokio::spawn(async move {
+        tokio::time::sleep(agentcard::RESYNC).await;
         loop {
             let keys = resync_index.lock().unwrap_or_else(|e| e.into_inner()).all();
             let Some(gap) = resync_gap(agentcard::RESYNC, keys.len()) else {
@@ -768,10 +770,10 @@ pub async fn run(
                 continue;
             };
             for key in keys {
-                tokio::time::sleep(gap).await;
                 if resync_refs.unbounded_send(key).is_err() {
                     return;
                 }
+                tokio::time::sleep(gap).await;
             }
         }
     }));

@@ -7,10 +7,11 @@
 //! and at once turns it into the stored form (`serde(from)`), before the store holds it:
 //! - the metadata keeps what identifies the object (name, namespace, uid, resourceVersion, and
 //!   its creation and deletion times: what stores, keys and read-your-own-writes read, with no
-//!   allocation of their own); labels, annotations,
-//!   owners and the annotation keys the operator set move into a [`SeenMeta`] of sorted boxed
-//!   pairs (a `BTreeMap` node costs about 640 bytes however few entries it has, and a typed
-//!   `ObjectMeta` about 350 bytes inline, most of it empty);
+//!   allocation of their own); labels, annotations, owners and which annotations the operator
+//!   set move into a [`SeenMeta`]: all their strings in one allocation, with their ends and
+//!   flags (typed, a map's `BTreeMap` node costs about 640 bytes however few entries it has,
+//!   every string is an allocation of its own, and an `ObjectMeta` is about 350 bytes inline,
+//!   most of it empty);
 //! - a [`SeenConfigMap`] keeps its `data` as shared [`Bytes`], which the card server serves
 //!   as they are (no copy);
 //! - a [`SeenIngress`] keeps a digest of its spec and which optional spec fields are set.
@@ -96,72 +97,61 @@ impl MetaView for kube::api::DynamicObject {
     }
 }
 
-/// Sorted key-value pairs: a map of a few entries in one allocation (plus its strings).
-type Pairs = Box<[(Box<str>, Box<str>)]>;
-
-fn pairs(map: Option<BTreeMap<String, String>>) -> Pairs {
-    // A BTreeMap iterates in key order: the pairs come out sorted.
-    map.into_iter()
-        .flatten()
-        .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-        .collect()
-}
-
-fn lookup<'a>(pairs: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> {
-    pairs
-        .binary_search_by(|(k, _)| k.as_ref().cmp(key))
-        .ok()
-        .map(|i| pairs[i].1.as_ref())
-}
-
-/// An owner reference as [`SeenMeta`] keeps it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct SeenOwner {
-    api_version: Box<str>,
-    kind: Box<str>,
-    name: Box<str>,
-    uid: Box<str>,
-    controller: bool,
-}
-
-/// Labels, annotations (without kubectl's last-applied copy), owners and the annotation keys
-/// the operator set, of a stored object: see the module doc.
+/// Labels, annotations (without kubectl's last-applied copy), owners, and which annotations
+/// the operator set, of a stored object: every string in one allocation (see the module doc).
+///
+/// `text` holds, back to back: the label keys and values (sorted by key), the annotation keys
+/// and values (sorted by key), then each owner's apiVersion, kind, name and uid; `ends[i]` is
+/// where string `i` ends. `flags` holds, per owner, whether it is the controller, then per
+/// annotation, whether the operator set it (the keys in its `managedFields`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeenMeta {
-    labels: Pairs,
-    annotations: Pairs,
-    owners: Box<[SeenOwner]>,
-    /// The annotation keys the operator set, one per line.
-    operator_keys: Box<str>,
+    text: Box<str>,
+    ends: Box<[u32]>,
+    flags: Box<[bool]>,
+    labels: u32,
+    annotations: u32,
 }
+
+/// The strings of one owner reference in [`SeenMeta`]: apiVersion, kind, name, uid.
+const OWNER_STRINGS: usize = 4;
 
 impl SeenMeta {
     /// Move labels, annotations and owners out of `meta` (and read the operator's annotation
     /// keys from its `managedFields`), leaving in it only what identifies the object.
     pub fn take(meta: &mut ObjectMeta) -> SeenMeta {
-        let keys: Vec<String> = operator_annotations(meta).into_iter().collect();
-        let mut annotations = meta.annotations.take();
-        if let Some(a) = annotations.as_mut() {
-            a.remove(ANN_LAST_APPLIED);
+        let ours = operator_annotations(meta);
+        let labels = meta.labels.take().unwrap_or_default();
+        let mut annotations = meta.annotations.take().unwrap_or_default();
+        annotations.remove(ANN_LAST_APPLIED);
+        let owners = meta.owner_references.take().unwrap_or_default();
+        let mut text = String::new();
+        let mut ends = Vec::new();
+        let mut push = |s: &str| {
+            text.push_str(s);
+            ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
+        };
+        // A BTreeMap iterates in key order: the pairs come out sorted.
+        for (k, v) in labels.iter().chain(annotations.iter()) {
+            push(k);
+            push(v);
         }
-        let owners = meta
-            .owner_references
-            .take()
-            .into_iter()
-            .flatten()
-            .map(|o| SeenOwner {
-                api_version: o.api_version.into_boxed_str(),
-                kind: o.kind.into_boxed_str(),
-                name: o.name.into_boxed_str(),
-                uid: o.uid.into_boxed_str(),
-                controller: o.controller == Some(true),
-            })
+        for o in &owners {
+            for s in [&o.api_version, &o.kind, &o.name, &o.uid] {
+                push(s);
+            }
+        }
+        let flags = owners
+            .iter()
+            .map(|o| o.controller == Some(true))
+            .chain(annotations.keys().map(|k| ours.contains(k)))
             .collect();
         let seen = SeenMeta {
-            labels: pairs(meta.labels.take()),
-            annotations: pairs(annotations),
-            owners,
-            operator_keys: keys.join("\n").into_boxed_str(),
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+            flags,
+            labels: u32::try_from(labels.len()).unwrap_or(u32::MAX),
+            annotations: u32::try_from(annotations.len()).unwrap_or(u32::MAX),
         };
         *meta = ObjectMeta {
             name: meta.name.take(),
@@ -174,35 +164,66 @@ impl SeenMeta {
         };
         seen
     }
+
+    /// String `i` of `text`.
+    fn string(&self, i: usize) -> &str {
+        let start = i
+            .checked_sub(1)
+            .and_then(|p| self.ends.get(p))
+            .map_or(0, |&e| e as usize);
+        let end = self.ends.get(i).map_or(start, |&e| e as usize);
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    /// The value of key `key` among the `count` pairs from pair `first` on.
+    fn find(&self, first: usize, count: usize, key: &str) -> Option<&str> {
+        let (mut lo, mut hi) = (0, count);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.string(2 * (first + mid)).cmp(key) {
+                std::cmp::Ordering::Equal => return Some(self.string(2 * (first + mid) + 1)),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        None
+    }
+
+    fn owner_count(&self) -> usize {
+        self.flags.len().saturating_sub(self.annotations as usize)
+    }
 }
 
 impl MetaView for SeenMeta {
     fn label(&self, key: &str) -> Option<&str> {
-        lookup(&self.labels, key)
+        self.find(0, self.labels as usize, key)
     }
 
     fn annotation(&self, key: &str) -> Option<&str> {
-        lookup(&self.annotations, key)
+        self.find(self.labels as usize, self.annotations as usize, key)
     }
 
     fn owners(&self) -> Vec<Owner<'_>> {
-        self.owners
-            .iter()
-            .map(|o| Owner {
-                api_version: &o.api_version,
-                kind: &o.kind,
-                name: &o.name,
-                uid: &o.uid,
-                controller: o.controller,
+        let first = 2 * (self.labels as usize + self.annotations as usize);
+        (0..self.owner_count())
+            .map(|i| {
+                let at = first + OWNER_STRINGS * i;
+                Owner {
+                    api_version: self.string(at),
+                    kind: self.string(at + 1),
+                    name: self.string(at + 2),
+                    uid: self.string(at + 3),
+                    controller: self.flags.get(i).copied().unwrap_or(false),
+                }
             })
             .collect()
     }
 
     fn operator_annotations(&self) -> BTreeSet<String> {
-        self.operator_keys
-            .lines()
-            .filter(|k| !k.is_empty())
-            .map(str::to_string)
+        let (first, owners) = (self.labels as usize, self.owner_count());
+        (0..self.annotations as usize)
+            .filter(|i| self.flags.get(owners + i).copied().unwrap_or(false))
+            .map(|i| self.string(2 * (first + i)).to_string())
             .collect()
     }
 }
