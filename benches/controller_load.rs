@@ -239,7 +239,7 @@ async fn main() -> anyhow::Result<()> {
             .spawn()
     };
     let graceful = !wrapper.is_empty();
-    let mut op = start_operator()?;
+    let op = Operator(start_operator()?, graceful);
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(16)
         .build()?;
@@ -379,11 +379,11 @@ async fn main() -> anyhow::Result<()> {
     let calls = read_counts(&scrape(&http, admin).await?);
     let rss = peak_rss_kib(op.id());
     let cpu = cpu_time(op.id());
-    stop(&mut op, graceful);
+    drop(op);
 
     // Restart with every card unchanged: a fresh process serves them all, and writes nothing.
     let restarted = Instant::now();
-    let mut op = start_operator()?;
+    let op = Operator(start_operator()?, graceful);
     wait_ready(&http, admin).await?;
     let ready_after = restarted.elapsed();
     let mut waiting: Vec<usize> = (0..n).collect();
@@ -434,7 +434,7 @@ async fn main() -> anyhow::Result<()> {
         .filter(|((verb, _), _)| matches!(verb.as_str(), "create" | "patch" | "update" | "delete"))
         .collect();
     let restart_rss = peak_rss_kib(op.id());
-    stop(&mut op, graceful);
+    drop(op);
     let all_served = last_served.lock().await.map(|t| t.duration_since(started));
     let mut lat: Vec<Duration> = served.lock().await.values().copied().collect();
     lat.sort();
@@ -549,6 +549,22 @@ fn metric(text: &str, name: &str) -> f64 {
 /// Stop the operator and whatever runs it (its process group). Under a wrapper (a profiler)
 /// SIGTERM first, so the profiler writes its data and the operator drains and exits (up to
 /// 30 s); then SIGKILL, so nothing is left running into the next measurement.
+/// The operator's process (group), stopped when dropped: also when the benchmark fails, so no
+/// operator is left running against a plane that is gone.
+struct Operator(std::process::Child, bool);
+
+impl Operator {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        stop(&mut self.0, self.1);
+    }
+}
+
 fn stop(op: &mut std::process::Child, graceful: bool) {
     let group = format!("-{}", op.id());
     if graceful {
