@@ -46,8 +46,8 @@ pub struct Owner<'a> {
     pub controller: bool,
 }
 
-/// What the controllers and the card server read of an object's metadata, whether it is kept
-/// typed ([`ObjectMeta`]) or compact ([`SeenMeta`]).
+/// What the controllers and the card server read of an existing object's metadata: the
+/// compact [`SeenMeta`] of a stored object, or an HTTPRoute kept typed.
 pub trait MetaView {
     /// The value of label `key`.
     fn label(&self, key: &str) -> Option<&str>;
@@ -55,6 +55,10 @@ pub trait MetaView {
     fn annotation(&self, key: &str) -> Option<&str>;
     /// The owner references.
     fn owners(&self) -> Vec<Owner<'_>>;
+    /// The controlling owner (the API server allows at most one).
+    fn controller(&self) -> Option<Owner<'_>> {
+        self.owners().into_iter().find(|o| o.controller)
+    }
     /// The annotation keys the operator set (by create or apply); the others are someone
     /// else's.
     fn operator_annotations(&self) -> BTreeSet<String>;
@@ -192,6 +196,18 @@ impl SeenMeta {
     fn owner_count(&self) -> usize {
         self.flags.len().saturating_sub(self.annotations as usize)
     }
+
+    /// Owner reference `i`.
+    fn owner(&self, i: usize) -> Owner<'_> {
+        let at = 2 * (self.labels as usize + self.annotations as usize) + OWNER_STRINGS * i;
+        Owner {
+            api_version: self.string(at),
+            kind: self.string(at + 1),
+            name: self.string(at + 2),
+            uid: self.string(at + 3),
+            controller: self.flags.get(i).copied().unwrap_or(false),
+        }
+    }
 }
 
 impl MetaView for SeenMeta {
@@ -204,19 +220,14 @@ impl MetaView for SeenMeta {
     }
 
     fn owners(&self) -> Vec<Owner<'_>> {
-        let first = 2 * (self.labels as usize + self.annotations as usize);
+        (0..self.owner_count()).map(|i| self.owner(i)).collect()
+    }
+
+    fn controller(&self) -> Option<Owner<'_>> {
+        // Read in place: asked on every reconcile and every ConfigMap event.
         (0..self.owner_count())
-            .map(|i| {
-                let at = first + OWNER_STRINGS * i;
-                Owner {
-                    api_version: self.string(at),
-                    kind: self.string(at + 1),
-                    name: self.string(at + 2),
-                    uid: self.string(at + 3),
-                    controller: self.flags.get(i).copied().unwrap_or(false),
-                }
-            })
-            .collect()
+            .find(|&i| self.flags.get(i).copied().unwrap_or(false))
+            .map(|i| self.owner(i))
     }
 
     fn operator_annotations(&self) -> BTreeSet<String> {
@@ -477,6 +488,8 @@ mod tests {
         assert_eq!(seen.seen.owners(), typed.owners());
         assert_eq!(seen.seen.owners().len(), 2);
         assert!(seen.seen.owners()[0].controller && !seen.seen.owners()[1].controller);
+        assert_eq!(seen.seen.controller(), typed.controller());
+        assert_eq!(seen.seen.controller().map(|o| o.uid), Some("card-1"));
         assert_eq!(
             seen.seen.operator_annotations(),
             typed.operator_annotations()

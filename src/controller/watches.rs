@@ -467,11 +467,7 @@ pub async fn fan_out_configmaps(
         {
             continue;
         }
-        let owners = cm.seen.owners();
-        let owner = owners
-            .iter()
-            .find(|o| o.controller && o.kind == "AgentCard");
-        if let Some(owner) = owner {
+        if let Some(owner) = cm.seen.controller().filter(|o| o.kind == "AgentCard") {
             let _ = cards.unbounded_send(ObjectRef::new(owner.name).within(&ns));
         }
     }

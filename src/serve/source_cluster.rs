@@ -314,12 +314,9 @@ impl Feed {
                 };
                 let owner = cm
                     .seen
-                    .owners()
-                    .iter()
-                    .find(|o| {
-                        o.kind == "AgentCard"
-                            && o.api_version.starts_with("agentcard.dev/")
-                            && o.controller
+                    .controller()
+                    .filter(|o| {
+                        o.kind == "AgentCard" && o.api_version.starts_with("agentcard.dev/")
                     })
                     .map(|o| o.uid.to_string());
                 // The served bytes are the stored ConfigMap's own (shared, no copy).

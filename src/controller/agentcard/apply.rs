@@ -57,7 +57,7 @@ pub fn owned_by_card(meta: &dyn MetaView, card: &AgentCard) -> bool {
     let Some(uid) = card.meta().uid.as_deref() else {
         return false;
     };
-    managed(meta) && meta.owners().iter().any(|o| o.controller && o.uid == uid)
+    managed(meta) && meta.controller().is_some_and(|o| o.uid == uid)
 }
 
 /// Whether an object in the operator's namespace was written for `card`.

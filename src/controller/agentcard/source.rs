@@ -27,7 +27,7 @@ use crate::a2a::parse::{card_from_value, Strictness};
 use crate::a2a::validate::validate;
 use crate::a2a::Problems;
 use crate::contract::KEY_CARD;
-use crate::controller::seen::{MetaView, SeenConfigMap};
+use crate::controller::seen::SeenConfigMap;
 use crate::controller::Context;
 use crate::crd::{AgentCard, Source, SourceStatus};
 
@@ -589,11 +589,7 @@ fn read(card: &AgentCard, url: &str, body: &[u8]) -> Result<Imported, SourceErro
 /// as the base of a re-publication while the source cannot be fetched.
 fn served_card(card: &AgentCard, previous: Option<&SeenConfigMap>) -> Option<A2aCard> {
     let cm = previous?;
-    let ours = cm
-        .seen
-        .owners()
-        .iter()
-        .any(|o| o.controller && Some(o.uid) == card.uid().as_deref());
+    let ours = super::apply::owned_by_card(&cm.seen, card);
     let body = cm.bytes(KEY_CARD)?;
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let mut parsed = card_from_value(&value, Strictness::Lenient).ok()?.card;
