@@ -64,12 +64,12 @@ fn served_kids(
                 &ObjectRef::new(status.config_map.as_deref()?)
                     .within(card.metadata.namespace.as_deref()?),
             )?;
-            let body = cm.text(crate::contract::KEY_CARD)?.to_string();
+            let body = cm.text(crate::contract::KEY_CARD)?;
             (status.content_hash.as_deref()
                 == Some(crate::contract::content_hash(body.as_bytes()).as_str()))
-            .then_some(body)
+            .then(|| keys::signature_kids(body))
         })
-        .flat_map(|body| keys::signature_kids(&body))
+        .flatten()
         .collect()
 }
 
@@ -764,13 +764,18 @@ pub async fn run(
     let _resync_task = AbortOnDrop(tokio::spawn(async move {
         tokio::time::sleep(agentcard::RESYNC).await;
         loop {
-            let keys = resync_index.lock().unwrap_or_else(|e| e.into_inner()).all();
+            // The index's own shared references: a walk holds one pointer per card for its
+            // hour, not a copy of every name.
+            let keys = resync_index
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .shared_keys();
             let Some(gap) = resync_gap(agentcard::RESYNC, keys.len()) else {
                 tokio::time::sleep(agentcard::RESYNC).await;
                 continue;
             };
             for key in keys {
-                if resync_refs.unbounded_send(key).is_err() {
+                if resync_refs.unbounded_send(ObjectRef::clone(&key)).is_err() {
                     return;
                 }
                 tokio::time::sleep(gap).await;

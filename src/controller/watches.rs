@@ -195,6 +195,11 @@ impl CardIndex {
         self.host_of.keys().map(|k| ObjectRef::clone(k)).collect()
     }
 
+    /// Every card, as the references the index shares (for a walk that outlives the lock).
+    pub fn shared_keys(&self) -> Vec<Arc<ObjectRef<AgentCard>>> {
+        self.host_of.keys().cloned().collect()
+    }
+
     /// How many cards namespace `ns` has.
     pub fn count_in(&self, ns: &str) -> usize {
         self.by_namespace.get(ns).map_or(0, HashSet::len)
@@ -621,6 +626,7 @@ mod tests {
         assert_eq!(index.on_host("other.example").len(), 2);
         assert_eq!(index.count_in("a"), 2);
         assert_eq!(index.all().len(), 3);
+        assert_eq!(index.shared_keys().len(), 3);
         index.remove(&ObjectRef::from_obj(&card("a", "one", "h.example")));
         assert!(index.on_host("h.example").is_empty());
         assert_eq!(index.count_in("a"), 1);
