@@ -641,13 +641,6 @@ impl Context {
     }
 }
 
-/// The pause between two cards of a resync that walks `cards` cards in `period` (`None`: no
-/// card to walk).
-pub fn resync_gap(period: Duration, cards: usize) -> Option<Duration> {
-    let n = u32::try_from(cards).unwrap_or(u32::MAX);
-    (n > 0).then(|| period / n)
-}
-
 /// Retry delay after the `failures`-th consecutive failure: 1 s doubling to at most 5 min,
 /// scaled by 0.8–1.2 with `jitter` in [0, 1) so failing cards do not retry in lockstep.
 pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
@@ -757,31 +750,12 @@ pub async fn run(
             }
         }
     }));
-    // Every card is looked at again about once per resync period, one at a time and evenly
-    // spread over it (a safety net: every change already triggers its reconciles). The first
-    // walk starts a period after the start, which reconciles every card anyway.
-    let (resync_index, resync_refs) = (index.clone(), card_refs_tx.clone());
-    let _resync_task = AbortOnDrop(tokio::spawn(async move {
-        tokio::time::sleep(agentcard::RESYNC).await;
-        loop {
-            // The index's own shared references: a walk holds one pointer per card for its
-            // hour, not a copy of every name.
-            let keys = resync_index
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .shared_keys();
-            let Some(gap) = resync_gap(agentcard::RESYNC, keys.len()) else {
-                tokio::time::sleep(agentcard::RESYNC).await;
-                continue;
-            };
-            for key in keys {
-                if resync_refs.unbounded_send(ObjectRef::clone(&key)).is_err() {
-                    return;
-                }
-                tokio::time::sleep(gap).await;
-            }
-        }
-    }));
+    // Every card is looked at again about once per resync period (see `watches::resync`).
+    let _resync_task = AbortOnDrop(tokio::spawn(watches::resync(
+        index.clone(),
+        agentcard::RESYNC,
+        card_refs_tx.clone(),
+    )));
     drop(card_refs_tx);
     drop(dir_recount_tx);
 
@@ -1223,14 +1197,6 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_resync_spreads_the_cards_over_its_period() {
-        let hour = Duration::from_secs(3600);
-        assert_eq!(resync_gap(hour, 0), None);
-        assert_eq!(resync_gap(hour, 1), Some(hour));
-        assert_eq!(resync_gap(hour, 10_000), Some(Duration::from_millis(360)));
-    }
 
     #[test]
     fn backoff_doubles_per_failure_up_to_five_minutes_with_jitter() {

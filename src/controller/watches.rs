@@ -206,6 +206,43 @@ impl CardIndex {
     }
 }
 
+/// Look at every card of `index` again about once per `period`, until `cards` closes: one
+/// card at a time, evenly spread over the period (a safety net, since every change already
+/// triggers its reconciles; a requeue timer per card would keep an entry for each in the
+/// controller's scheduler, about 450 bytes per card). The first walk starts one period after
+/// the start, which reconciles every card anyway. A walk holds the index's shared references,
+/// not copies of every name.
+pub async fn resync(
+    index: Arc<Mutex<CardIndex>>,
+    period: std::time::Duration,
+    cards: UnboundedSender<ObjectRef<AgentCard>>,
+) {
+    tokio::time::sleep(period).await;
+    loop {
+        let keys = index
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .shared_keys();
+        let Some(gap) = resync_gap(period, keys.len()) else {
+            tokio::time::sleep(period).await;
+            continue;
+        };
+        for key in keys {
+            if cards.unbounded_send(ObjectRef::clone(&key)).is_err() {
+                return;
+            }
+            tokio::time::sleep(gap).await;
+        }
+    }
+}
+
+/// The pause between two cards of a resync that walks `cards` cards in `period` (`None`: no
+/// card to walk).
+pub fn resync_gap(period: std::time::Duration, cards: usize) -> Option<std::time::Duration> {
+    let n = u32::try_from(cards).unwrap_or(u32::MAX);
+    (n > 0).then(|| period / n)
+}
+
 /// Drive a reflected watch in a task of its own, so its store follows the API server however
 /// busy the controller reading it is (a stream polled only by the controller updates its store
 /// only as fast as the controller polls, and a reconcile would read an old object). The objects
@@ -634,6 +671,49 @@ mod tests {
         index.rebuild([&card("c", "x", "x.example")]);
         assert_eq!(index.count_in("a"), 0);
         assert_eq!(index.on_host("x.example").len(), 1);
+    }
+
+    #[test]
+    fn a_resync_spreads_the_cards_over_its_period() {
+        use std::time::Duration;
+        let hour = Duration::from_secs(3600);
+        assert_eq!(resync_gap(hour, 0), None);
+        assert_eq!(resync_gap(hour, 1), Some(hour));
+        assert_eq!(resync_gap(hour, 10_000), Some(Duration::from_millis(360)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_resync_waits_a_period_then_walks_every_card_spread_over_the_next() {
+        use std::time::Duration;
+        let period = Duration::from_secs(100);
+        let index = Arc::new(Mutex::new(CardIndex::default()));
+        for i in 0..4 {
+            lock(&index).apply(&card("a", &format!("c{i}"), &format!("h{i}.example")));
+        }
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let task = tokio::spawn(resync(index.clone(), period, tx));
+        // Nothing during the first period: the start reconciled every card.
+        tokio::time::sleep(period - Duration::from_secs(1)).await;
+        assert!(
+            rx.try_recv().is_err(),
+            "a card was sent before a period passed"
+        );
+        // Then one card per quarter period, every card once.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..4 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let key = rx.try_recv().ok().expect("a card per gap");
+            seen.insert(key.name.clone());
+            assert!(rx.try_recv().is_err(), "two cards in one gap");
+            tokio::time::sleep(period / 4 - Duration::from_millis(1)).await;
+        }
+        assert_eq!(seen.len(), 4);
+        task.abort();
+    }
+
+    fn lock(index: &Mutex<CardIndex>) -> std::sync::MutexGuard<'_, CardIndex> {
+        index.lock().unwrap()
     }
 
     #[test]
