@@ -91,7 +91,9 @@ pub fn sign_card_reusing(
         let reused = previous.iter().find(|s| {
             s.protected == protected
                 && s.header.is_none()
-                && verify_one(key.alg(), &jwk_of(key.public_jwk()), &input, &s.signature).is_ok()
+                && URL_SAFE_NO_PAD
+                    .decode(s.signature.trim_end_matches('='))
+                    .is_ok_and(|sig| key.verifies(&input, &sig))
         });
         let signature = match reused {
             Some(s) => s.signature.clone(),
@@ -203,4 +205,70 @@ fn verify_signature(
         Some(kid) => format!("key {kid:?} ({alg}): {last}"),
         None => last,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(description: &str) -> AgentCard {
+        serde_json::from_value(serde_json::json!({
+            "name": "A", "description": description, "version": "1",
+            "supportedInterfaces": [{"url": "https://a.test/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]
+        }))
+        .unwrap()
+    }
+
+    fn raw(signature: &AgentCardSignature) -> Vec<u8> {
+        URL_SAFE_NO_PAD.decode(&signature.signature).unwrap()
+    }
+
+    #[test]
+    fn a_previous_signature_is_reused_only_when_the_key_verifies_it_over_this_card() {
+        let key = SigningKey::generate(Algorithm::ES256, Some("k")).unwrap();
+        let keys = [key.clone()];
+        let first = sign_card(&card("one"), &keys, Some("https://a.test/jwks")).unwrap();
+        // ECDSA signatures are randomised: an equal one was reused, not made again.
+        let again = sign_card_reusing(
+            &card("one"),
+            &keys,
+            Some("https://a.test/jwks"),
+            &first.signatures,
+        )
+        .unwrap();
+        assert_eq!(again.signatures, first.signatures);
+
+        // The same header over another card's payload does not verify here: signed afresh.
+        let other = sign_card(&card("two"), &keys, Some("https://a.test/jwks")).unwrap();
+        let forged = vec![AgentCardSignature {
+            protected: first.signatures[0].protected.clone(),
+            ..other.signatures[0].clone()
+        }];
+        let fresh =
+            sign_card_reusing(&card("one"), &keys, Some("https://a.test/jwks"), &forged).unwrap();
+        assert_ne!(fresh.signatures[0].signature, forged[0].signature);
+        let payload = URL_SAFE_NO_PAD.encode(canonical_bytes(&card("one")));
+        let input = signing_input(&fresh.signatures[0].protected, &payload);
+        assert!(key.verifies(&input, &raw(&fresh.signatures[0])));
+        assert!(!key.verifies(&input, &raw(&forged[0])));
+
+        // Another key's signature, even under this key's header, is not this key's.
+        let stranger = SigningKey::generate(Algorithm::ES256, Some("k")).unwrap();
+        let theirs = sign_card(&card("one"), &[stranger], Some("https://a.test/jwks")).unwrap();
+        assert_eq!(
+            theirs.signatures[0].protected,
+            first.signatures[0].protected
+        );
+        let mine = sign_card_reusing(
+            &card("one"),
+            &keys,
+            Some("https://a.test/jwks"),
+            &theirs.signatures,
+        )
+        .unwrap();
+        assert_ne!(mine.signatures, theirs.signatures);
+        assert!(key.verifies(&input, &raw(&mine.signatures[0])));
+    }
 }

@@ -157,6 +157,9 @@ pub struct SigningKey {
     private: Jwk,
     public: Map<String, Value>,
     signer: Box<dyn JwsSigner>,
+    /// Built once from the public JWK: re-signing checks each card's previous signature with
+    /// it, and building a verifier (OpenSSL decoding the key) costs more than the check.
+    verifier: Box<dyn JwsVerifier>,
 }
 
 impl fmt::Debug for SigningKey {
@@ -263,12 +266,14 @@ impl SigningKey {
         jwk.set_key_id(kid.clone());
         let signer = alg.signer(&jwk)?;
         let public = public_members(&jwk, alg, &kid);
+        let verifier = alg.verifier(&Jwk::from_map(public.clone())?)?;
         Ok(SigningKey {
             alg,
             kid,
             private: jwk,
             public,
             signer,
+            verifier,
         })
     }
 
@@ -318,6 +323,11 @@ impl SigningKey {
     /// Sign `message`, returning the raw JWS signature bytes.
     pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, KeyError> {
         Ok(self.signer.sign(message)?)
+    }
+
+    /// Whether `signature` (raw JWS signature bytes) is this key's over `message`.
+    pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
+        self.verifier.verify(message, signature).is_ok()
     }
 }
 

@@ -67,6 +67,9 @@ pub fn prefixes_overlap(a: &str, b: &str) -> bool {
 pub struct Claims {
     shared_hosts: Vec<String>,
     by_host: HashMap<String, Vec<Claim>>,
+    /// The hosts on which each uid holds claims: [`Claims::retain`] looks at those alone, so a
+    /// reconcile costs O(its own claims), not O(every claim of the cluster).
+    hosts_of: HashMap<String, Vec<String>>,
 }
 
 impl Claims {
@@ -74,7 +77,7 @@ impl Claims {
     pub fn new(shared_hosts: Vec<String>) -> Self {
         Claims {
             shared_hosts,
-            by_host: HashMap::new(),
+            ..Claims::default()
         }
     }
 
@@ -125,7 +128,14 @@ impl Claims {
         if let Some(blocker) = self.blocker(&want) {
             return Err(blocker.clone());
         }
-        // Most hosts hold one claim: no room for more until a second comes.
+        // Most hosts hold one claim, and most cards one host: no room for more until needed.
+        let hosts = self
+            .hosts_of
+            .entry(want.uid.clone())
+            .or_insert_with(|| Vec::with_capacity(1));
+        if !hosts.contains(&want.host) {
+            hosts.push(want.host.clone());
+        }
         self.by_host
             .entry(want.host.clone())
             .or_insert_with(|| Vec::with_capacity(1))
@@ -136,17 +146,33 @@ impl Claims {
     /// Keep only the claim of card `uid` on `keep` (host, prefix), or none; returns the hosts
     /// of the claims dropped, so the cards waiting there can be looked at again.
     pub fn retain(&mut self, uid: &str, keep: Option<(&str, &str)>) -> Vec<String> {
+        let Some(hosts) = self.hosts_of.remove(uid) else {
+            return Vec::new();
+        };
         let mut freed = Vec::new();
-        self.by_host.retain(|host, list| {
+        let mut kept = Vec::new();
+        for host in hosts {
+            let Some(list) = self.by_host.get_mut(&host) else {
+                continue;
+            };
             let before = list.len();
             list.retain(|c| {
                 c.uid != uid || keep.is_some_and(|(h, p)| h == c.host && p == c.prefix)
             });
+            if list.iter().any(|c| c.uid == uid) {
+                kept.push(host.clone());
+            }
+            let empty = list.is_empty();
             if list.len() != before {
                 freed.push(host.clone());
             }
-            !list.is_empty()
-        });
+            if empty {
+                self.by_host.remove(&host);
+            }
+        }
+        if !kept.is_empty() {
+            self.hosts_of.insert(uid.to_string(), kept);
+        }
         freed
     }
 
@@ -270,5 +296,55 @@ mod tests {
         assert_eq!(t.retain("a/x", Some(("two", ""))), vec!["one".to_string()]);
         assert!(t.acquire(claim("one", "", "b", "y", 3)).is_ok());
         assert_eq!(t.all().count(), 2);
+    }
+
+    /// The per-uid host index answers exactly what a scan of every claim would.
+    fn assert_index_matches(t: &Claims) {
+        let mut scanned: HashMap<&str, Vec<&str>> = HashMap::new();
+        for c in t.all() {
+            let hosts = scanned.entry(&c.uid).or_default();
+            if !hosts.contains(&c.host.as_str()) {
+                hosts.push(&c.host);
+            }
+        }
+        assert_eq!(scanned.len(), t.hosts_of.len(), "{:?}", t.hosts_of);
+        for (uid, hosts) in &t.hosts_of {
+            let mut want = scanned[uid.as_str()].clone();
+            let mut have: Vec<&str> = hosts.iter().map(String::as_str).collect();
+            want.sort_unstable();
+            have.sort_unstable();
+            assert_eq!(want, have, "hosts of {uid}");
+        }
+    }
+
+    #[test]
+    fn retain_touches_only_the_cards_own_hosts_and_keeps_the_index_exact() {
+        let mut t = Claims::new(vec!["*.shared".into()]);
+        // One card with nested claims on one host and a claim on another; others beside it.
+        t.acquire(claim("h.shared", "/a", "ns", "x", 1)).unwrap();
+        t.acquire(claim("h.shared", "/a/b", "ns", "x", 2)).unwrap();
+        t.acquire(claim("k", "", "ns", "x", 3)).unwrap();
+        t.acquire(claim("h.shared", "/c", "other", "y", 4)).unwrap();
+        t.acquire(claim("m", "", "other", "z", 5)).unwrap();
+        assert_index_matches(&t);
+        // Keep one claim: the nested one and the other host go, the other cards stay.
+        let mut freed = t.retain("ns/x", Some(("h.shared", "/a")));
+        freed.sort();
+        assert_eq!(freed, vec!["h.shared".to_string(), "k".to_string()]);
+        assert_index_matches(&t);
+        assert!(t.held("ns/x", "h.shared", "/a").is_some());
+        assert!(t.held("ns/x", "h.shared", "/a/b").is_none());
+        assert_eq!(t.all().count(), 3);
+        // Keeping what it holds frees nothing; a uid with no claims frees nothing.
+        assert!(t.retain("ns/x", Some(("h.shared", "/a"))).is_empty());
+        assert!(t.retain("nobody", None).is_empty());
+        assert_index_matches(&t);
+        // Releasing drops the last claim, the emptied host and the index entry.
+        assert_eq!(t.release("ns/x"), vec!["h.shared".to_string()]);
+        assert_eq!(t.release("other/z"), vec!["m".to_string()]);
+        assert_index_matches(&t);
+        assert_eq!(t.all().count(), 1);
+        assert!(t.acquire(claim("k", "", "third", "w", 6)).is_ok());
+        assert_index_matches(&t);
     }
 }
