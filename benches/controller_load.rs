@@ -7,7 +7,11 @@
 //! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
 //! a card's apply to its bytes being served over HTTP, the API requests per card (from the
 //! operator's `agentcard_api_requests_total`), the operator's peak RSS and CPU time; then a
-//! restart with every card unchanged (time to ready and to every card served, and every write).
+//! restart with every card unchanged (time to ready and to every card served, and every write);
+//! last, with the operator stopped, the floor: the same API writes the operator makes for each
+//! card (the client's apply, finalizer, ConfigMap, Ingress, status, Event), made directly from
+//! the operator's own pure build step, so what the API server alone needs for them is beside
+//! the all-Ready time and its target.
 //! Readiness comes from a watch, and only cards the watch shows Ready are polled over HTTP: the
 //! benchmark itself adds little load to the API server and the card server it measures.
 
@@ -435,6 +439,9 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     let restart_rss = peak_rss_kib(op.id());
     drop(op);
+
+    // The floor, with no operator running (it watches every namespace's cards).
+    let floor = writes_floor(&client, run_id, n, concurrency).await?;
     let all_served = last_served.lock().await.map(|t| t.duration_since(started));
     let mut lat: Vec<Duration> = served.lock().await.values().copied().collect();
     lat.sort();
@@ -493,7 +500,25 @@ async fn main() -> anyhow::Result<()> {
         "  restarted operator peak RSS: {} MiB",
         restart_rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
     );
-    for name in [&op_ns, &ref_ns, &ns] {
+    let target = 2.0 * per_card * n as f64 / (n as f64 / reference.as_secs_f64());
+    println!(
+        "  target (2 x {per_card:.2} calls x {n} cards / {:.0} writes/s): {target:.1}s; all Ready took {:.2}x that",
+        n as f64 / reference.as_secs_f64(),
+        all_ready.as_secs_f64() / target
+    );
+    println!(
+        "  floor: the same writes for {n} cards made directly, no operator ({FLOOR_CALLS}): {:.2?} ({:.2}x the target)",
+        floor.elapsed,
+        floor.elapsed.as_secs_f64() / target
+    );
+    if floor.failed > 0 {
+        println!("    {} of those writes failed", floor.failed);
+    }
+    if !own_plane {
+        // The floor's cards carry the finalizer with no operator to remove it.
+        floor.release(&client, concurrency).await;
+    }
+    for name in [&op_ns, &ref_ns, &ns, &floor.namespace, &floor.op_namespace] {
         let _ = namespaces.delete(name, &Default::default()).await;
     }
     if own_plane {
@@ -576,4 +601,153 @@ fn stop(op: &mut std::process::Child, graceful: bool) {
     }
     let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
     let _ = op.wait();
+}
+
+/// What the floor writes per card, in order.
+const FLOOR_CALLS: &str =
+    "apply AgentCard, patch finalizer, create ConfigMap, create Ingress, apply status, create Event";
+
+/// The floor phase's outcome.
+struct Floor {
+    elapsed: Duration,
+    failed: usize,
+    namespace: String,
+    op_namespace: String,
+    names: Vec<String>,
+}
+
+impl Floor {
+    /// Drop the floor cards' finalizers, so their namespace can go on a plane that stays.
+    async fn release(&self, client: &Client, concurrency: usize) {
+        let cards: Api<AgentCard> = Api::namespaced(client.clone(), &self.namespace);
+        let patch = json!({"metadata": {"finalizers": null}});
+        stream::iter(&self.names)
+            .for_each_concurrent(concurrency, |name| {
+                let cards = cards.clone();
+                let patch = patch.clone();
+                async move {
+                    let _ = cards
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+            })
+            .await;
+    }
+}
+
+/// The writes the operator makes for `n` new cards, made directly (no watches, no reconcile
+/// logic): each card is applied as the benchmark applies it, then gets the operator's
+/// finalizer patch, the ConfigMap and Ingress its build step makes, its status by
+/// server-side apply and its Event. Twice `concurrency` at once: the client's and the
+/// operator's writers.
+async fn writes_floor(
+    client: &Client,
+    run_id: u32,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<Floor> {
+    use agentcard_operator::a2a::keys::{Algorithm, SigningKey};
+    use agentcard_operator::controller::agentcard::build::{build, Settings};
+    use agentcard_operator::controller::agentcard::{status, FINALIZER};
+    use agentcard_operator::controller::events::Events;
+    use agentcard_operator::controller::policy::IngressPolicy;
+    use agentcard_operator::controller::routing::Routing;
+    use k8s_openapi::api::networking::v1::Ingress;
+    use kube::runtime::events::{Event, EventType, Reporter};
+    use kube::Resource;
+
+    let (namespace, op_namespace) = (
+        format!("bench-floor-{run_id}"),
+        format!("bench-floor-op-{run_id}"),
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for name in [&namespace, &op_namespace] {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+            )
+            .await?;
+    }
+    let keys = vec![SigningKey::generate(Algorithm::ES256, None)?];
+    let settings = Settings {
+        operator_namespace: op_namespace.clone(),
+        service_name: "agentcard-operator".into(),
+        service_port_name: "http".into(),
+        ingress: IngressPolicy::default(),
+        routing: Routing::default(),
+    };
+    let events = Events::new(
+        client.clone(),
+        Reporter {
+            controller: "agentcard-operator".into(),
+            instance: None,
+        },
+    );
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), &namespace);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &op_namespace);
+    let finalizer = json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": null},
+        {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+    ]);
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    let names: Vec<String> = (0..n).map(|i| format!("floor-{i}")).collect();
+    let started = Instant::now();
+    stream::iter(names.iter().enumerate())
+        .for_each_concurrent(2 * concurrency, |(i, name)| {
+            let (cards, cms, ingresses) = (cards.clone(), cms.clone(), ingresses.clone());
+            let (keys, settings, events, finalizer, failed) =
+                (&keys, &settings, &events, &finalizer, &failed);
+            async move {
+                let host = format!("f{i}.floor{run_id}.agents.test");
+                let one = async {
+                    let applied = cards
+                        .patch(
+                            name,
+                            &PatchParams::apply("bench").force(),
+                            &Patch::Apply(&card(name, &host)),
+                        )
+                        .await?;
+                    let card = cards
+                        .patch(
+                            name,
+                            &PatchParams::default(),
+                            &Patch::Json::<()>(serde_json::from_value(finalizer.clone())?),
+                        )
+                        .await?;
+                    let now = jiff::Timestamp::now();
+                    let built = build(&card, keys, settings, None, now, now)?;
+                    cms.create(&PostParams::default(), &built.configmap).await?;
+                    if let Some(ingress) = &built.ingress {
+                        ingresses.create(&PostParams::default(), ingress).await?;
+                    }
+                    let event = Event {
+                        type_: EventType::Normal,
+                        reason: "Published".into(),
+                        note: Some(format!("served at {} (key {})", built.url, built.key_id)),
+                        action: "Publish".into(),
+                        secondary: None,
+                    };
+                    let stamp = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+                    let status = status::next(&card, &Ok((built, Vec::new())), stamp);
+                    agentcard_operator::controller::apply_status(&cards, name, &status).await?;
+                    events.publish(&event, &applied.object_ref(&())).await?;
+                    anyhow::Ok(())
+                };
+                if let Err(e) = one.await {
+                    if failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3 {
+                        eprintln!("floor {name}: {e}");
+                    }
+                }
+            }
+        })
+        .await;
+    Ok(Floor {
+        elapsed: started.elapsed(),
+        failed: failed.into_inner(),
+        namespace,
+        op_namespace,
+        names,
+    })
 }
