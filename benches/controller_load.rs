@@ -648,12 +648,12 @@ async fn writes_floor(
 ) -> anyhow::Result<Floor> {
     use agentcard_operator::a2a::keys::{Algorithm, SigningKey};
     use agentcard_operator::controller::agentcard::build::{build, Settings};
-    use agentcard_operator::controller::agentcard::{status, FINALIZER};
+    use agentcard_operator::controller::agentcard::{outcome_event, status, FINALIZER};
     use agentcard_operator::controller::events::Events;
     use agentcard_operator::controller::policy::IngressPolicy;
     use agentcard_operator::controller::routing::Routing;
     use k8s_openapi::api::networking::v1::Ingress;
-    use kube::runtime::events::{Event, EventType, Reporter};
+    use kube::runtime::events::Reporter;
     use kube::Resource;
 
     let (namespace, op_namespace) = (
@@ -722,15 +722,11 @@ async fn writes_floor(
                     if let Some(ingress) = &built.ingress {
                         ingresses.create(&PostParams::default(), ingress).await?;
                     }
-                    let event = Event {
-                        type_: EventType::Normal,
-                        reason: "Published".into(),
-                        note: Some(format!("served at {} (key {})", built.url, built.key_id)),
-                        action: "Publish".into(),
-                        secondary: None,
-                    };
                     let stamp = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
-                    let status = status::next(&card, &Ok((built, Vec::new())), stamp);
+                    let outcome: Result<_, agentcard_operator::controller::Error> =
+                        Ok((built, Vec::new()));
+                    let event = outcome_event(&outcome);
+                    let status = status::next(&card, &outcome, stamp);
                     agentcard_operator::controller::apply_status(&cards, name, &status).await?;
                     events.publish(&event, &applied.object_ref(&())).await?;
                     anyhow::Ok(())

@@ -91,9 +91,7 @@ pub fn sign_card_reusing(
         let reused = previous.iter().find(|s| {
             s.protected == protected
                 && s.header.is_none()
-                && URL_SAFE_NO_PAD
-                    .decode(s.signature.trim_end_matches('='))
-                    .is_ok_and(|sig| key.verifies(&input, &sig))
+                && signature_bytes(&s.signature).is_some_and(|sig| key.verifies(&input, &sig))
         });
         let signature = match reused {
             Some(s) => s.signature.clone(),
@@ -114,6 +112,13 @@ fn jwk_of(map: &Map<String, Value>) -> Option<Jwk> {
     Jwk::from_map(map.clone()).ok()
 }
 
+/// The raw bytes of a JWS signature in base64url (padding tolerated), if it is that.
+fn signature_bytes(signature_b64: &str) -> Option<Vec<u8>> {
+    URL_SAFE_NO_PAD
+        .decode(signature_b64.trim_end_matches('='))
+        .ok()
+}
+
 fn verify_one(
     alg: Algorithm,
     jwk: &Option<Jwk>,
@@ -121,9 +126,7 @@ fn verify_one(
     signature_b64: &str,
 ) -> Result<(), String> {
     let jwk = jwk.as_ref().ok_or("the JWKS key is malformed")?;
-    let sig = URL_SAFE_NO_PAD
-        .decode(signature_b64.trim_end_matches('='))
-        .map_err(|_| "signature is not base64url".to_string())?;
+    let sig = signature_bytes(signature_b64).ok_or("signature is not base64url")?;
     let verifier = alg
         .verifier(jwk)
         .map_err(|e| format!("unusable key: {e}"))?;

@@ -274,13 +274,10 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
     }
 }
 
-/// One Event per Ready transition: Normal when published, Warning with the failure's reason.
-async fn publish_event(
-    ctx: &Context,
-    card: &AgentCard,
-    outcome: &Result<(build::Built, Vec<String>), Error>,
-) {
-    let event = match outcome {
+/// The Event a reconcile's `outcome` is reported with: Normal when published, Warning with the
+/// failure's reason (pure; the load benchmark's floor writes the same Event).
+pub fn outcome_event(outcome: &Result<(build::Built, Vec<String>), Error>) -> Event {
+    match outcome {
         Ok((built, _)) => Event {
             type_: EventType::Normal,
             reason: "Published".into(),
@@ -295,7 +292,16 @@ async fn publish_event(
             action: "Publish".into(),
             secondary: None,
         },
-    };
+    }
+}
+
+/// One Event per Ready transition (see [`outcome_event`]).
+async fn publish_event(
+    ctx: &Context,
+    card: &AgentCard,
+    outcome: &Result<(build::Built, Vec<String>), Error>,
+) {
+    let event = outcome_event(outcome);
     if let Err(e) = ctx.recorder.publish(&event, &card.object_ref(&())).await {
         tracing::warn!(error = %e, "could not record an Event");
     }
