@@ -744,9 +744,12 @@ pub async fn run(
     let (all_index, all_refs) = (index.clone(), card_refs_tx.clone());
     let _all_task = AbortOnDrop(tokio::spawn(async move {
         while all_rx.next().await.is_some() {
-            let keys = all_index.lock().unwrap_or_else(|e| e.into_inner()).all();
+            let keys = all_index
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .shared_keys();
             for key in keys {
-                let _ = all_refs.unbounded_send(key);
+                let _ = all_refs.unbounded_send(ObjectRef::clone(&key));
             }
         }
     }));

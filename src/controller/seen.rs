@@ -239,19 +239,10 @@ impl MetaView for SeenMeta {
     }
 }
 
-/// An object the apply step compares: its metadata as a [`MetaView`].
-pub trait Viewed {
-    /// The object's labels, annotations and owners.
-    fn view(&self) -> &dyn MetaView;
-}
-
-impl Viewed for kube::api::DynamicObject {
-    fn view(&self) -> &dyn MetaView {
-        self
-    }
-}
-
-/// Implements `kube::Resource` for a stored form with the API coordinates of its typed kind.
+/// Implements `kube::Resource` for a stored form with the API coordinates of its typed kind,
+/// and [`MetaView`] by its `seen` part. Its `meta()` holds what identifies the object alone:
+/// `ResourceExt::labels()` and the like answer empty, so labels, annotations and owners are
+/// read through `MetaView` (`cm.label(..)`, `cm.controller()`).
 macro_rules! stored_as {
     ($stored:ty, $typed:ty) => {
         impl kube::Resource for $stored {
@@ -283,9 +274,25 @@ macro_rules! stored_as {
             }
         }
 
-        impl Viewed for $stored {
-            fn view(&self) -> &dyn MetaView {
-                &self.seen
+        impl MetaView for $stored {
+            fn label(&self, key: &str) -> Option<&str> {
+                self.seen.label(key)
+            }
+
+            fn annotation(&self, key: &str) -> Option<&str> {
+                self.seen.annotation(key)
+            }
+
+            fn owners(&self) -> Vec<Owner<'_>> {
+                self.seen.owners()
+            }
+
+            fn controller(&self) -> Option<Owner<'_>> {
+                self.seen.controller()
+            }
+
+            fn operator_annotations(&self) -> BTreeSet<String> {
+                self.seen.operator_annotations()
             }
         }
     };

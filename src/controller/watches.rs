@@ -24,7 +24,7 @@ use kube::runtime::watcher;
 use kube::ResourceExt;
 
 use super::agentcard::validate::ANN_ALLOWED_HOSTS;
-use super::seen::{MetaView, SeenConfigMap, Viewed};
+use super::seen::{MetaView, SeenConfigMap};
 use crate::contract::{CONTENT_CARD, LABEL_CONTENT, MANAGER};
 use crate::crd::AgentCard;
 use crate::hub::{name_ref, Shared};
@@ -190,11 +190,6 @@ impl CardIndex {
             .unwrap_or_default()
     }
 
-    /// Every card.
-    pub fn all(&self) -> Vec<ObjectRef<AgentCard>> {
-        self.host_of.keys().map(|k| ObjectRef::clone(k)).collect()
-    }
-
     /// Every card, as the references the index shares (for a walk that outlives the lock).
     pub fn shared_keys(&self) -> Vec<Arc<ObjectRef<AgentCard>>> {
         self.host_of.keys().cloned().collect()
@@ -296,8 +291,8 @@ pub struct WrittenFor {
 
 impl WrittenFor {
     /// Read from `object`.
-    pub fn of<K: kube::Resource + Viewed>(object: &K) -> WrittenFor {
-        let view = object.view();
+    pub fn of<K: kube::Resource + MetaView>(object: &K) -> WrittenFor {
+        let view: &dyn MetaView = object;
         let annotation = |k: &str| view.annotation(k).map(str::to_string);
         WrittenFor {
             namespace: object.meta().namespace.clone().unwrap_or_default(),
@@ -662,7 +657,7 @@ mod tests {
         index.apply(&card("a", "two", "Other.example"));
         assert_eq!(index.on_host("other.example").len(), 2);
         assert_eq!(index.count_in("a"), 2);
-        assert_eq!(index.all().len(), 3);
+        assert_eq!(index.shared_keys().len(), 3);
         assert_eq!(index.shared_keys().len(), 3);
         index.remove(&ObjectRef::from_obj(&card("a", "one", "h.example")));
         assert!(index.on_host("h.example").is_empty());

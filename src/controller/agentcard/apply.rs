@@ -19,7 +19,7 @@ use kube::{Client, Resource, ResourceExt};
 use super::build::{backend_ingress_name, card_key, configmap_name, ingress_name, Built, Settings};
 use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
 use crate::controller::routing::{httproute_resource, RouteKind};
-use crate::controller::seen::{MetaView, OptionalSpec, SeenConfigMap, SeenIngress, Viewed};
+use crate::controller::seen::{MetaView, OptionalSpec, SeenConfigMap, SeenIngress};
 use crate::controller::watches::{digest, Unseen, WriteMemo};
 use crate::controller::Error;
 use crate::crd::AgentCard;
@@ -216,7 +216,7 @@ where
     C: Fn(Option<&H>) -> bool,
     R: Fn(&H) -> Option<serde_json::Value>,
     K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-    H: Resource + Viewed + From<K>,
+    H: Resource + MetaView + From<K>,
 {
     let name = want.meta().name.clone().unwrap_or_default();
     let ns = want.meta().namespace.clone().unwrap_or_default();
@@ -242,7 +242,7 @@ where
             }
         },
     };
-    if !(rules.ours)(existing.view()) {
+    if !(rules.ours)(existing) {
         return Err(name_in_use(want, dt));
     }
     if (rules.current)(Some(existing)) {
