@@ -464,6 +464,38 @@ mod tests {
     }
 
     #[test]
+    fn without_labels_owners_and_operator_annotations_still_sit_where_they_belong() {
+        // Annotations (one the operator set) and owners, no labels: the offsets start at zero.
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "team",
+                "annotations": {"mine": "1", "theirs": "2"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Other", "name": "o", "uid": "o-1"},
+                    {"apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard", "name": "w",
+                     "uid": "card-1", "controller": true}],
+                "managedFields": [{"manager": "agentcard-operator", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {"f:mine": {}}}}}]},
+        }))
+        .unwrap();
+        let typed = kube::api::DynamicObject {
+            types: None,
+            metadata: cm.metadata.clone(),
+            data: json!({}),
+        };
+        let seen = SeenConfigMap::from(cm);
+        // The stored form answers as a MetaView itself, the same as its seen part.
+        let view: &dyn MetaView = &seen;
+        assert_eq!(view.label("mine"), None);
+        assert_eq!(view.annotation("mine"), Some("1"));
+        assert_eq!(view.annotation("theirs"), Some("2"));
+        assert_eq!(view.owners(), typed.owners());
+        assert_eq!(view.controller().map(|o| o.uid), Some("card-1"));
+        assert_eq!(view.controller(), typed.controller());
+        assert_eq!(view.operator_annotations(), ["mine".to_string()].into());
+        assert_eq!(view.operator_annotations(), typed.operator_annotations());
+    }
+
+    #[test]
     fn a_seen_configmap_answers_as_the_configmap_it_was_read_from() {
         let cm: ConfigMap = serde_json::from_value(json!({
             "metadata": {"name": "c", "namespace": "team", "uid": "u-1", "resourceVersion": "9",
