@@ -1,7 +1,8 @@
 //! Load benchmark of the controller on the local control plane:
 //! `cargo bench --bench controller_load` (env: CARDS=1000, CONCURRENCY=32 client writers,
-//! OPERATOR_CONCURRENCY=32 for the operator's --concurrency, KUBECONFIG to use a running plane
-//! instead of starting one, OPERATOR_WRAPPER to run the operator under a profiler).
+//! OPERATOR_CONCURRENCY=32 for the operator's --concurrency, AGENTCARD_TEST_KUBECONFIG to use a
+//! running local plane instead of starting one (never KUBECONFIG: it may name a real cluster),
+//! OPERATOR_WRAPPER to run the operator under a profiler).
 //!
 //! Reports: how fast the plane accepts N plain ConfigMap writes (the reference), then for N
 //! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
@@ -94,7 +95,7 @@ async fn main() -> anyhow::Result<()> {
     let concurrency = env_usize("CONCURRENCY", 32);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let plane_dir = tempfile::tempdir()?;
-    let kubeconfig = match std::env::var_os("KUBECONFIG").filter(|k| !k.is_empty()) {
+    let kubeconfig = match std::env::var_os("AGENTCARD_TEST_KUBECONFIG").filter(|k| !k.is_empty()) {
         Some(k) => PathBuf::from(k),
         None => {
             eprintln!("starting a control plane in {}", plane_dir.path().display());
@@ -107,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
             plane_dir.path().join("kubeconfig")
         }
     };
-    let own_plane = std::env::var_os("KUBECONFIG").is_none_or(|k| k.is_empty());
+    let own_plane = std::env::var_os("AGENTCARD_TEST_KUBECONFIG").is_none_or(|k| k.is_empty());
     let config = Config::from_custom_kubeconfig(
         Kubeconfig::read_from(&kubeconfig)?,
         &KubeConfigOptions::default(),

@@ -1,8 +1,8 @@
 //! AgentDirectory on the real control plane: what is listed (selectors, opt-out label,
 //! namespace labels, deletion), status counts, the host it holds, the manifest and both APIs
-//! validated against the ARD schemas in ../shared/ard, HTTP caching, and Kubernetes access
-//! mode where two ServiceAccounts with different RBAC get different answers and totals and
-//! facets leak nothing. The operator watches every namespace on a plane of this suite's own.
+//! validated against the ARD v0.9 schemas in tests/data/ard-v0.9, HTTP caching, and Kubernetes
+//! access mode where two ServiceAccounts with different RBAC get different answers and totals
+//! and facets leak nothing. The operator watches every namespace on a plane of this suite's own.
 
 mod support;
 
@@ -121,7 +121,7 @@ fn assert_schema(schema: &str, doc: &Value) {
     let input = format!("{}\n", json!({"schema": schema, "doc": doc}));
     let mut cmd = std::process::Command::new(support::oracle().join("venv/bin/python"));
     cmd.arg(support::root().join("tests/oracle/ard_validate.py"))
-        .arg(support::root().join("../shared/ard"));
+        .arg(support::root().join("tests/data/ard-v0.9"));
     let out = support::run(cmd, Some(input.as_bytes()));
     let verdict: Value = serde_json::from_slice(
         out.stdout

@@ -25,6 +25,7 @@ use support::cluster::card;
 use support::netns;
 use support::operator::{wait_card, Operator};
 use support::plane::{client_for, dedicated_kubeconfig, wait_for};
+use support::tools::Tool;
 use support::{condition, ready};
 
 const OPERATOR_PORT: u16 = 18080;
@@ -36,6 +37,7 @@ fn traefik_gateway_routes_what_the_operators_httproutes_say() {
     netns::run_inside(
         "inside_a_private_network_namespace",
         "gateway: card, JWKS and agent served; refused route reported; 404 after deletion",
+        &[Tool::Helm, Tool::Traefik, Tool::GatewayApi],
     );
 }
 

@@ -27,11 +27,10 @@ const HOST: &str = "echo.agents.test";
 
 #[test]
 fn an_agent_built_with_the_python_sdk_is_imported_signed_refreshed_and_kept() {
-    // Installed out here: the network namespace has no way to the package registries.
-    support::oracle();
     netns::run_inside(
         "inside_a_private_network_namespace",
         "imported: v1.0 and v0.3, refreshed, kept through garbage and outage, hostile sources refused",
+        &[],
     );
 }
 

@@ -24,6 +24,7 @@ use support::netns;
 use support::operator::{wait_card, Operator};
 use support::plane::{client_for, dedicated_kubeconfig, wait_for};
 use support::ready;
+use support::tools::Tool;
 
 const OPERATOR_PORT: u16 = 18080;
 const AGENT_PORT: u16 = 19000;
@@ -34,6 +35,7 @@ fn traefik_routes_cards_jwks_and_agent_traffic_to_what_the_operator_wrote() {
     netns::run_inside(
         "inside_a_private_network_namespace",
         "served through Traefik: card, JWKS, agent path; 404 after deletion",
+        &[Tool::Helm, Tool::Traefik],
     );
 }
 

@@ -55,6 +55,22 @@ fn hostile(host: &str) -> Value {
     c
 }
 
+/// The browser browse.mjs drives: `$CHROMIUM`, else Debian's `/usr/bin/chromium`. Its absence
+/// fails the test at once, naming what installs it.
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("CHROMIUM")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
+    assert!(
+        path.is_file(),
+        "no browser at {}: the web page test drives Debian's chromium; `scripts/test` installs \
+         it (as root or with passwordless sudo), or run `apt-get install chromium` (or set \
+         CHROMIUM to a Chromium binary)",
+        path.display()
+    );
+    path
+}
+
 /// Run one browse.mjs command; its JSON verdict.
 fn browse(host: &str, addr: std::net::SocketAddr, shots: &PathBuf, args: &[&str]) -> Value {
     let oracle = support::oracle();
@@ -64,6 +80,7 @@ fn browse(host: &str, addr: std::net::SocketAddr, shots: &PathBuf, args: &[&str]
         .arg(shots)
         .args(args)
         .env("NODE_PATH", oracle.join("node/node_modules"))
+        .env("CHROMIUM", chromium())
         .output()
         .expect("running node");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -96,6 +113,7 @@ fn names(v: &Value) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() {
+    chromium();
     let mut p = Platform::start(&[]).await;
     let t = rand_tag();
     let a = Tenant::new(&p, &format!("web-a-{t}")).await;

@@ -1,6 +1,6 @@
-"""Validate registry responses against the ARD schemas (../shared/ard): one JSON request per
-stdin line, {"schema": NAME, "doc": ...}, one verdict line per request on stdout,
-{"ok": true} or {"ok": false, "error": "..."}.
+"""Validate registry responses against the ARD v0.9 schemas (tests/data/ard-v0.9, see its
+SOURCE.txt): one JSON request per stdin line, {"schema": NAME, "doc": ...}, one verdict line
+per request on stdout, {"ok": true} or {"ok": false, "error": "..."}.
 
 NAME is "manifest" (ai-catalog.schema.json) or a component of ard.openapi.yaml
 (SearchResponse, ListResponse, ExploreResponse, Error) or "catalogEntry".

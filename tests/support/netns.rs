@@ -2,7 +2,8 @@
 //! namespace: the Kubernetes API refuses loopback addresses in EndpointSlices, so there the
 //! loopback device also carries [`ADDR`], every process listens on all addresses, and
 //! hand-made EndpointSlices point Services at [`ADDR`]. The outer test re-runs its own binary
-//! under `unshare --net` (root) for an inner, ignored test that does the work.
+//! under `unshare --net` (root) for an inner, ignored test that does the work. Nothing can be
+//! downloaded in there: the outer test builds the Go tools and installs the SDK oracles first.
 
 use std::process::{Child, Command, Stdio};
 
@@ -14,11 +15,19 @@ use serde_json::json;
 /// The address the namespace's processes are reached at through EndpointSlices.
 pub const ADDR: &str = "192.0.2.10";
 
-/// Re-run this test binary's `inner` test inside a new network namespace; its output, after
-/// asserting it passed and printed `done`.
-pub fn run_inside(inner: &str, done: &str) -> String {
+/// Re-run this test binary's `inner` test inside a new network namespace, with the plane's
+/// binaries, `tools` and the SDK oracles prepared outside it first (a cold cache downloads
+/// them); its output, after asserting it passed and printed `done`.
+pub fn run_inside(inner: &str, done: &str, tools: &[super::tools::Tool]) -> String {
+    super::plane::build_binaries();
+    super::oracle();
     let exe = std::env::current_exe().unwrap();
-    let out = Command::new("unshare")
+    let mut cmd = Command::new("unshare");
+    for tool in tools {
+        let (var, path) = tool.prepare();
+        cmd.env(var, path);
+    }
+    let out = cmd
         .args(["--net", "--"])
         .arg(exe)
         .args([
@@ -29,7 +38,7 @@ pub fn run_inside(inner: &str, done: &str) -> String {
             "--test-threads=1",
         ])
         .env("AGENTCARD_IN_NETNS", "1")
-        .env_remove("KUBECONFIG")
+        .env_remove("AGENTCARD_TEST_KUBECONFIG")
         .output()
         .expect("running unshare --net (needs root and util-linux)");
     let text = format!(

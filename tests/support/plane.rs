@@ -1,9 +1,11 @@
 //! The real control plane for integration tests.
 //!
-//! One plane serves a whole test run: `KUBECONFIG` when set (`.ci/run` starts one plane and
-//! exports it), otherwise a plane this test binary starts with `tests/controlplane/start` in
-//! `target/tmp/`, stopped by a watchdog process when the test binary exits. A plane that cannot
-//! start fails the test with the reason: integration tests never skip silently.
+//! One plane serves a whole test run: the one `AGENTCARD_TEST_KUBECONFIG` names (`scripts/test`
+//! starts one plane and exports it), otherwise a plane this test binary starts with
+//! `tests/controlplane/start` in `target/tmp/`, stopped by a watchdog process when the test
+//! binary exits. `KUBECONFIG` is never read: a user's often names a real cluster, and the tests
+//! create and delete namespaces, CRDs and cluster roles. A plane that cannot start fails the
+//! test with the reason: integration tests never skip silently.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,19 +24,38 @@ use super::root;
 pub fn kubeconfig() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+        if let Some(path) = std::env::var_os("AGENTCARD_TEST_KUBECONFIG").filter(|p| !p.is_empty())
+        {
             return PathBuf::from(path);
         }
         start_for_this_run("plane")
     })
 }
 
-/// A plane of this test binary's own, whatever `KUBECONFIG` says: for suites that run an
+/// A plane of this test binary's own, whatever `AGENTCARD_TEST_KUBECONFIG` says: for suites that run an
 /// operator watching every namespace, which would reconcile other suites' cards on a shared
 /// plane. Started once per binary, stopped when the binary exits.
 pub fn dedicated_kubeconfig() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| start_for_this_run("dedicated-plane"))
+}
+
+/// Build the plane's binaries when they are not cached yet (`tests/controlplane/build`), once
+/// per test binary: for a test about to enter a network namespace, where no module can be
+/// downloaded.
+pub fn build_binaries() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(root().join("tests/controlplane/build"))
+            .output()
+            .expect("running tests/controlplane/build");
+        assert!(
+            out.status.success(),
+            "the test control plane could not be built:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
 }
 
 /// Start a plane in `target/tmp/<tag>-<pid>` with a watchdog that stops it when this test

@@ -1,12 +1,73 @@
-//! The Go tools the tests use (helm, Traefik), built once from Go modules by `tests/tools/build`
-//! and cached outside the repository. A tool that cannot be built fails the test with the
-//! build's output: tests never skip.
+//! The Go tools the tests use (helm, Traefik, the Gateway API CRDs), built once from Go modules
+//! by `tests/tools/build` and cached outside the repository. A tool that cannot be built fails
+//! the test with the build's output: tests never skip.
+//!
+//! A test that runs inside a private network namespace cannot download anything there: its
+//! outer half prepares the tools first ([`Tool::prepare`]) and hands their paths to the inner
+//! half in the environment, where [`Tool::path`] finds them without calling the build.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
 use super::root;
+
+/// A tool `tests/tools/build` makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tool {
+    /// helm, built from `helm.sh/helm/v3`.
+    Helm,
+    /// Traefik, built from `github.com/traefik/traefik/v3`.
+    Traefik,
+    /// The directory of the Gateway API standard CRDs (the module Traefik uses, downloaded).
+    GatewayApi,
+}
+
+impl Tool {
+    /// Its name for `tests/tools/build`.
+    fn name(self) -> &'static str {
+        match self {
+            Tool::Helm => "helm",
+            Tool::Traefik => "traefik",
+            Tool::GatewayApi => "gateway-api",
+        }
+    }
+
+    /// The variable an outer test sets to the prepared path for its inner half.
+    fn env(self) -> &'static str {
+        match self {
+            Tool::Helm => "AGENTCARD_TOOL_HELM",
+            Tool::Traefik => "AGENTCARD_TOOL_TRAEFIK",
+            Tool::GatewayApi => "AGENTCARD_TOOL_GATEWAY_API",
+        }
+    }
+
+    fn cell(self) -> &'static OnceLock<PathBuf> {
+        static HELM: OnceLock<PathBuf> = OnceLock::new();
+        static TRAEFIK: OnceLock<PathBuf> = OnceLock::new();
+        static GATEWAY_API: OnceLock<PathBuf> = OnceLock::new();
+        match self {
+            Tool::Helm => &HELM,
+            Tool::Traefik => &TRAEFIK,
+            Tool::GatewayApi => &GATEWAY_API,
+        }
+    }
+
+    /// Its path: the one the outer test handed over, else built (once per test binary).
+    pub fn path(self) -> &'static PathBuf {
+        self.cell()
+            .get_or_init(|| match std::env::var_os(self.env()) {
+                Some(p) if !p.is_empty() => PathBuf::from(p),
+                _ => build(self.name()),
+            })
+    }
+
+    /// Build it now (network available) and say where it is, for a command about to enter a
+    /// network namespace: the `(variable, path)` to set in its environment.
+    pub fn prepare(self) -> (&'static str, &'static PathBuf) {
+        (self.env(), self.path())
+    }
+}
 
 fn build(tool: &str) -> PathBuf {
     let out = Command::new("bash")
@@ -30,14 +91,12 @@ fn build(tool: &str) -> PathBuf {
 
 /// The helm binary.
 pub fn helm() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| build("helm"))
+    Tool::Helm.path()
 }
 
 /// The Traefik binary.
 pub fn traefik() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| build("traefik"))
+    Tool::Traefik.path()
 }
 
 /// A helm command for the plane of `kubeconfig`, run from the repository root, with its own
@@ -55,6 +114,5 @@ pub fn helm_command(kubeconfig: &std::path::Path) -> Command {
 
 /// The directory of the Gateway API standard CRDs (from the module Traefik uses).
 pub fn gateway_api_crds() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| build("gateway-api"))
+    Tool::GatewayApi.path()
 }
