@@ -14,6 +14,7 @@ pub mod contract;
 pub mod controller;
 pub mod crd;
 pub mod directory;
+pub mod election;
 pub mod hub;
 pub mod index;
 pub mod input;

@@ -2,11 +2,12 @@
 //! holder only.
 //!
 //! Every process watches the published ConfigMaps into its own index and serves HTTP from it.
-//! Leadership comes from a Lease (kube-lease-manager): when this process acquires it, the
+//! Leadership comes from a Lease ([`crate::election`]): when this process acquires it, the
 //! controllers start; when it loses it, they stop; when the holder dies, another process takes
-//! over within the lease duration. When the controllers stop on their own (an error), the
-//! process turns `/readyz` red, gives the lease up at once and exits non-zero, so another
-//! replica takes over instead of a holder that reconciles nothing.
+//! over within the lease duration, and when it gives the lease up (SIGTERM: before its drain)
+//! at once. When the controllers stop on their own (an error), the process turns `/readyz`
+//! red, gives the lease up at once and exits non-zero, so another replica takes over instead
+//! of a holder that reconciles nothing.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,13 +15,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::controller::agentcard::build::Settings;
 use crate::controller::agentcard::validate::patterns;
 use crate::controller::policy::{IngressPolicy, TlsPolicy, DEFAULT_ALLOWED_ANNOTATIONS};
 use crate::controller::routing::{ParentRef, RouteKind, Routing};
 use crate::controller::{self, metrics::ControllerMetrics};
+use crate::election::Election;
 use crate::index::Index;
 use crate::serve::{server, source_cluster, Servers};
 
@@ -102,7 +103,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "")]
     token_audiences: String,
     /// Seconds to keep answering after SIGTERM (`/readyz` 503, `Connection: close`) before
-    /// giving up the lease and exiting.
+    /// exiting; the lease is given up first, at once.
     #[arg(long, default_value_t = 10)]
     drain_seconds: u64,
     /// `Cache-Control: max-age` of the served JWKS, in seconds. A key named active starts
@@ -239,17 +240,20 @@ pub fn run(args: RunArgs) -> Result<()> {
             r = feed => r.context("card feed stopped")?,
             r = &mut leading => r?,
             _ = crate::process::shutdown_signal() => {
-                crate::process::drain(&shutdown, args.drain_seconds, &mut run).await?;
-                // Give the lease up (the controllers stop first), bounded.
+                // The lease first (the controllers stop, another replica leads within a
+                // second), then the drain: serving needs no lease, and a takeover should not
+                // wait for this replica's last requests.
                 let _ = stop_tx.send(true);
                 let _ = tokio::time::timeout(Duration::from_secs(5), &mut leading).await;
+                crate::process::drain(&shutdown, args.drain_seconds, &mut run).await?;
             }
         }
         Ok(())
     })
 }
 
-/// Hold or wait for the lease; run the controllers while holding it.
+/// Hold or wait for the lease; run the controllers while holding it. Returns when `stop`
+/// fires (the lease given up), or fails when the controllers end on their own while leading.
 async fn lead(
     client: kube::Client,
     hubs: Arc<crate::hub::Hubs>,
@@ -261,24 +265,13 @@ async fn lead(
     failed: Arc<AtomicBool>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
-    let grace = (lease_duration / 3).max(1);
-    let manager = LeaseManagerBuilder::new(client.clone(), "agentcard-operator-leader")
-        .with_namespace(namespace)
-        .with_identity(identity)
-        .with_duration(lease_duration)
-        .with_grace(grace)
-        .build()
-        .await
-        .context("lease manager")?;
-    let (mut leader, lease_task) = manager.watch().await;
+    let mut election = Election::start(client.clone(), namespace, identity, lease_duration).await?;
     loop {
-        while !*leader.borrow_and_update() {
-            tokio::select! {
-                changed = leader.changed() => changed.context("lease watch ended")?,
-                _ = stop.changed() => {
-                    release(leader, lease_task).await;
-                    return Ok(());
-                }
+        tokio::select! {
+            acquired = election.acquired() => acquired?,
+            _ = stop.changed() => {
+                election.release().await;
+                return Ok(());
             }
         }
         tracing::info!("acquired the lease: starting the controllers");
@@ -288,32 +281,23 @@ async fn lead(
             config.clone(),
             metrics.clone(),
         ));
-        let stopped = loop {
-            tokio::select! {
-                changed = leader.changed() => {
-                    changed.context("lease watch ended")?;
-                    if !*leader.borrow() {
-                        break None;
-                    }
-                }
-                result = &mut controllers => break Some(result),
-                _ = stop.changed() => {
-                    controllers.abort();
-                    let _ = tokio::time::timeout(Duration::from_secs(5), &mut controllers).await;
-                    release(leader, lease_task).await;
-                    return Ok(());
-                }
+        let result = tokio::select! {
+            lost = election.lost() => {
+                lost?;
+                tracing::warn!("lost the lease: stopping the controllers");
+                stop_controllers(controllers).await;
+                continue;
+            }
+            result = &mut controllers => result,
+            _ = stop.changed() => {
+                stop_controllers(controllers).await;
+                election.release().await;
+                return Ok(());
             }
         };
-        let Some(result) = stopped else {
-            tracing::warn!("lost the lease: stopping the controllers");
-            controllers.abort();
-            let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
-            continue;
-        };
         // The controllers ended while this process leads: nothing would reconcile. Say so on
-        // /readyz, hand the lease over (closing the channel makes the manager release it) and
-        // fail, so the process restarts and another replica leads meanwhile.
+        // /readyz, hand the lease over and fail, so the process restarts and another replica
+        // leads meanwhile.
         failed.store(true, Ordering::Release);
         let why = match result {
             Ok(Ok(())) => "the controllers stopped".to_string(),
@@ -321,19 +305,13 @@ async fn lead(
             Err(e) => format!("the controllers panicked: {e}"),
         };
         tracing::error!(reason = %why, "giving up the lease");
-        release(leader, lease_task).await;
+        election.release().await;
         anyhow::bail!(why);
     }
 }
 
-/// Give the lease up: closing the channel makes the manager release it (bounded wait).
-async fn release(
-    leader: tokio::sync::watch::Receiver<bool>,
-    task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
-) {
-    drop(leader);
-    match tokio::time::timeout(Duration::from_secs(5), task).await {
-        Ok(Ok(Ok(_))) => tracing::info!("lease released"),
-        _ => tracing::warn!("could not confirm the lease release"),
-    }
+/// Abort the controllers and wait (bounded) for their tasks to end.
+async fn stop_controllers(mut controllers: tokio::task::JoinHandle<Result<(), controller::Error>>) {
+    controllers.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(5), &mut controllers).await;
 }

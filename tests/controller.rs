@@ -1044,14 +1044,14 @@ async fn the_jwks_is_repaired_and_its_last_modified_follows_its_bytes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_sigterm_the_lease_holder_drains_then_gives_the_lease_up() {
+async fn on_sigterm_the_lease_holder_gives_the_lease_up_then_drains() {
     let client = client().await;
     let op_ns = TestNamespace::new(&client, "drain-op").await;
     let ns = TestNamespace::new(&client, "drain").await;
     let mut op = Operator::start(
         &op_ns.name,
         &ns.name,
-        &["--identity", "draining-one", "--drain-seconds", "2"],
+        &["--identity", "draining-one", "--drain-seconds", "8"],
     );
     let holder = || support::operator::current_lease_holder(&client, &op_ns.name);
     wait_for(Duration::from_secs(20), || async {
@@ -1068,14 +1068,68 @@ async fn on_sigterm_the_lease_holder_drains_then_gives_the_lease_up() {
     })
     .await
     .expect("/readyz turns 503 at once");
+    // The lease goes first, while the server still drains: a takeover does not wait for it.
+    wait_for(Duration::from_secs(6), || async {
+        holder().await.as_deref() != Some("draining-one")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the lease was kept through the drain:\n{}", op.logs()));
+    assert!(
+        op.wait_exit(Duration::ZERO).is_none(),
+        "it exited before its drain ended:\n{}",
+        op.logs()
+    );
+    assert_eq!(ready(&op), 503, "it still answers while draining");
     let status = op
-        .wait_exit(Duration::from_secs(20))
+        .wait_exit(Duration::from_secs(30))
         .unwrap_or_else(|| panic!("it did not exit:\n{}", op.logs()));
     assert!(status.success(), "{status}\n{}", op.logs());
-    assert_ne!(
-        holder().await.as_deref(),
-        Some("draining-one"),
-        "the lease was kept:\n{}",
-        op.logs()
+    assert!(op.logs().contains("lease released"), "{}", op.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_given_up_is_taken_over_before_it_would_have_expired() {
+    let client = client().await;
+    let op_ns = TestNamespace::new(&client, "handover-op").await;
+    let ns = TestNamespace::new(&client, "handover").await;
+    // A long lease: a follower that waited for its expiry would take 60 s.
+    let args = |id: &'static str| {
+        [
+            "--lease-duration",
+            "60",
+            "--identity",
+            id,
+            "--drain-seconds",
+            "1",
+        ]
+    };
+    let a = Operator::start(&op_ns.name, &ns.name, &args("op-a"));
+    let holder = support::operator::lease_holder(&client, &op_ns.name).await;
+    assert_eq!(holder, "op-a");
+    let b = Operator::start(&op_ns.name, &ns.name, &args("op-b"));
+    // op-b is up and waiting (it serves) before op-a goes.
+    support::http::eventually(Duration::from_secs(20), || {
+        (support::http::request(b.server.admin, "GET", "/readyz", &[("Host", "admin")]).status
+            == 200)
+            .then_some(())
+    })
+    .expect("the second replica ready");
+    assert!(!b.logs().contains("acquired the lease"), "{}", b.logs());
+    let released = std::time::Instant::now();
+    a.terminate();
+    wait_for(Duration::from_secs(30), || async {
+        b.logs().contains("acquired the lease")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no takeover within half the lease:\n{}", b.logs()));
+    eprintln!(
+        "takeover {:?} after SIGTERM (lease duration 60 s)",
+        released.elapsed()
+    );
+    assert_eq!(
+        support::operator::current_lease_holder(&client, &op_ns.name)
+            .await
+            .as_deref(),
+        Some("op-b")
     );
 }
