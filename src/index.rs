@@ -145,12 +145,23 @@ pub struct Index {
     /// Directory sites by host, replaced whole when rebuilt.
     sites: RwLock<Arc<HashMap<String, Arc<Site>>>>,
     ready: AtomicBool,
+    /// The host whose cards answer requests for a host with none of its own (`serve
+    /// --fallback-host`: an agent serving its card by whatever name or address it is reached).
+    fallback_host: Option<String>,
 }
 
 impl Index {
     /// An empty index, not ready.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty index, not ready, answering a host with no card of its own as `host`.
+    pub fn with_fallback_host(host: &str) -> Self {
+        Self {
+            fallback_host: Some(host.to_ascii_lowercase()),
+            ..Self::default()
+        }
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
@@ -238,7 +249,10 @@ impl Index {
     /// Resolve a request for `host` (lower case, no port) and `path`.
     pub fn lookup(&self, host: &str, path: &str) -> Option<Hit> {
         let st = self.read();
-        let entries = st.by_host.get(host)?;
+        let entries = st.by_host.get(host).or_else(|| {
+            let fallback = self.fallback_host.as_deref()?;
+            st.by_host.get(fallback)
+        })?;
         for e in entries {
             let Some(rest) = path.strip_prefix(e.prefix.as_str()) else {
                 continue;
@@ -316,6 +330,34 @@ mod tests {
         assert_eq!(
             body(idx.lookup("h.example", "/team/.well-known/agent-card.json")),
             None
+        );
+    }
+
+    #[test]
+    fn a_fallback_host_answers_hosts_without_cards_of_their_own() {
+        let idx = Index::with_fallback_host("Agent.Example");
+        idx.upsert(entry("agent", "agent.example", "", false, 1, "agent"));
+        idx.upsert(entry("other", "other.example", "", false, 1, "other"));
+        let card = "/.well-known/agent-card.json";
+        assert_eq!(
+            body(idx.lookup("198.51.100.7", card)).as_deref(),
+            Some("agent")
+        );
+        assert_eq!(
+            body(idx.lookup("echo.team.svc", card)).as_deref(),
+            Some("agent")
+        );
+        assert_eq!(
+            body(idx.lookup("other.example", card)).as_deref(),
+            Some("other")
+        );
+        assert_eq!(body(idx.lookup("198.51.100.7", "/a2a")), None);
+        idx.remove("agent");
+        assert_eq!(body(idx.lookup("198.51.100.7", card)), None);
+        assert_eq!(
+            body(Index::new().lookup("198.51.100.7", card)),
+            None,
+            "no fallback unless asked"
         );
     }
 

@@ -214,6 +214,37 @@ fn routing_by_host_and_path_with_json_404s() {
 }
 
 #[test]
+fn a_fallback_host_answers_every_name_the_server_is_reached_by() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--fallback-host", HOST]);
+    let own = s.get(HOST, CARD, &[]);
+    assert_eq!(own.status, 200);
+    // An agent reached by its Pod address or Service name serves its own card there too.
+    for name in ["198.51.100.7:8080", "echo.team.svc", "[2001:db8::7]:80"] {
+        let r = s.get(name, CARD, &[]);
+        assert_eq!(r.status, 200, "{name}");
+        assert_eq!(r.body, own.body, "{name}");
+    }
+    // A host with a card of its own keeps it; other paths still 404.
+    let other = s.get("other.example.org", CARD, &[]);
+    assert_eq!(other.status, 200);
+    assert_ne!(other.body, own.body);
+    assert_eq!(s.get("198.51.100.7", "/a2a", &[]).status, 404);
+    // Without a directory it means nothing: refused, not ignored.
+    let out = support::bin()
+        .args(["serve", "--from-cluster", "--fallback-host", HOST])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--fallback-host needs --from-dir"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn the_legacy_path_and_max_age_follow_the_flags() {
     let dir = card_dir();
     let s = serve(dir.path(), &["--legacy-path", "--max-age", "60"]);
@@ -268,6 +299,46 @@ fn two_servers_give_the_same_etag_and_last_modified() {
             .status,
         304
     );
+}
+
+#[test]
+fn a_mounted_configmap_is_served_and_its_updates_followed() {
+    // The kubelet's layout: `<key>` -> `..data/<key>`, `..data` -> `..<timestamp>/`, swapped
+    // atomically on each update.
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let v = support::vectors();
+    let version = |name: &str, card: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::copy(v.join(card), d.join(format!("{HOST}.json"))).unwrap();
+        std::fs::copy(v.join("keys/jwks.json"), d.join("jwks.json")).unwrap();
+    };
+    version("..2026_12_02_00_00_00.1", "cards/v1-full.signed.json");
+    symlink("..2026_12_02_00_00_00.1", dir.path().join("..data")).unwrap();
+    for key in [format!("{HOST}.json"), "jwks.json".to_string()] {
+        symlink(format!("..data/{key}"), dir.path().join(&key)).unwrap();
+    }
+    let s = serve(dir.path(), &[]);
+    let first = s.get(HOST, CARD, &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        first.body,
+        std::fs::read(v.join("cards/v1-full.signed.json")).unwrap()
+    );
+    assert_eq!(s.get(HOST, "/.well-known/jwks.json", &[]).status, 200);
+    // An update: a new timestamped directory, `..data` swapped to it.
+    version(
+        "..2026_12_02_00_01_00.2",
+        "cards/spec-8.5-sample.signed.json",
+    );
+    symlink("..2026_12_02_00_01_00.2", dir.path().join("..data_tmp")).unwrap();
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+    let want = std::fs::read(v.join("cards/spec-8.5-sample.signed.json")).unwrap();
+    support::http::eventually(Duration::from_secs(5), || {
+        (s.get(HOST, CARD, &[]).body == want).then_some(())
+    })
+    .expect("the swapped ConfigMap version is served");
 }
 
 #[test]

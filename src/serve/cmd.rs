@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// APIs) on this host.
     #[arg(long, value_name = "HOST")]
     directory_host: Option<String>,
+    /// With --from-dir: answer requests for a host that has no card of its own with the card
+    /// of this host (an agent serving its own card, reached by address or Service name).
+    #[arg(long, value_name = "HOST")]
+    fallback_host: Option<String>,
     /// Audiences accepted in bearer tokens of Kubernetes-mode directories (comma-separated;
     /// default: the API server's own).
     #[arg(long, default_value = "")]
@@ -69,7 +73,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let index = Arc::new(Index::new());
+        let index = Arc::new(match (&args.from_dir, &args.fallback_host) {
+            (Some(_), Some(host)) => Index::with_fallback_host(host),
+            (None, Some(_)) => anyhow::bail!("--fallback-host needs --from-dir"),
+            _ => Index::new(),
+        });
         let mut authorizer = None;
         let feed = match &args.from_dir {
             Some(dir) => {

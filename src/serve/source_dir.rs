@@ -1,5 +1,6 @@
 //! Feed the index from a directory: `DIR/<host>.json` is the card served for `<host>`,
-//! `DIR/jwks.json` the JWKS served on every host. The directory is rescanned a few times a
+//! `DIR/jwks.json` the JWKS served on every host (files, or links to files, as in a mounted
+//! ConfigMap). The directory is rescanned a few times a
 //! second; a file is re-read only when its size or modification time changed, and a file that
 //! is not valid JSON (say, half written) leaves the previous version served. With a directory
 //! host, every card is also listed in a public directory served there (for benchmarks and use
@@ -134,7 +135,9 @@ fn scan(
         if name.starts_with('.') {
             continue;
         }
-        let meta = match entry.metadata() {
+        // Followed through symlinks: a ConfigMap volume's files are links into `..data/`, which
+        // the kubelet swaps on each update (the new target's stamp shows the change).
+        let meta = match std::fs::metadata(&path) {
             Ok(m) if m.is_file() => m,
             _ => continue,
         };
