@@ -41,6 +41,11 @@ rm -f "$here/go.sum"
 
 cd "$here"
 # The explicit @version matters: without it `go get` moves to the newest release.
-go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$version" "k8s.io/kubernetes/cmd/kube-controller-manager@$version"
-go list -mod=readonly -deps k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager >/dev/null
+# The plane's two binaries, and the node's three (tests/node/).
+packages=()
+for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+    packages+=("k8s.io/kubernetes/cmd/$c")
+done
+go get -tool "${packages[@]/%/@$version}"
+go list -mod=readonly -deps "${packages[@]}" >/dev/null
 echo "pinned k8s.io/kubernetes $version (${#staging[@]} staging modules at $staging_version)" >&2

@@ -1,0 +1,3 @@
+module agentcard.dev/node/pause
+
+go 1.25.0
