@@ -14,8 +14,10 @@ COPY tests/support/dircards.rs ./tests/support/dircards.rs
 RUN cargo build --release --locked --bin agentcard-operator \
     && strip target/release/agentcard-operator
 
-# distroless "base" carries glibc, libssl and CA certificates (the binary links OpenSSL).
-FROM gcr.io/distroless/base-debian12:nonroot
+# distroless "cc" carries glibc, libgcc (Rust's unwinder), libssl and CA certificates (the binary
+# links OpenSSL); "base" lacks libgcc. scripts/image builds the same root filesystem from Debian 12
+# packages without Docker (tests/image.rs checks the two agree).
+FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/agentcard-operator /usr/local/bin/agentcard-operator
 USER 65532:65532
 EXPOSE 8080 8081

@@ -1,4 +1,4 @@
-//! The Go tools the tests use (helm, Traefik, the Gateway API CRDs), built once from Go modules
+//! The Go tools the tests use (helm, Traefik, actionlint, the Gateway API CRDs), built once from Go modules
 //! by `tests/tools/build` and cached outside the repository. A tool that cannot be built fails
 //! the test with the build's output: tests never skip.
 //!
@@ -21,6 +21,8 @@ pub enum Tool {
     Traefik,
     /// The directory of the Gateway API standard CRDs (the module Traefik uses, downloaded).
     GatewayApi,
+    /// actionlint, built from `github.com/rhysd/actionlint`: lints `.github/workflows`.
+    Actionlint,
 }
 
 impl Tool {
@@ -30,6 +32,7 @@ impl Tool {
             Tool::Helm => "helm",
             Tool::Traefik => "traefik",
             Tool::GatewayApi => "gateway-api",
+            Tool::Actionlint => "actionlint",
         }
     }
 
@@ -39,6 +42,7 @@ impl Tool {
             Tool::Helm => "AGENTCARD_TOOL_HELM",
             Tool::Traefik => "AGENTCARD_TOOL_TRAEFIK",
             Tool::GatewayApi => "AGENTCARD_TOOL_GATEWAY_API",
+            Tool::Actionlint => "AGENTCARD_TOOL_ACTIONLINT",
         }
     }
 
@@ -46,10 +50,12 @@ impl Tool {
         static HELM: OnceLock<PathBuf> = OnceLock::new();
         static TRAEFIK: OnceLock<PathBuf> = OnceLock::new();
         static GATEWAY_API: OnceLock<PathBuf> = OnceLock::new();
+        static ACTIONLINT: OnceLock<PathBuf> = OnceLock::new();
         match self {
             Tool::Helm => &HELM,
             Tool::Traefik => &TRAEFIK,
             Tool::GatewayApi => &GATEWAY_API,
+            Tool::Actionlint => &ACTIONLINT,
         }
     }
 
