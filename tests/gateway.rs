@@ -71,19 +71,6 @@ async fn apply_dynamic(client: &Client, obj: Value) {
     .unwrap();
 }
 
-fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) {
-    let out = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 async fn agent_service(client: &Client, ns: &str) {
     let svc: Service = serde_json::from_value(json!({
         "metadata": {"name": "agent"},
@@ -135,7 +122,7 @@ async fn inside_a_private_network_namespace() {
     netns::setup_loopback();
     let kubeconfig = dedicated_kubeconfig();
     let client = client_for(kubeconfig).await;
-    kubectl(
+    support::kubectl(
         kubeconfig,
         &[
             "apply",
@@ -144,7 +131,7 @@ async fn inside_a_private_network_namespace() {
             support::tools::gateway_api_crds().to_str().unwrap(),
         ],
     );
-    kubectl(
+    support::kubectl(
         kubeconfig,
         &[
             "wait",
@@ -200,21 +187,11 @@ async fn inside_a_private_network_namespace() {
     let root = tempfile::tempdir().unwrap();
     let _agent = netns::agent(root.path(), AGENT_PORT, "hello through the gateway");
     let log = root.path().join("traefik.log");
-    let _traefik = netns::Proc(
-        Command::new(support::tools::traefik())
-            .args([
-                "--global.checkNewVersion=false",
-                "--global.sendAnonymousUsage=false",
-                &format!("--entryPoints.web.address=:{GATEWAY_PORT}"),
-                "--providers.kubernetesGateway=true",
-                "--providers.kubernetesIngress=true",
-                "--log.level=INFO",
-            ])
-            .env("KUBECONFIG", kubeconfig)
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let _traefik = netns::traefik(
+        kubeconfig,
+        &format!(":{GATEWAY_PORT}"),
+        &["kubernetesGateway", "kubernetesIngress"],
+        &log,
     );
     let traefik_log = || std::fs::read_to_string(&log).unwrap_or_default();
     let through = |host: &str, path: &str| netns::get(GATEWAY_PORT, host, path);

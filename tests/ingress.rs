@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agentcard_operator::crd::AgentCard;
@@ -118,20 +117,11 @@ async fn inside_a_private_network_namespace() {
 
     // Traefik, watching Ingresses with the plane's kubeconfig.
     let log = root.path().join("traefik.log");
-    let _traefik = netns::Proc(
-        Command::new(support::tools::traefik())
-            .args([
-                "--global.checkNewVersion=false",
-                "--global.sendAnonymousUsage=false",
-                &format!("--entryPoints.web.address=:{TRAEFIK_PORT}"),
-                "--providers.kubernetesIngress=true",
-                "--log.level=INFO",
-            ])
-            .env("KUBECONFIG", kubeconfig)
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let _traefik = netns::traefik(
+        kubeconfig,
+        &format!(":{TRAEFIK_PORT}"),
+        &["kubernetesIngress"],
+        &log,
     );
     let traefik_log = || std::fs::read_to_string(&log).unwrap_or_default();
 

@@ -4,7 +4,9 @@
 pub mod cards;
 pub mod cluster;
 pub mod http;
+pub mod image;
 pub mod netns;
+pub mod node;
 pub mod operator;
 pub mod plane;
 pub mod tools;
@@ -93,6 +95,78 @@ pub fn run(mut cmd: Command, stdin: Option<&[u8]>) -> Output {
     let out = child.wait_with_output().expect("wait");
     writer.join().unwrap();
     out
+}
+
+/// `kubectl ARGS` against the plane of `kubeconfig`; its stdout, after asserting it succeeded.
+pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Run `bash SCRIPT DIR` (a plane's or node's stop) once this test process has exited,
+/// however it exits (a watchdog in a session of its own), then remove DIR when `remove`.
+pub fn on_exit_stop(script: &Path, dir: &Path, remove: bool) {
+    let mut watchdog = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{script}' '{dir}' >/dev/null 2>&1",
+        pid = std::process::id(),
+        script = script.display(),
+        dir = dir.display()
+    );
+    if remove {
+        watchdog.push_str(&format!("; rm -rf '{}'", dir.display()));
+    }
+    Command::new("setsid")
+        .args(["bash", "-c", &watchdog])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting a watchdog");
+}
+
+/// Re-run this test binary's ignored test `inner` under `wrapper` (a command that runs what
+/// follows its arguments in other namespaces), with `tools` and the SDK oracles prepared first
+/// (nothing can be downloaded in there) and their paths in its environment; the output, after
+/// asserting the inner test passed and printed `done`.
+pub fn run_inner(mut wrapper: Command, inner: &str, done: &str, tools: &[tools::Tool]) -> String {
+    oracle();
+    for tool in tools {
+        let (var, path) = tool.prepare();
+        wrapper.env(var, path);
+    }
+    let out = wrapper
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            inner,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_remove("AGENTCARD_TEST_KUBECONFIG")
+        .output()
+        .expect("running the inner test");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(out.status.success(), "the inner scenario {inner} failed");
+    assert!(
+        text.contains(done) && text.contains("test result: ok. 1 passed"),
+        "the inner test {inner} did not run to its end"
+    );
+    text
 }
 
 /// The oracle directory (`tests/oracle/setup` run once per test binary). Panics, with the

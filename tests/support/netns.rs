@@ -20,42 +20,37 @@ pub const ADDR: &str = "192.0.2.10";
 /// them); its output, after asserting it passed and printed `done`.
 pub fn run_inside(inner: &str, done: &str, tools: &[super::tools::Tool]) -> String {
     super::plane::build_binaries();
-    super::oracle();
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new("unshare");
-    for tool in tools {
-        let (var, path) = tool.prepare();
-        cmd.env(var, path);
+    let mut unshare = Command::new("unshare");
+    unshare.args(["--net", "--"]).env("AGENTCARD_IN_NETNS", "1");
+    super::run_inner(unshare, inner, done, tools)
+}
+
+/// Traefik reading the plane of `kubeconfig` with `providers` (`kubernetesIngress`,
+/// `kubernetesGateway`), listening on `address` (`:18000`, `127.0.0.1:18000`), logging to
+/// `log`; stopped when dropped.
+pub fn traefik(
+    kubeconfig: &std::path::Path,
+    address: &str,
+    providers: &[&str],
+    log: &std::path::Path,
+) -> Proc {
+    let mut cmd = Command::new(super::tools::traefik());
+    cmd.args([
+        "--global.checkNewVersion=false",
+        "--global.sendAnonymousUsage=false",
+        &format!("--entryPoints.web.address={address}"),
+        "--log.level=INFO",
+    ]);
+    for p in providers {
+        cmd.arg(format!("--providers.{p}=true"));
     }
-    let out = cmd
-        .args(["--net", "--"])
-        .arg(exe)
-        .args([
-            "--exact",
-            inner,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("AGENTCARD_IN_NETNS", "1")
-        .env_remove("AGENTCARD_TEST_KUBECONFIG")
-        .output()
-        .expect("running unshare --net (needs root and util-linux)");
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{text}");
-    assert!(
-        out.status.success(),
-        "the scenario inside the network namespace failed"
-    );
-    assert!(
-        text.contains(done) && text.contains("test result: ok. 1 passed"),
-        "the inner test did not run to its end"
-    );
-    text
+    Proc(
+        cmd.env("KUBECONFIG", kubeconfig)
+            .stdout(std::fs::File::create(log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting Traefik"),
+    )
 }
 
 /// Inside the namespace: bring loopback up with [`ADDR`] on it.

@@ -77,20 +77,7 @@ fn start_for_this_run(tag: &str) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     // Stop the plane when this test binary exits, however it exits.
-    let stop = root().join("tests/controlplane/stop");
-    let watchdog = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{stop}' '{dir}' >/dev/null 2>&1; rm -rf '{dir}'",
-            pid = std::process::id(),
-            stop = stop.display(),
-            dir = dir.display()
-        );
-    Command::new("setsid")
-        .args(["bash", "-c", &watchdog])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("starting the plane watchdog");
+    super::on_exit_stop(&root().join("tests/controlplane/stop"), &dir, true);
     dir.join("kubeconfig")
 }
 
