@@ -648,8 +648,9 @@ async fn writes_floor(
     concurrency: usize,
 ) -> anyhow::Result<Floor> {
     use agentcard_operator::a2a::keys::{Algorithm, SigningKey};
-    use agentcard_operator::controller::agentcard::build::{build, Settings};
+    use agentcard_operator::controller::agentcard::build::build;
     use agentcard_operator::controller::agentcard::{outcome_event, status, FINALIZER};
+    use agentcard_operator::controller::config::Settings;
     use agentcard_operator::controller::events::Events;
     use agentcard_operator::controller::policy::IngressPolicy;
     use agentcard_operator::controller::routing::Routing;
@@ -727,7 +728,16 @@ async fn writes_floor(
                     let outcome: Result<_, agentcard_operator::controller::Error> =
                         Ok((built, Vec::new()));
                     let event = outcome_event(&outcome);
-                    let status = status::next(&card, &outcome, stamp);
+                    let status = status::next(&status::Found {
+                        card: &card,
+                        published: &card,
+                        outcome: &outcome,
+                        source: None,
+                        retired: &[],
+                        routing: settings.routing.kind,
+                        routed: None,
+                        now: stamp,
+                    });
                     agentcard_operator::controller::apply_status(&cards, name, &status).await?;
                     events.publish(&event, &applied.object_ref(&())).await?;
                     anyhow::Ok(())

@@ -222,11 +222,11 @@ fn render(args: RenderArgs) -> Result<ExitCode> {
     let mut jku = args.jku.clone();
     let mut v03_compat = args.v03_compat;
     if let Some(m) = &input.manifest {
-        card = crate::controller::agentcard::build::effective_card(m);
+        card = crate::controller::agentcard::card::effective_card(m);
         jku = jku.or_else(|| {
             Some(format!(
                 "{}{}",
-                crate::controller::agentcard::build::public_base(m),
+                crate::controller::agentcard::card::public_base(m),
                 crate::contract::PATH_JWKS
             ))
         });

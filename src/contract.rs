@@ -35,6 +35,29 @@ pub const ANN_KEY_ID: &str = "agentcard.dev/key-id";
 /// Annotation: RFC 3339 time the served bytes last changed (the `Last-Modified`).
 pub const ANN_PUBLISHED_AT: &str = "agentcard.dev/published-at";
 
+/// The entries of a comma-separated list, as the allowed-hosts annotation and the list flags
+/// are written (`"a.example.com, *.team.example.com"`); empty entries dropped.
+pub fn patterns(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether `host` matches the allowed-host pattern `pattern`: `*` (any), `*.example.com` (any name below), or exact.
+pub fn host_matches(pattern: &str, host: &str) -> bool {
+    let pattern = pattern.trim().trim_end_matches('.').to_ascii_lowercase();
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if pattern == "*" {
+        return true;
+    }
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.ends_with(&format!(".{suffix}")),
+        None => pattern == host,
+    }
+}
+
 /// `Cache-Control` max-age when none is given.
 pub const DEFAULT_MAX_AGE: u32 = 300;
 
@@ -44,6 +67,14 @@ pub const PATH_CARD: &str = "/.well-known/agent-card.json";
 pub const PATH_LEGACY: &str = "/.well-known/agent.json";
 /// The path of the JWKS named by signatures' `jku`.
 pub const PATH_JWKS: &str = "/.well-known/jwks.json";
+
+/// Namespace annotation (set by cluster admins): more host patterns the namespace's cards may
+/// publish on, comma-separated.
+pub const ANN_ALLOWED_HOSTS: &str = "agentcard.dev/allowed-hosts";
+
+/// Annotation on what routes a directory's host (in the operator's namespace), naming the
+/// AgentDirectory.
+pub const ANN_DIRECTORY: &str = "agentcard.dev/directory";
 
 /// Annotation on written objects naming the AgentCard they belong to (`namespace/name`; an
 /// annotation because card names may be longer than a label value).

@@ -23,9 +23,10 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 
 use crate::contract::PUBLISHED_SELECTOR;
-use crate::controller::seen::SeenConfigMap;
-use crate::controller::watches::{compact_card, compact_meta};
 use crate::crd::{AgentCard, AgentDirectory};
+use crate::process::AbortOnDrop;
+use crate::store::SeenConfigMap;
+use crate::store::{compact_card, compact_meta};
 
 /// A watch event with the object shared.
 pub type Shared<K> = Event<Arc<K>>;
@@ -40,15 +41,6 @@ pub struct Hub<K: kube::Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     subscribers: Arc<Mutex<Subscribers<K>>>,
     _task: AbortOnDrop,
-}
-
-/// Aborts the watch task with its hub.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl<K> Hub<K>

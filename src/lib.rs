@@ -5,8 +5,9 @@
 //! HTTP from it, fed by the cluster or a directory. [`contract`] names what the controller
 //! writes and the server reads. [`directory`] is the AgentDirectory registry: a query engine
 //! over the same index, with its ARD and native HTTP views. [`hub`] holds the one set of
-//! watches a process shares between its card server and its controllers. [`cli`] is the
-//! command line over all of it.
+//! watches a process shares between its card server and its controllers, which keep what
+//! [`store`] says of each object; [`controller`] reconciles on the replica [`election`] picks.
+//! [`cli`] is the command line over all of it.
 
 pub mod a2a;
 pub mod cli;
@@ -21,3 +22,4 @@ pub mod input;
 pub mod process;
 pub mod run;
 pub mod serve;
+pub mod store;

@@ -1,5 +1,15 @@
-//! Process plumbing shared by the long-running commands (`run`, `serve`): logging and the
-//! shutdown signal.
+//! Process plumbing shared by the long-running commands (`run`, `serve`): logging, the shutdown
+//! signal, and tasks that end with their owner.
+
+/// A spawned task aborted when this is dropped, so a task never outlives what owns it (a
+/// watch its hub, the controllers' tasks the lease).
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// Log to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing() {

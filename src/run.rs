@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
-use crate::controller::agentcard::build::Settings;
-use crate::controller::agentcard::validate::patterns;
+use crate::contract::patterns;
+use crate::controller::config::Settings;
 use crate::controller::policy::{IngressPolicy, TlsPolicy, DEFAULT_ALLOWED_ANNOTATIONS};
 use crate::controller::routing::{ParentRef, RouteKind, Routing};
 use crate::controller::{self, metrics::ControllerMetrics};
@@ -136,177 +136,202 @@ pub fn run(args: RunArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
-        let metrics = Arc::new(ControllerMetrics::default());
-        let config = kube::Config::infer()
-            .await
-            .context("reading the cluster configuration")?;
-        let client =
-            crate::controller::api_calls::counted_client(config, metrics.api_calls.clone())
-                .context("connecting to the cluster")?;
-        let identity = args.identity.clone().unwrap_or_else(default_identity);
-        let index = Arc::new(Index::new());
-        // One watch per kind for the card server and the controllers.
-        let hubs = crate::hub::Hubs::start(&client);
-        let feed = tokio::spawn(source_cluster::watch_cluster(
-            hubs.clone(),
-            args.namespace.clone(),
-            index.clone(),
-        ));
+    rt.block_on(serve_and_lead(args))
+}
 
-        let mut registry = prometheus_client::registry::Registry::default();
-        metrics.register(&mut registry);
-        let scrape_metrics = metrics.clone();
-        let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || scrape_metrics.refresh_cards());
-        let failed = Arc::new(AtomicBool::new(false));
-        let failed_check = failed.clone();
-        let controllers_ok: crate::serve::admin::ReadyCheck = Arc::new(move || {
-            if failed_check.load(Ordering::Acquire) {
-                Err("the controllers stopped with an error; giving up the lease".into())
-            } else {
-                Ok(())
-            }
-        });
-        let servers = Servers::bind(
-            args.listen,
-            args.admin_listen,
-            index,
-            registry,
-            vec![controllers_ok],
-            vec![refresh],
-            server::Limits::default(),
-        )
-        .await?
-        .with_authorizer(Arc::new(crate::directory::access::Authorizer::new(
-            client.clone(),
-            patterns(&args.token_audiences),
-        )));
-
-        if args.route_kind == RouteKind::HttpRoute && args.gateway.trim().is_empty() {
-            anyhow::bail!("--route-kind HTTPRoute needs --gateway namespace/name[/sectionName]");
-        }
-        let config = controller::Config {
-            settings: Settings {
-                operator_namespace: args.namespace.clone(),
-                service_name: args.service_name.clone(),
-                service_port_name: args.service_port_name.clone(),
-                ingress: IngressPolicy {
-                    allowed_annotations: patterns(&args.ingress_allowed_annotations),
-                    class_name: args.ingress_class.clone().filter(|c| !c.is_empty()),
-                    allowed_classes: patterns(&args.ingress_allowed_classes),
-                    tls: args.ingress_tls.clone(),
-                },
-                routing: Routing {
-                    kind: args.route_kind,
-                    parents: patterns(&args.gateway)
-                        .iter()
-                        .map(|p| p.parse::<ParentRef>())
-                        .collect::<std::result::Result<_, _>>()
-                        .map_err(|e| anyhow::anyhow!("--gateway: {e}"))?,
-                    allowed_sections: patterns(&args.gateway_allowed_sections),
-                    service_port: args.service_port,
-                },
+/// The controllers' configuration from the flags.
+fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Config> {
+    if args.route_kind == RouteKind::HttpRoute && args.gateway.trim().is_empty() {
+        anyhow::bail!("--route-kind HTTPRoute needs --gateway namespace/name[/sectionName]");
+    }
+    let parents = patterns(&args.gateway)
+        .iter()
+        .map(|p| p.parse::<ParentRef>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("--gateway: {e}"))?;
+    Ok(controller::Config {
+        settings: Settings {
+            operator_namespace: args.namespace.clone(),
+            service_name: args.service_name.clone(),
+            service_port_name: args.service_port_name.clone(),
+            ingress: IngressPolicy {
+                allowed_annotations: patterns(&args.ingress_allowed_annotations),
+                class_name: args.ingress_class.clone().filter(|c| !c.is_empty()),
+                allowed_classes: patterns(&args.ingress_allowed_classes),
+                tls: args.ingress_tls.clone(),
             },
-            signing_secret: args.signing_secret.clone(),
-            create_signing_secret: !args.no_create_signing_secret,
-            allowed_hosts: patterns(&args.allowed_hosts),
-            shared_hosts: patterns(&args.shared_hosts),
-            instance: identity.clone(),
-            watch_namespace: args.watch_namespace.clone(),
-            concurrency: args.concurrency,
-            jwks_max_age: args.jwks_max_age,
-            max_cards_per_namespace: args.max_cards_per_namespace,
-            max_card_bytes: usize::try_from(args.max_card_bytes).unwrap_or(usize::MAX),
-        };
-        tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
-        servers.log_addresses();
-        let shutdown = servers.shutdown();
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let run = servers.run();
-        let leading = lead(
-            client,
-            hubs,
-            config,
-            metrics,
-            identity,
-            args.namespace.clone(),
-            args.lease_duration,
-            failed,
-            stop_rx,
-        );
-        tokio::pin!(run, leading);
-        tokio::select! {
-            r = &mut run => r?,
-            r = feed => r.context("card feed stopped")?,
-            r = &mut leading => r?,
-            _ = crate::process::shutdown_signal() => {
-                // The lease first (the controllers stop, another replica leads within a
-                // second), then the drain: serving needs no lease, and a takeover should not
-                // wait for this replica's last requests.
-                let _ = stop_tx.send(true);
-                let _ = tokio::time::timeout(Duration::from_secs(5), &mut leading).await;
-                crate::process::drain(&shutdown, args.drain_seconds, &mut run).await?;
-            }
-        }
-        Ok(())
+            routing: Routing {
+                kind: args.route_kind,
+                parents,
+                allowed_sections: patterns(&args.gateway_allowed_sections),
+                service_port: args.service_port,
+            },
+        },
+        signing_secret: args.signing_secret.clone(),
+        create_signing_secret: !args.no_create_signing_secret,
+        allowed_hosts: patterns(&args.allowed_hosts),
+        shared_hosts: patterns(&args.shared_hosts),
+        instance: identity.to_string(),
+        watch_namespace: args.watch_namespace.clone(),
+        concurrency: args.concurrency,
+        jwks_max_age: args.jwks_max_age,
+        max_cards_per_namespace: args.max_cards_per_namespace,
+        max_card_bytes: usize::try_from(args.max_card_bytes).unwrap_or(usize::MAX),
     })
 }
 
-/// Hold or wait for the lease; run the controllers while holding it. Returns when `stop`
-/// fires (the lease given up), or fails when the controllers end on their own while leading.
-async fn lead(
+/// The public and admin servers over `index`: `/metrics` with the controllers' metrics,
+/// `/readyz` red once `failed` (the controllers stopped while leading).
+async fn bind_servers(
+    args: &RunArgs,
+    client: &kube::Client,
+    index: Arc<Index>,
+    metrics: &Arc<ControllerMetrics>,
+    failed: &Arc<AtomicBool>,
+) -> Result<Servers> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let scrape_metrics = metrics.clone();
+    let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || scrape_metrics.refresh_cards());
+    let failed = failed.clone();
+    let controllers_ok: crate::serve::admin::ReadyCheck = Arc::new(move || {
+        if failed.load(Ordering::Acquire) {
+            Err("the controllers stopped with an error; giving up the lease".into())
+        } else {
+            Ok(())
+        }
+    });
+    Ok(Servers::bind(
+        args.listen,
+        args.admin_listen,
+        index,
+        registry,
+        vec![controllers_ok],
+        vec![refresh],
+        server::Limits::default(),
+    )
+    .await?
+    .with_authorizer(Arc::new(crate::directory::access::Authorizer::new(
+        client.clone(),
+        patterns(&args.token_audiences),
+    ))))
+}
+
+/// Serve on every replica, lead when elected, until SIGTERM: then the lease goes first (the
+/// controllers stop, another replica leads within a second), then the drain (serving needs no
+/// lease, and a takeover should not wait for this replica's last requests).
+async fn serve_and_lead(args: RunArgs) -> Result<()> {
+    let metrics = Arc::new(ControllerMetrics::default());
+    let kube_config = kube::Config::infer()
+        .await
+        .context("reading the cluster configuration")?;
+    let client =
+        crate::controller::api_calls::counted_client(kube_config, metrics.api_calls.clone())
+            .context("connecting to the cluster")?;
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let index = Arc::new(Index::new());
+    // One watch per kind for the card server and the controllers.
+    let hubs = crate::hub::Hubs::start(&client);
+    let feed = tokio::spawn(source_cluster::watch_cluster(
+        hubs.clone(),
+        args.namespace.clone(),
+        index.clone(),
+    ));
+    let failed = Arc::new(AtomicBool::new(false));
+    let servers = bind_servers(&args, &client, index, &metrics, &failed).await?;
+    let config = controller_config(&args, &identity)?;
+    tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
+    servers.log_addresses();
+    let shutdown = servers.shutdown();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let run = servers.run();
+    let leading = Leader {
+        client,
+        hubs,
+        config,
+        metrics,
+        failed,
+    }
+    .lead(identity, args.namespace.clone(), args.lease_duration, stop);
+    tokio::pin!(run, leading);
+    tokio::select! {
+        r = &mut run => r?,
+        r = feed => r.context("card feed stopped")?,
+        r = &mut leading => r?,
+        _ = crate::process::shutdown_signal() => {
+            let _ = stop_tx.send(true);
+            let _ = tokio::time::timeout(Duration::from_secs(5), &mut leading).await;
+            crate::process::drain(&shutdown, args.drain_seconds, &mut run).await?;
+        }
+    }
+    Ok(())
+}
+
+/// What the controllers run with while this process leads.
+struct Leader {
     client: kube::Client,
     hubs: Arc<crate::hub::Hubs>,
     config: controller::Config,
     metrics: Arc<ControllerMetrics>,
-    identity: String,
-    namespace: String,
-    lease_duration: u64,
+    /// Set when the controllers end on their own while leading (`/readyz` then says so).
     failed: Arc<AtomicBool>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<()> {
-    let mut election = Election::start(client.clone(), namespace, identity, lease_duration).await?;
-    loop {
-        tokio::select! {
-            acquired = election.acquired() => acquired?,
-            _ = stop.changed() => {
-                election.release().await;
-                return Ok(());
+}
+
+impl Leader {
+    /// Hold or wait for the lease; run the controllers while holding it. Returns when `stop`
+    /// fires (the lease given up), or fails when the controllers end on their own while
+    /// leading.
+    async fn lead(
+        self,
+        identity: String,
+        namespace: String,
+        lease_duration: u64,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<()> {
+        let mut election =
+            Election::start(self.client.clone(), namespace, identity, lease_duration).await?;
+        loop {
+            tokio::select! {
+                acquired = election.acquired() => acquired?,
+                _ = stop.changed() => {
+                    election.release().await;
+                    return Ok(());
+                }
             }
+            tracing::info!("acquired the lease: starting the controllers");
+            let mut controllers = tokio::spawn(controller::run(
+                self.client.clone(),
+                self.hubs.clone(),
+                self.config.clone(),
+                self.metrics.clone(),
+            ));
+            let result = tokio::select! {
+                lost = election.lost() => {
+                    lost?;
+                    tracing::warn!("lost the lease: stopping the controllers");
+                    stop_controllers(controllers).await;
+                    continue;
+                }
+                result = &mut controllers => result,
+                _ = stop.changed() => {
+                    stop_controllers(controllers).await;
+                    election.release().await;
+                    return Ok(());
+                }
+            };
+            // The controllers ended while this process leads: nothing would reconcile. Say so
+            // on /readyz, hand the lease over and fail, so the process restarts and another
+            // replica leads meanwhile.
+            self.failed.store(true, Ordering::Release);
+            let why = match result {
+                Ok(Ok(())) => "the controllers stopped".to_string(),
+                Ok(Err(e)) => format!("the controllers failed: {e}"),
+                Err(e) => format!("the controllers panicked: {e}"),
+            };
+            tracing::error!(reason = %why, "giving up the lease");
+            election.release().await;
+            anyhow::bail!(why);
         }
-        tracing::info!("acquired the lease: starting the controllers");
-        let mut controllers = tokio::spawn(controller::run(
-            client.clone(),
-            hubs.clone(),
-            config.clone(),
-            metrics.clone(),
-        ));
-        let result = tokio::select! {
-            lost = election.lost() => {
-                lost?;
-                tracing::warn!("lost the lease: stopping the controllers");
-                stop_controllers(controllers).await;
-                continue;
-            }
-            result = &mut controllers => result,
-            _ = stop.changed() => {
-                stop_controllers(controllers).await;
-                election.release().await;
-                return Ok(());
-            }
-        };
-        // The controllers ended while this process leads: nothing would reconcile. Say so on
-        // /readyz, hand the lease over and fail, so the process restarts and another replica
-        // leads meanwhile.
-        failed.store(true, Ordering::Release);
-        let why = match result {
-            Ok(Ok(())) => "the controllers stopped".to_string(),
-            Ok(Err(e)) => format!("the controllers failed: {e}"),
-            Err(e) => format!("the controllers panicked: {e}"),
-        };
-        tracing::error!(reason = %why, "giving up the lease");
-        election.release().await;
-        anyhow::bail!(why);
     }
 }
 

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use agentcard_operator::contract::*;
-use agentcard_operator::controller::agentcard::build::{backend_ingress_name_of, ingress_name};
+use agentcard_operator::controller::agentcard::card::{backend_ingress_name_of, ingress_name};
 use agentcard_operator::controller::api_calls::read_counts;
 use agentcard_operator::crd::AgentCard;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};

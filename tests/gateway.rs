@@ -13,7 +13,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agentcard_operator::controller::agentcard::build::{backend_ingress_name_of, ingress_name};
+use agentcard_operator::controller::agentcard::card::{backend_ingress_name_of, ingress_name};
 use agentcard_operator::controller::agentdirectory;
 use agentcard_operator::crd::{AgentCard, AgentDirectory};
 use k8s_openapi::api::core::v1::{Namespace, Service};

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use jiff::Timestamp;
 
-use super::agentcard::validate::{host_matches, inside_subtree};
+use crate::contract::host_matches;
 
 /// One card's claim on a route subtree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -186,6 +186,11 @@ impl Claims {
     pub fn all(&self) -> impl Iterator<Item = &Claim> {
         self.by_host.values().flatten()
     }
+}
+
+/// Whether `path` lies in the route subtree of `prefix` (`""` holds every path).
+pub fn inside_subtree(prefix: &str, path: &str) -> bool {
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }
 
 #[cfg(test)]

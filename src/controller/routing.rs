@@ -1,16 +1,22 @@
 //! How published cards are routed: Ingresses (default), Gateway API HTTPRoutes attached to the
 //! platform's Gateways, or nothing (the platform routes by itself).
 //!
-//! Pure: the operator setting ([`Routing`]), the HTTPRoute objects for a card's well-known
-//! paths (operator's namespace), its backend (card's namespace) and a directory's host, and the
-//! `Routed` condition read from an HTTPRoute's `status.parents`. Parents come from the
-//! platform alone; a card may only pick a listener `sectionName` the platform allows.
+//! Pure: the operator setting ([`Routing`]), the Ingress ([`ingress_object`]) and HTTPRoute
+//! objects for a card's well-known paths (operator's namespace), its backend (card's
+//! namespace) and a directory's host, and the `Routed` condition read from an HTTPRoute's
+//! `status.parents`. Parents come from the platform alone; a card may only pick a listener
+//! `sectionName` the platform allows.
 
 use std::str::FromStr;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{json, Value};
+
+use super::error::Error;
+use super::policy::IngressPolicy;
+use crate::crd::agentcard::IngressSettings;
 
 /// What the operator writes to route traffic to cards and directories.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -230,6 +236,69 @@ pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> (String, Stri
         "Accepted".into(),
         "every Gateway accepted the routes".into(),
     )
+}
+
+/// Most characters of an Ingress name the operator writes (some ingress controllers derive
+/// DNS labels from it).
+pub const MAX_INGRESS_NAME: usize = 63;
+
+/// Where an Ingress goes, for which host and tenant settings, and what marks it as whose
+/// (cards and directories write their Ingresses through [`ingress_object`]).
+pub struct IngressTarget<'a> {
+    /// The Ingress's name.
+    pub name: &'a str,
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its labels.
+    pub labels: &'a serde_json::Value,
+    /// The annotation naming the card or directory the Ingress is written for.
+    pub marker: (&'a str, &'a str),
+    /// Its owner references (the card's, for an Ingress in the card's namespace).
+    pub owner: &'a [OwnerReference],
+    /// The TLS Secret, if any.
+    pub tls_secret: Option<String>,
+    /// The lower-cased host.
+    pub host: &'a str,
+    /// The tenant's Ingress settings (class, annotations), filtered by the operator's policy.
+    pub settings: &'a IngressSettings,
+}
+
+/// An Ingress for `target` routing `paths`, under the operator's Ingress `policy`.
+pub fn ingress_object(
+    target: IngressTarget<'_>,
+    policy: &IngressPolicy,
+    paths: Vec<serde_json::Value>,
+) -> Result<Ingress, Error> {
+    let settings = target.settings;
+    let host = target.host;
+    let mut spec = json!({"rules": [{"host": host, "http": {"paths": paths}}]});
+    if let Some(class) = policy.class_for(settings) {
+        spec["ingressClassName"] = json!(class);
+    }
+    if let Some(tls) = target.tls_secret {
+        spec["tls"] = json!([{"hosts": [host], "secretName": tls}]);
+    }
+    // Only allow-listed tenant annotations (validation refused the others), plus ours.
+    let mut annotations: serde_json::Map<String, serde_json::Value> = settings
+        .annotations
+        .iter()
+        .filter(|(k, _)| policy.annotation_allowed(k))
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    annotations.insert(target.marker.0.into(), json!(target.marker.1));
+    serde_json::from_value(json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": target.name,
+            "namespace": target.namespace,
+            "labels": target.labels,
+            "annotations": annotations,
+            "ownerReferences": target.owner,
+        },
+        "spec": spec,
+    }))
+    .map_err(|e| Error::Internal(format!("Ingress: {e}")))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! What the controllers make of the process's shared watches ([`crate::hub`]).
 //!
-//! Data flow: each hub stores an object compacted ([`compact_card`], [`compact_meta`]: what no
-//! reconcile reads is dropped, so 10,000 cards fit in little memory), then forwards its event
+//! Data flow: each hub stores an object compacted ([`crate::store`]: what no reconcile reads is
+//! dropped, so 10,000 cards fit in little memory), then forwards its event
 //! here: [`fan_out_cards`], [`fan_out_namespaces`] and [`fan_out_configmaps`] update the indexes
 //! ([`CardIndex`]: the controller's cards by host and by namespace) and forget the writes the
 //! watch now shows ([`Unseen`]), and only then send what each event triggers (the card itself to
@@ -12,95 +12,22 @@
 //! A relist (`Init` … `InitDone`) is held back until `InitDone`: the store swaps in the new list
 //! only then, so a trigger sent earlier could find a new card missing from the store.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 
-use super::agentcard::validate::ANN_ALLOWED_HOSTS;
-use super::seen::{MetaView, SeenConfigMap};
-use crate::contract::{CONTENT_CARD, LABEL_CONTENT, MANAGER};
+use super::written::{Unseen, WriteMemo};
+use crate::contract::{ANN_ALLOWED_HOSTS, ANN_DIRECTORY, CONTENT_CARD, LABEL_CONTENT};
 use crate::crd::AgentCard;
 use crate::hub::{name_ref, Shared};
-
-/// kubectl's copy of the last applied object: as large as the object, read by nothing here.
-pub(crate) const ANN_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// `fieldsType` of the one `managedFields` entry [`compact_meta`] leaves on a stored object:
-/// its `fieldsV1` is then a JSON string, the annotation keys the operator set, one per line
-/// (the full field set of every entry, a JSON tree per entry, was the largest part of a stored
-/// ConfigMap or Ingress).
-pub const FIELDS_ANNOTATION_KEYS: &str = "agentcard.dev/AnnotationKeys";
-
-/// Trim an object the operator writes before it is stored: of its `managedFields`, only the
-/// annotation keys the operator set are kept (so it may remove the ones it no longer wants),
-/// in one entry of type [`FIELDS_ANNOTATION_KEYS`]; kubectl's last-applied copy goes.
-pub fn compact_meta(meta: &mut ObjectMeta) {
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(ANN_LAST_APPLIED);
-    }
-    if meta.managed_fields.is_some() {
-        let keys: Vec<String> = operator_annotations(meta).into_iter().collect();
-        meta.managed_fields = (!keys.is_empty()).then(|| {
-            vec![ManagedFieldsEntry {
-                manager: Some(MANAGER.into()),
-                fields_type: Some(FIELDS_ANNOTATION_KEYS.into()),
-                fields_v1: Some(FieldsV1(serde_json::Value::String(keys.join("\n")))),
-                ..Default::default()
-            }]
-        });
-    }
-}
-
-/// The annotation keys the operator set on an object (by create or apply), read from its
-/// `managedFields` as the API server returns them or as [`compact_meta`] left them.
-/// Annotations others added are theirs.
-pub fn operator_annotations(meta: &ObjectMeta) -> BTreeSet<String> {
-    let mut keys = BTreeSet::new();
-    let ours = meta
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| m.manager.as_deref() == Some(MANAGER));
-    for entry in ours {
-        let Some(fields) = entry.fields_v1.as_ref() else {
-            continue;
-        };
-        if entry.fields_type.as_deref() == Some(FIELDS_ANNOTATION_KEYS) {
-            let listed = fields.0.as_str().unwrap_or_default();
-            keys.extend(listed.lines().map(str::to_string));
-            continue;
-        }
-        let set = fields
-            .0
-            .get("f:metadata")
-            .and_then(|m| m.get("f:annotations"))
-            .and_then(serde_json::Value::as_object);
-        keys.extend(
-            set.into_iter()
-                .flat_map(|s| s.keys())
-                .filter_map(|k| k.strip_prefix("f:"))
-                .map(str::to_string),
-        );
-    }
-    keys
-}
-
-/// Trim an AgentCard before it is stored: nothing reads a card's `managedFields` (often as
-/// large as the card) or kubectl's last-applied copy. The list goes whole (`None`): a cleared
-/// `Vec` would keep its buffer, a few hundred bytes per stored card.
-pub fn compact_card(card: &mut AgentCard) {
-    card.metadata.managed_fields = None;
-    if let Some(annotations) = card.metadata.annotations.as_mut() {
-        annotations.remove(ANN_LAST_APPLIED);
-    }
-}
+use crate::process::AbortOnDrop;
+use crate::store::{MetaView, SeenConfigMap};
 
 /// The cards by host and by namespace, kept in step with the card store by [`fan_out_cards`]:
 /// which cards to look at again when a host is freed, and how many cards a namespace has.
@@ -246,10 +173,7 @@ pub fn resync_gap(period: std::time::Duration, cards: usize) -> Option<std::time
 pub(super) fn drive<K, T>(
     feed: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     touched: impl Fn(&K) -> T + Send + 'static,
-) -> (
-    super::AbortOnDrop,
-    futures::channel::mpsc::UnboundedReceiver<T>,
-)
+) -> (AbortOnDrop, futures::channel::mpsc::UnboundedReceiver<T>)
 where
     K: Send + 'static,
     T: Send + 'static,
@@ -275,7 +199,7 @@ where
             }
         }
     });
-    (super::AbortOnDrop(task), rx)
+    (AbortOnDrop(task), rx)
 }
 
 /// Whom an object the operator writes was written for, as its watch event says: its namespace
@@ -297,7 +221,7 @@ impl WrittenFor {
         WrittenFor {
             namespace: object.meta().namespace.clone().unwrap_or_default(),
             card: annotation(crate::contract::ANN_CARD),
-            directory: annotation(super::agentdirectory::ANN_DIRECTORY),
+            directory: annotation(ANN_DIRECTORY),
         }
     }
 }
@@ -333,7 +257,7 @@ pub async fn fan_out_cards(
             &event
         {
             unseen.forget(
-                super::agentcard::STATUS_WRITE,
+                super::written::STATUS_WRITE,
                 c.metadata.namespace.as_deref().unwrap_or(""),
                 c.metadata.name.as_deref().unwrap_or(""),
             );
@@ -510,122 +434,6 @@ pub async fn fan_out_configmaps(
     }
 }
 
-/// What the operator wrote and its watches have not shown yet: `(kind, namespace, name)` →
-/// the object's resourceVersion in the store when it was written, and what was written (`V`: a
-/// digest of an object, or a whole status). A reconcile that runs before the watch event of its
-/// own last write (another object's event triggered it) would otherwise see the old version and
-/// write again (and, for a status, record the same Event twice). Every watch event of an object
-/// forgets its entry, so once the store holds the write, or anyone else changes the object, the
-/// store decides again.
-///
-/// Values are boxed and the table shrinks as it empties: a bulk apply leaves thousands of
-/// writes unseen for a while, and a table of inline statuses sized for that peak would stay.
-pub struct Unseen<V> {
-    written: Mutex<Entries<V>>,
-}
-
-/// Digests of the objects the operator wrote (see [`Unseen`]).
-pub type WriteMemo = Unseen<u64>;
-
-impl<V> Default for Unseen<V> {
-    fn default() -> Self {
-        Unseen {
-            written: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-/// A digest of what is written, to tell whether a write would repeat the last one.
-pub fn digest(value: &impl serde::Serialize) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_vec(value)
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    hasher.finish()
-}
-
-type Entries<V> = HashMap<(String, String, String), (Option<String>, Box<V>)>;
-
-fn key(kind: &str, ns: &str, name: &str) -> (String, String, String) {
-    (kind.to_string(), ns.to_string(), name.to_string())
-}
-
-impl<V: Clone> Unseen<V> {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<V>> {
-        self.written.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// What was written to `kind` `ns/name` over the version the store still holds
-    /// (`version`: its resourceVersion, `None` when absent), if anything.
-    pub fn get(&self, kind: &str, ns: &str, name: &str, version: Option<&str>) -> Option<V> {
-        self.lock()
-            .get(&key(kind, ns, name))
-            .filter(|(v, _)| v.as_deref() == version)
-            .map(|(_, written)| V::clone(written))
-    }
-
-    /// Record a write of `written` over store version `version`.
-    pub fn remember(&self, kind: &str, ns: &str, name: &str, version: Option<&str>, written: V) {
-        self.lock().insert(
-            key(kind, ns, name),
-            (version.map(str::to_string), Box::new(written)),
-        );
-    }
-
-    /// The watch showed `kind` `ns/name` (changed, or gone): the store decides from now on.
-    pub fn forget(&self, kind: &str, ns: &str, name: &str) {
-        let mut written = self.lock();
-        if written.is_empty() || written.remove(&key(kind, ns, name)).is_none() {
-            return;
-        }
-        // Shrunk by halves at most: amortised O(1) per removal.
-        if written.capacity() > 64 && written.len() * 4 < written.capacity() {
-            let keep = written.len() * 2;
-            written.shrink_to(keep);
-        }
-    }
-
-    /// Forget the object of a watch event (see [`Unseen::forget`]).
-    pub fn forget_event<K: kube::Resource>(
-        &self,
-        kind: &str,
-        event: &Result<watcher::Event<K>, watcher::Error>,
-    ) {
-        if let Ok(
-            watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o),
-        ) = event
-        {
-            let meta = o.meta();
-            self.forget(
-                kind,
-                meta.namespace.as_deref().unwrap_or(""),
-                meta.name.as_deref().unwrap_or(""),
-            );
-        }
-    }
-
-    /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
-    }
-}
-
-impl Unseen<u64> {
-    /// Whether a write of `digest` to `kind` `ns/name` over store version `version` is on its
-    /// way into the store.
-    pub fn pending(
-        &self,
-        kind: &str,
-        ns: &str,
-        name: &str,
-        version: Option<&str>,
-        digest: u64,
-    ) -> bool {
-        self.get(kind, ns, name, version) == Some(digest)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -709,84 +517,5 @@ mod tests {
 
     fn lock(index: &Mutex<CardIndex>) -> std::sync::MutexGuard<'_, CardIndex> {
         index.lock().unwrap()
-    }
-
-    #[test]
-    fn a_write_is_pending_until_its_object_is_seen_again() {
-        let memo = WriteMemo::default();
-        let d = digest(&json!({"a": 1}));
-        assert!(!memo.pending("ConfigMap", "ns", "x", None, d));
-        memo.remember("ConfigMap", "ns", "x", None, d);
-        // The store still shows the object as before the write: the same write is pending.
-        assert!(memo.pending("ConfigMap", "ns", "x", None, d));
-        // Another content, or a store that moved on, is not.
-        assert!(!memo.pending("ConfigMap", "ns", "x", None, digest(&json!({"a": 2}))));
-        assert!(!memo.pending("ConfigMap", "ns", "x", Some("7"), d));
-        assert!(!memo.pending("Ingress", "ns", "x", None, d));
-        memo.forget("ConfigMap", "ns", "x");
-        assert!(!memo.pending("ConfigMap", "ns", "x", None, d));
-        assert!(memo.is_empty());
-    }
-
-    #[test]
-    fn the_table_of_unseen_writes_shrinks_as_the_watch_catches_up() {
-        let memo: Unseen<crate::crd::AgentCardStatus> = Unseen::default();
-        for i in 0..5000 {
-            memo.remember("AgentCard", "ns", &i.to_string(), None, Default::default());
-        }
-        let peak = memo.lock().capacity();
-        assert!(peak >= 5000);
-        for i in 0..4990 {
-            memo.forget("AgentCard", "ns", &i.to_string());
-        }
-        let after = memo.lock().capacity();
-        assert!(after <= 64, "capacity {after} after the bulk (peak {peak})");
-        // What is still unseen is still known.
-        assert!(memo
-            .get("AgentCard", "ns", "4995", None)
-            .is_some_and(|s| s == Default::default()));
-    }
-
-    #[test]
-    fn only_the_operators_annotation_fields_are_kept() {
-        let mut meta: ObjectMeta = serde_json::from_value(json!({
-            "name": "x",
-            "annotations": {ANN_LAST_APPLIED: "{…}", "keep": "v"},
-            "managedFields": [
-                {"manager": MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
-                 "fieldsV1": {"f:metadata": {"f:annotations": {"f:a": {}}, "f:labels": {"f:l": {}}},
-                              "f:data": {"f:card.json": {}}}},
-                {"manager": MANAGER, "operation": "Update", "fieldsType": "FieldsV1",
-                 "fieldsV1": {"f:data": {"f:card.json": {}}, "f:metadata": {"f:annotations": {"f:c": {}}}}},
-                {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1",
-                 "fieldsV1": {"f:metadata": {"f:annotations": {"f:b": {}}}}}
-            ]
-        }))
-        .unwrap();
-        compact_meta(&mut meta);
-        let annotations = meta.annotations.clone().unwrap_or_default();
-        assert!(!annotations.contains_key(ANN_LAST_APPLIED));
-        assert_eq!(annotations.get("keep").map(String::as_str), Some("v"));
-        let entries = meta.managed_fields.clone().unwrap_or_default();
-        assert_eq!(entries.len(), 1);
-        assert_eq!(
-            entries[0].fields_v1.as_ref().map(|f| f.0.clone()),
-            Some(json!("a\nc"))
-        );
-        // Read the same from the compact entry as from the full ones.
-        assert_eq!(
-            operator_annotations(&meta).into_iter().collect::<Vec<_>>(),
-            ["a", "c"]
-        );
-        // Compacting again keeps it.
-        compact_meta(&mut meta);
-        assert_eq!(operator_annotations(&meta).len(), 2);
-        // Nothing of ours: no entry left.
-        let mut theirs: ObjectMeta = serde_json::from_value(json!({"managedFields": [
-            {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1",
-             "fieldsV1": {"f:metadata": {"f:annotations": {"f:b": {}}}}}]}))
-        .unwrap();
-        compact_meta(&mut theirs);
-        assert!(theirs.managed_fields.is_none());
     }
 }

@@ -99,7 +99,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     .context("connecting to the cluster")?;
                 authorizer = Some(Arc::new(crate::directory::access::Authorizer::new(
                     client.clone(),
-                    crate::controller::agentcard::validate::patterns(&args.token_audiences),
+                    crate::contract::patterns(&args.token_audiences),
                 )));
                 let hubs = crate::hub::Hubs::start(&client);
                 tokio::spawn(source_cluster::watch_cluster(

@@ -29,13 +29,13 @@ use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 
 use crate::contract::*;
-use crate::controller::seen::{MetaView, SeenConfigMap};
 use crate::crd::{AgentCard, AgentDirectory, AgentDirectorySpec, ServedRoute};
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::select;
 use crate::directory::site::Site;
 use crate::hub::Hubs;
 use crate::index::{CardEntry, Index, Published};
+use crate::store::{MetaView, SeenConfigMap};
 
 /// How long changes are gathered before the directories are rebuilt.
 const REBUILD_DELAY: Duration = Duration::from_millis(50);

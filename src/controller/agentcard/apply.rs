@@ -8,21 +8,26 @@
 //! created with a plain create, so a name taken in the meantime fails with a conflict instead of
 //! being merged into; anything else with the name makes the card report `NameInUse`.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject};
 use kube::{Client, Resource, ResourceExt};
 
-use super::build::{backend_ingress_name, card_key, configmap_name, ingress_name, Built, Settings};
-use crate::contract::{ANN_CARD, LABEL_MANAGED_BY, MANAGER};
-use crate::controller::routing::{httproute_resource, RouteKind};
-use crate::controller::seen::{MetaView, OptionalSpec, SeenConfigMap, SeenIngress};
-use crate::controller::watches::{digest, Unseen, WriteMemo};
-use crate::controller::Error;
+use super::build::Built;
+use super::card::{backend_ingress_name, card_key, configmap_name, ingress_name};
+use crate::contract::ANN_CARD;
+use crate::controller::config::Settings;
+use crate::controller::error::Error;
+use crate::controller::routing::RouteKind;
+use crate::controller::write::{
+    configmap_current, configmap_removals, delete_if_present, delete_route_if_ours,
+    ingress_current, ingress_removals, managed, write, write_route, Rules,
+};
+use crate::controller::written::{WriteMemo, Written};
 use crate::crd::AgentCard;
+use crate::store::{MetaView, SeenConfigMap, SeenIngress};
 
 /// What exists now, as last read (`None`: absent, or not visible to the operator's watches).
 #[derive(Default)]
@@ -42,13 +47,23 @@ pub struct Existing<'a> {
     pub routes_accepted: bool,
 }
 
-fn ssa() -> PatchParams {
-    PatchParams::apply(MANAGER).force()
-}
-
-/// Whether the object carries the operator's managed-by label.
-pub fn managed(meta: &dyn MetaView) -> bool {
-    meta.label(LABEL_MANAGED_BY) == Some(MANAGER)
+impl<'a> Existing<'a> {
+    /// What the operator wrote for `card` as the watches last saw it, with its ConfigMap
+    /// `configmap` (read by the caller when it needs it).
+    pub fn of(written: &Written, card: &AgentCard, configmap: Option<&'a SeenConfigMap>) -> Self {
+        let ns = card.namespace().unwrap_or_default();
+        let opns = &written.operator_namespace;
+        let public = ingress_name(&ns, &card.name_any());
+        let backend = backend_ingress_name(card);
+        Existing {
+            configmap,
+            ingress: written.ingress(opns, &public),
+            backend: written.ingress(&ns, &backend),
+            route: written.route(opns, &public),
+            backend_route: written.route(&ns, &backend),
+            routes_accepted: false,
+        }
+    }
 }
 
 /// Whether an object in the card's namespace is the card's own: managed by us and controlled
@@ -65,296 +80,41 @@ pub fn written_for_card(meta: &dyn MetaView, card: &AgentCard) -> bool {
     managed(meta) && meta.annotation(ANN_CARD) == Some(card_key(card).as_str())
 }
 
-/// Annotations the operator set on `have` that `want` no longer carries.
-fn stale_annotations(have: &dyn MetaView, want: &ObjectMeta) -> BTreeSet<String> {
-    have.operator_annotations()
-        .into_iter()
-        .filter(|k| want.annotations.as_ref().is_none_or(|a| !a.contains_key(k)))
-        .collect()
-}
-
-/// Whether `have` already carries every label and annotation of `want` with the same value,
-/// no annotation we applied before and no longer want, and `want`'s owners.
-fn meta_holds(have: &dyn MetaView, want: &ObjectMeta) -> bool {
-    fn entries(map: &Option<BTreeMap<String, String>>) -> impl Iterator<Item = (&str, &str)> {
-        map.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-    let owners = have.owners();
-    entries(&want.labels).all(|(k, v)| have.label(k) == Some(v))
-        && entries(&want.annotations).all(|(k, v)| have.annotation(k) == Some(v))
-        && stale_annotations(have, want).is_empty()
-        && want
-            .owner_references
-            .iter()
-            .flatten()
-            .all(|o| owners.iter().any(|h| h.uid == o.uid))
-}
-
-/// A merge patch removing what the operator set on `have` and `want` no longer has: stale
-/// annotations, and for Ingresses the optional spec fields. Needed because a create co-owns
-/// every field it wrote, so a later apply that leaves a field out does not remove it.
-fn removals(
-    have: &dyn MetaView,
-    want: &ObjectMeta,
-    spec: serde_json::Map<String, serde_json::Value>,
-) -> Option<serde_json::Value> {
-    let nulls: serde_json::Map<String, serde_json::Value> = stale_annotations(have, want)
-        .into_iter()
-        .map(|k| (k, serde_json::Value::Null))
-        .collect();
-    let mut patch = serde_json::Map::new();
-    if !nulls.is_empty() {
-        patch.insert("metadata".into(), serde_json::json!({"annotations": nulls}));
-    }
-    if !spec.is_empty() {
-        patch.insert("spec".into(), serde_json::Value::Object(spec));
-    }
-    (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
-}
-
-fn configmap_removals(have: &SeenConfigMap, want: &ConfigMap) -> Option<serde_json::Value> {
-    removals(&have.seen, &want.metadata, serde_json::Map::new())
-}
-
-/// The merge patch removing what the operator set on Ingress `have` and `want` lacks.
-pub fn ingress_removals(have: &SeenIngress, want: &Ingress) -> Option<serde_json::Value> {
-    let (h, w) = (have.optional, OptionalSpec::of(want.spec.as_ref()));
-    let mut spec = serde_json::Map::new();
-    if h.tls && !w.tls {
-        spec.insert("tls".into(), serde_json::Value::Null);
-    }
-    if h.class && !w.class {
-        spec.insert("ingressClassName".into(), serde_json::Value::Null);
-    }
-    if h.default_backend && !w.default_backend {
-        spec.insert("defaultBackend".into(), serde_json::Value::Null);
-    }
-    removals(&have.seen, &want.metadata, spec)
-}
-
-fn configmap_current(have: Option<&SeenConfigMap>, want: &ConfigMap) -> bool {
-    have.is_some_and(|h| h.holds_data(&want.data) && meta_holds(&h.seen, &want.metadata))
-}
-
-/// Whether Ingress `have` already holds `want`.
-pub fn ingress_current(have: Option<&SeenIngress>, want: &Ingress) -> bool {
-    have.is_some_and(|h| h.holds_spec(&want.spec) && meta_holds(&h.seen, &want.metadata))
-}
-
-/// Delete `name`, a 404 being success.
-pub async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn name_in_use<K: Resource>(obj: &K, dt: &K::DynamicType) -> Error {
-    Error::NameInUse {
-        kind: K::kind(dt).into_owned(),
-        namespace: obj.meta().namespace.clone().unwrap_or_default(),
-        name: obj.meta().name.clone().unwrap_or_default(),
-    }
-}
-
-/// Create `want` with a plain create (`None`: created). When the name is taken, what holds it
-/// (ours behind a watch that has not caught up, or someone else's) is returned instead.
-async fn create_or_find<K>(api: &Api<K>, want: &K, name: &str) -> Result<Option<K>, Error>
-where
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let create = PostParams {
-        field_manager: Some(MANAGER.into()),
-        ..Default::default()
-    };
-    match api.create(&create, want).await {
-        Ok(_) => Ok(None),
-        Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(name).await? {
-            Some(found) => Ok(Some(found)),
-            None => Err(Error::Internal(format!(
-                "{name}: conflicting create, then not found"
-            ))),
-        },
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// How one kind of object is compared and cleaned.
-pub struct Rules<Ours, Current, Removals> {
-    /// Whether an existing object is ours to write.
-    pub ours: Ours,
-    /// Whether an existing object already holds what we want.
-    pub current: Current,
-    /// The merge patch removing what we set and no longer want.
-    pub removals: Removals,
-}
-
-/// Write `want` through `api`: a plain create when nothing is known under the name (so a name
-/// taken meanwhile fails instead of being merged into), server-side apply when `have` is ours
-/// and differs (what we set and no longer want is removed first, see [`removals`]),
-/// `NameInUse` when the name belongs to someone else.
-///
-/// `memo` skips a write that repeats the operator's last one while the store (`have`) has not
-/// caught up with it yet (see [`WriteMemo`]). `true` when something was written.
-///
-/// `have` is the object as the store keeps it (`H`: the object itself, or what the store keeps
-/// of it, such as a [`SeenIngress`]); `ours` judges its metadata.
-pub async fn write<K, H, O, C, R>(
-    api: &Api<K>,
-    want: &K,
-    have: Option<&H>,
-    rules: Rules<O, C, R>,
-    dt: &K::DynamicType,
-    memo: &WriteMemo,
-) -> Result<bool, Error>
-where
-    O: Fn(&dyn MetaView) -> bool,
-    C: Fn(Option<&H>) -> bool,
-    R: Fn(&H) -> Option<serde_json::Value>,
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-    H: Resource + MetaView + From<K>,
-{
-    let name = want.meta().name.clone().unwrap_or_default();
-    let ns = want.meta().namespace.clone().unwrap_or_default();
-    let kind = K::kind(dt);
-    let version = have.and_then(|h| h.meta().resource_version.clone());
-    let wanted = digest(want);
-    if memo.pending(&kind, &ns, &name, version.as_deref(), wanted) {
-        return Ok(false);
-    }
-    let found: H;
-    let existing = match have {
-        Some(h) => h,
-        None => match create_or_find(api, want, &name).await? {
-            None => {
-                tracing::debug!(%kind, %ns, %name, "created");
-                memo.remember(&kind, &ns, &name, None, wanted);
-                return Ok(true);
-            }
-            Some(f) => {
-                tracing::debug!(%kind, %ns, %name, "the name was taken: the watch had not shown it");
-                found = H::from(f);
-                &found
-            }
-        },
-    };
-    if !(rules.ours)(existing) {
-        return Err(name_in_use(want, dt));
-    }
-    if (rules.current)(Some(existing)) {
-        return Ok(false);
-    }
-    if let Some(patch) = (rules.removals)(existing) {
-        let params = PatchParams {
-            field_manager: Some(MANAGER.into()),
-            ..Default::default()
-        };
-        api.patch(&name, &params, &Patch::Merge(&patch)).await?;
-    }
-    api.patch(&name, &ssa(), &Patch::Apply(want)).await?;
-    tracing::debug!(%kind, %ns, %name, ?version, "applied over a version that differed");
-    memo.remember(&kind, &ns, &name, version.as_deref(), wanted);
-    Ok(true)
-}
-
-/// Whether `have` holds every field `want` sets, with the same value (fields the API server
-/// defaults, such as a backendRef's `weight`, are not compared).
-fn json_holds(have: &serde_json::Value, want: &serde_json::Value) -> bool {
-    use serde_json::Value;
-    match (have, want) {
-        (Value::Object(h), Value::Object(w)) => w
-            .iter()
-            .all(|(k, wv)| h.get(k).is_some_and(|hv| json_holds(hv, wv))),
-        (Value::Array(h), Value::Array(w)) => {
-            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| json_holds(hv, wv))
-        }
-        (h, w) => h == w,
-    }
-}
-
-/// Write HTTPRoute `want` through [`write`]: its spec is current when it holds every field we
-/// set (the API server defaults others). `true` when something was written.
-pub async fn write_route(
-    client: &Client,
-    want: &DynamicObject,
-    have: Option<&DynamicObject>,
-    ours: impl Fn(&dyn MetaView) -> bool,
-    memo: &WriteMemo,
-) -> Result<bool, Error> {
-    let ar = httproute_resource();
-    let ns = want.metadata.namespace.clone().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-    write(
-        &api,
-        want,
-        have,
-        Rules {
-            ours,
-            current: |h: Option<&DynamicObject>| {
-                h.is_some_and(|h| {
-                    json_holds(&h.data["spec"], &want.data["spec"]) && meta_holds(h, &want.metadata)
-                })
-            },
-            removals: |h: &DynamicObject| removals(h, &want.metadata, serde_json::Map::new()),
-        },
-        &ar,
-        memo,
-    )
-    .await
-}
-
-/// Delete HTTPRoute `namespace/name` when it is ours (`ours` judges what a GET returns).
-pub async fn delete_route_if_ours(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    ours: impl Fn(&dyn MetaView) -> bool,
-) -> Result<(), Error> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &httproute_resource());
-    match api.get_opt(name).await {
-        Ok(Some(r)) if ours(&r) => delete_if_present(&api, name).await,
-        Ok(_) => Ok(()),
-        // Without the Gateway API installed there is nothing to delete.
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        // Installed without HTTPRoute rights (routing switched away from HTTPRoute): the routes
-        // are the platform's to remove now; reconciles and deletions go on.
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            tracing::warn!(
-                namespace,
-                name,
-                "no rights on HTTPRoutes: the old route stays until removed by hand"
-            );
-            Ok(())
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Whether the card's status says HTTPRoutes route it.
 fn routed_by_routes(card: &AgentCard) -> bool {
     card.status.as_ref().and_then(|s| s.route_kind.as_deref())
         == Some(RouteKind::HttpRoute.as_str())
 }
 
-/// Write the ConfigMap, the Ingress and the backend Ingress (or delete a stale one).
+/// The apply stage: write the ConfigMap, the card's routes and the backend's (or delete stale
+/// ones), in that order, through [`write`]'s rules; `written` remembers each write until its
+/// watch shows it.
 pub async fn apply(
     client: &Client,
     built: &Built,
     card: &AgentCard,
     settings: &Settings,
     existing: &Existing<'_>,
-    memo: &WriteMemo,
-    configmaps: &Unseen<SeenConfigMap>,
+    written: &Written,
+) -> Result<(), Error> {
+    write_configmap(client, built, card, existing, written).await?;
+    write_card_routes(client, built, card, settings, existing, &written.memo).await?;
+    write_backend(client, built, card, existing, &written.memo).await?;
+    remove_replaced_routes(client, built, card, settings, existing).await
+}
+
+/// The ConfigMap with the served bytes.
+async fn write_configmap(
+    client: &Client,
+    built: &Built,
+    card: &AgentCard,
+    existing: &Existing<'_>,
+    written: &Written,
 ) -> Result<(), Error> {
     let ns = card.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let cm_version = existing.configmap.and_then(|c| c.resource_version());
-    let written = write(
+    let wrote = write(
         &cms,
         &built.configmap,
         existing.configmap,
@@ -364,15 +124,15 @@ pub async fn apply(
             removals: |h: &SeenConfigMap| configmap_removals(h, &built.configmap),
         },
         &(),
-        memo,
+        &written.memo,
     )
     .await?;
     // Until the watch shows it, later reconciles read this ConfigMap as written (its
     // publication time included), so a retry after a later step failed writes nothing new.
     // Nothing is held when nothing was written: the store has it already (or the same write is
     // on its way, and held from when it was made).
-    if written {
-        configmaps.remember(
+    if wrote {
+        written.configmaps_written.remember(
             "ConfigMap",
             &ns,
             &configmap_name(card),
@@ -380,6 +140,18 @@ pub async fn apply(
             SeenConfigMap::from(built.configmap.clone()),
         );
     }
+    Ok(())
+}
+
+/// The Ingress or HTTPRoute of the card's well-known paths, in the operator's namespace.
+async fn write_card_routes(
+    client: &Client,
+    built: &Built,
+    card: &AgentCard,
+    settings: &Settings,
+    existing: &Existing<'_>,
+    memo: &WriteMemo,
+) -> Result<(), Error> {
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
     if let Some(ing) = &built.ingress {
         write(
@@ -397,63 +169,62 @@ pub async fn apply(
         .await?;
     }
     if let Some(route) = &built.route {
-        write_route(
-            client,
-            route,
-            existing.route.as_deref(),
-            |m| written_for_card(m, card),
-            memo,
-        )
-        .await?;
+        let ours = |m: &dyn MetaView| written_for_card(m, card);
+        write_route(client, route, existing.route.as_deref(), ours, memo).await?;
     }
+    Ok(())
+}
+
+/// The Ingress or HTTPRoute of the agent's own path, in the card's namespace, or the removal
+/// of one the card no longer asks for.
+async fn write_backend(
+    client: &Client,
+    built: &Built,
+    card: &AgentCard,
+    existing: &Existing<'_>,
+    memo: &WriteMemo,
+) -> Result<(), Error> {
+    let ns = card.namespace().unwrap_or_default();
     let local: Api<Ingress> = Api::namespaced(client.clone(), &ns);
+    let ours = |m: &dyn MetaView| owned_by_card(m, card);
     match &built.backend_ingress {
         Some(b) => {
-            write(
-                &local,
-                b,
-                existing.backend.as_deref(),
-                Rules {
-                    ours: |m: &dyn MetaView| owned_by_card(m, card),
-                    current: |h: Option<&SeenIngress>| ingress_current(h, b),
-                    removals: |h: &SeenIngress| ingress_removals(h, b),
-                },
-                &(),
-                memo,
-            )
-            .await?;
+            let rules = Rules {
+                ours,
+                current: |h: Option<&SeenIngress>| ingress_current(h, b),
+                removals: |h: &SeenIngress| ingress_removals(h, b),
+            };
+            write(&local, b, existing.backend.as_deref(), rules, &(), memo).await?;
         }
-        None => {
-            if existing
-                .backend
-                .as_deref()
-                .is_some_and(|b| owned_by_card(&b.seen, card))
-            {
-                delete_if_present(&local, &backend_ingress_name(card)).await?
-            }
-        }
-    }
-    match &built.backend_route {
-        Some(r) => {
-            write_route(
-                client,
-                r,
-                existing.backend_route.as_deref(),
-                |m| owned_by_card(m, card),
-                memo,
-            )
-            .await?;
-        }
-        None if existing.backend_route.is_some() => {
-            delete_route_if_ours(client, &ns, &backend_ingress_name(card), |m| {
-                owned_by_card(m, card)
-            })
-            .await?
+        None if existing.backend.as_deref().is_some_and(|b| ours(&b.seen)) => {
+            delete_if_present(&local, &backend_ingress_name(card)).await?
         }
         None => {}
     }
-    // Switching what routes the card: the old routes go once the new ones carry traffic (an
-    // Ingress replaced by HTTPRoutes waits until the Gateways accepted them).
+    match &built.backend_route {
+        Some(r) => {
+            write_route(client, r, existing.backend_route.as_deref(), ours, memo).await?;
+        }
+        None if existing.backend_route.is_some() => {
+            delete_route_if_ours(client, &ns, &backend_ingress_name(card), ours).await?
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// Switching what routes the card: the old routes go once the new ones carry traffic (an
+/// Ingress replaced by HTTPRoutes waits until the Gateways accepted them).
+async fn remove_replaced_routes(
+    client: &Client,
+    built: &Built,
+    card: &AgentCard,
+    settings: &Settings,
+    existing: &Existing<'_>,
+) -> Result<(), Error> {
+    let ns = card.namespace().unwrap_or_default();
+    let name = ingress_name(&ns, &card.name_any());
+    let opns = &settings.operator_namespace;
     let replaced = built.route.is_none() || existing.routes_accepted;
     if built.ingress.is_none()
         && replaced
@@ -462,16 +233,11 @@ pub async fn apply(
             .as_deref()
             .is_some_and(|i| written_for_card(&i.seen, card))
     {
-        delete_if_present(&ingresses, &ingress_name(&ns, &card.name_any())).await?;
+        let ingresses: Api<Ingress> = Api::namespaced(client.clone(), opns);
+        delete_if_present(&ingresses, &name).await?;
     }
     if built.route.is_none() && (routed_by_routes(card) || existing.route.is_some()) {
-        delete_route_if_ours(
-            client,
-            &settings.operator_namespace,
-            &ingress_name(&ns, &card.name_any()),
-            |m| written_for_card(m, card),
-        )
-        .await?;
+        delete_route_if_ours(client, opns, &name, |m| written_for_card(m, card)).await?;
         delete_route_if_ours(client, &ns, &backend_ingress_name(card), |m| {
             owned_by_card(m, card)
         })
@@ -542,55 +308,9 @@ async fn cleanup(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cm(data: &str, ann: &[(&str, &str)]) -> ConfigMap {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "x", "annotations": ann.iter().cloned().collect::<BTreeMap<_, _>>()},
-            "data": {"agent-card.json": data},
-        }))
-        .unwrap()
-    }
-
-    /// `cm` as the store keeps it.
-    fn seen(cm: &ConfigMap) -> SeenConfigMap {
-        SeenConfigMap::from(cm.clone())
-    }
-
-    #[test]
-    fn unchanged_objects_are_not_written_again() {
-        let want = cm("a", &[("k", "v")]);
-        assert!(configmap_current(
-            Some(&seen(&cm("a", &[("k", "v"), ("other", "kept")]))),
-            &want
-        ));
-        assert!(!configmap_current(
-            Some(&seen(&cm("b", &[("k", "v")]))),
-            &want
-        ));
-        assert!(!configmap_current(
-            Some(&seen(&cm("a", &[("k", "w")]))),
-            &want
-        ));
-        assert!(!configmap_current(None, &want));
-    }
-
-    #[test]
-    fn an_annotation_we_applied_and_no_longer_want_makes_the_object_stale() {
-        let mut have = cm("a", &[("k", "v"), ("gone", "x")]);
-        let want = cm("a", &[("k", "v")]);
-        // Without a record of ours, extra annotations belong to someone else.
-        assert!(configmap_current(Some(&seen(&have)), &want));
-        have.metadata.managed_fields = Some(vec![serde_json::from_value(serde_json::json!({
-            "manager": MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
-            "fieldsV1": {"f:metadata": {"f:annotations": {"f:k": {}, "f:gone": {}}}}
-        }))
-        .unwrap()]);
-        assert!(!configmap_current(Some(&seen(&have)), &want));
-        assert_eq!(
-            configmap_removals(&seen(&have), &want),
-            Some(serde_json::json!({"metadata": {"annotations": {"gone": null}}}))
-        );
-    }
+    use crate::contract::{LABEL_MANAGED_BY, MANAGER};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
 
     #[test]
     fn objects_are_ours_only_when_managed_and_controlled_by_the_card() {

@@ -13,34 +13,19 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::a2a::card::{AgentCard as A2aCard, AgentInterface};
+use super::card::*;
+use crate::a2a::card::AgentCard as A2aCard;
 use crate::a2a::jws::sign_card_reusing;
 use crate::a2a::publish::{published_bytes, PublishOptions};
 use crate::a2a::SigningKey;
 use crate::contract::*;
-use crate::controller::policy::IngressPolicy;
-use crate::controller::routing::{RouteKind, Routing};
-use crate::controller::seen::{MetaView, SeenConfigMap};
-use crate::controller::Error;
-use crate::crd::agentcard::IngressSettings;
+use crate::controller::config::Settings;
+use crate::controller::routing::{ingress_object, IngressTarget, RouteKind};
+use crate::controller::error::Error;
 use crate::crd::{AgentCard, ServedRoute};
+use crate::store::{MetaView, SeenConfigMap};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
-
-/// What the operator's own deployment looks like.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// The operator's namespace (Ingresses for cards, JWKS, keys).
-    pub operator_namespace: String,
-    /// The Service in front of the card server.
-    pub service_name: String,
-    /// Its port name.
-    pub service_port_name: String,
-    /// What tenants' Ingress settings may do.
-    pub ingress: IngressPolicy,
-    /// Ingresses, HTTPRoutes or nothing.
-    pub routing: Routing,
-}
 
 /// Everything one reconcile writes, and what it reports.
 #[derive(Clone, Debug)]
@@ -69,155 +54,18 @@ pub struct Built {
     pub served: ServedRoute,
 }
 
-/// `spec.publish.pathPrefix` normalised: `""` or `/a/b`.
-pub fn prefix(card: &AgentCard) -> String {
-    normalize_prefix(&card.spec.publish.path_prefix)
-}
-
-/// `https://<host><prefix>`.
-pub fn public_base(card: &AgentCard) -> String {
-    format!("https://{}{}", card.spec.publish.host, prefix(card))
-}
-
-/// The public card URL.
-pub fn card_url(card: &AgentCard) -> String {
-    format!("{}{PATH_CARD}", public_base(card))
-}
-
-/// The A2A card as published: `spec.card` (for an imported card, the fetched card the
-/// reconciler put there, with `spec.overrides` applied and its cluster-internal interface URLs
-/// moved under the backend's public path), with the backend's public interface first.
-pub fn effective_card(card: &AgentCard) -> A2aCard {
-    let mut a2a = card.spec.card.clone().unwrap_or_default();
-    a2a.signatures.clear();
-    let imported = card.spec.source.is_some();
-    if imported {
-        if let Some(o) = &card.spec.overrides {
-            apply_overrides(&mut a2a, o);
-        }
-    }
-    if let Some(b) = &card.spec.backend {
-        let public = format!("https://{}{}", card.spec.publish.host, backend_path(card));
-        if imported {
-            for iface in &mut a2a.supported_interfaces {
-                if crate::a2a::validate::is_internal_url(&iface.url) {
-                    iface.url = public_interface_url(&public, &iface.url);
-                }
-            }
-        }
-        // An imported card's interface at the agent's root says what the agent speaks there.
-        let spoken = a2a
-            .supported_interfaces
-            .iter()
-            .find(|i| imported && i.url == public)
-            .map(|i| (i.protocol_binding.clone(), i.protocol_version.clone()));
-        let (binding, version) = spoken.unwrap_or_else(|| ("JSONRPC".into(), "1.0".into()));
-        let iface = AgentInterface {
-            url: public,
-            protocol_binding: b.protocol_binding.clone().unwrap_or(binding),
-            protocol_version: b.protocol_version.clone().unwrap_or(version),
-            tenant: String::new(),
-        };
-        a2a.supported_interfaces.retain(|i| i.url != iface.url);
-        a2a.supported_interfaces.insert(0, iface);
-    }
-    a2a
-}
-
-/// `internal` (the agent's own URL, e.g. `http://echo.team.svc:9999/rest`) under `public` (the
-/// backend's public base): `https://<host><backend path>/rest`; the agent's root is the base.
-fn public_interface_url(public: &str, internal: &str) -> String {
-    let path = url::Url::parse(internal)
-        .map(|u| u.path().trim_end_matches('/').to_string())
-        .unwrap_or_default();
-    format!("{public}{path}")
-}
-
-/// Set the fields `spec.overrides` names over an imported card.
-fn apply_overrides(a2a: &mut A2aCard, o: &crate::crd::Overrides) {
-    if let Some(v) = &o.name {
-        a2a.name.clone_from(v);
-    }
-    if let Some(v) = &o.description {
-        a2a.description.clone_from(v);
-    }
-    if let Some(v) = &o.provider {
-        a2a.provider = Some(v.clone());
-    }
-    if let Some(v) = &o.documentation_url {
-        a2a.documentation_url = Some(v.clone());
-    }
-    if let Some(v) = &o.icon_url {
-        a2a.icon_url = Some(v.clone());
-    }
-    for skill in &mut a2a.skills {
-        for tag in &o.skill_tags {
-            if !skill.tags.contains(tag) {
-                skill.tags.push(tag.clone());
-            }
-        }
+impl Built {
+    /// The size of the signed card served, in bytes.
+    pub fn served_len(&self) -> usize {
+        self.configmap
+            .data
+            .as_ref()
+            .and_then(|d| d.get(KEY_CARD))
+            .map_or(0, String::len)
     }
 }
 
-/// The path of the agent's own traffic on the public host (`spec.backend.path`, default
-/// `<prefix>/a2a`), with a leading slash.
-pub fn backend_path(card: &AgentCard) -> String {
-    let default = format!("{}/a2a", prefix(card));
-    let p = card
-        .spec
-        .backend
-        .as_ref()
-        .and_then(|b| b.path.clone())
-        .filter(|p| !p.trim().is_empty())
-        .unwrap_or(default);
-    if p.starts_with('/') {
-        p
-    } else {
-        format!("/{p}")
-    }
-}
-
-/// Name of the card's ConfigMap.
-pub fn configmap_name(card: &AgentCard) -> String {
-    card_configmap_name(&card.name_any())
-}
-
-/// Most characters of an Ingress name the operator writes (some ingress controllers derive
-/// DNS labels from it).
-pub const MAX_INGRESS_NAME: usize = 63;
-
-/// Name of the card's Ingress (and HTTPRoute) in the operator's namespace: readable head plus
-/// 16 hex digits of the hash of `namespace/name`, so `team-a`/`weather` and `team`/`a-weather`
-/// never share one, and no tenant can search out a name that squats another namespace's.
-pub fn ingress_name(namespace: &str, name: &str) -> String {
-    hashed_name_with(
-        &format!("agentcard-{namespace}-{name}"),
-        &format!("{namespace}/{name}"),
-        MAX_INGRESS_NAME,
-        16,
-    )
-}
-
-/// Name of the backend Ingress in the card's namespace.
-pub fn backend_ingress_name(card: &AgentCard) -> String {
-    backend_ingress_name_of(&card.name_any())
-}
-
-/// Name of the backend Ingress of the card named `name` (unique within its namespace).
-pub fn backend_ingress_name_of(name: &str) -> String {
-    hashed_name(&format!("agentcard-{name}-backend"), name, MAX_INGRESS_NAME)
-}
-
-/// `namespace/name` of a card, as written in [`ANN_CARD`].
-pub fn card_key(card: &AgentCard) -> String {
-    format!(
-        "{}/{}",
-        card.namespace().unwrap_or_default(),
-        card.name_any()
-    )
-}
-
-/// Build everything for `card`, which must have passed validation and holds its claim since
+/// The build stage: everything for `card`, which passed validation and holds its claim since
 /// `since`. `previous` is its ConfigMap as it is now (its signatures are reused when they
 /// still hold).
 pub fn build(
@@ -228,17 +76,59 @@ pub fn build(
     since: jiff::Timestamp,
     now: jiff::Timestamp,
 ) -> Result<Built, Error> {
-    let ns = card.namespace().unwrap_or_default();
-    let name = card.name_any();
-    let publish = &card.spec.publish;
-    let prefix = prefix(card);
-    let url = card_url(card);
-    let jku = format!("{}{PATH_JWKS}", public_base(card));
+    let signed = signed_body(card, signers, previous)?;
+    let published_at = published_at(card, previous, &signed.hash, now);
+    let max_age = card
+        .spec
+        .publish
+        .cache_max_age_seconds
+        .map_or(i64::from(DEFAULT_MAX_AGE), |m| m.clamp(0, 86_400));
+    let marks = Marks::of(card);
+    let configmap = configmap_object(card, &marks, &signed, &published_at, max_age)?;
+    let routes = routes(card, settings, &marks)?;
+    let served = ServedRoute {
+        host: card.spec.publish.host.to_ascii_lowercase(),
+        path_prefix: prefix(card),
+        legacy_path: card.spec.publish.legacy_path,
+        max_age_seconds: max_age,
+        published_at,
+        since: since.to_string(),
+    };
+    Ok(Built {
+        configmap,
+        ingress: routes.ingress,
+        backend_ingress: routes.backend_ingress,
+        route: routes.route,
+        backend_route: routes.backend_route,
+        content_hash: signed.hash,
+        key_id: signed.key_id,
+        key_ids: signers.iter().map(|k| k.kid().to_string()).collect(),
+        pending_key: None,
+        url: card_url(card),
+        served,
+    })
+}
 
-    let previous_card = previous
+/// The bytes served, and what identifies them.
+struct Signed {
+    body: String,
+    hash: String,
+    key_id: String,
+}
+
+/// The effective card signed by `signers` (the previous signatures reused where they still
+/// hold, so an unchanged card keeps its bytes), in its published form.
+fn signed_body(
+    card: &AgentCard,
+    signers: &[SigningKey],
+    previous: Option<&SeenConfigMap>,
+) -> Result<Signed, Error> {
+    let jku = format!("{}{PATH_JWKS}", public_base(card));
+    let previous_signatures = previous
         .and_then(|cm| cm.bytes(KEY_CARD))
-        .and_then(|b| A2aCard::from_json_lenient(b).ok());
-    let previous_signatures = previous_card.map(|c| c.signatures).unwrap_or_default();
+        .and_then(|b| A2aCard::from_json_lenient(b).ok())
+        .map(|c| c.signatures)
+        .unwrap_or_default();
     let key_id = signers
         .first()
         .map(SigningKey::kid)
@@ -252,7 +142,7 @@ pub fn build(
     let bytes = published_bytes(
         &signed,
         PublishOptions {
-            v03_compat: publish.v03_compat,
+            v03_compat: card.spec.publish.v03_compat,
         },
     )
     .map_err(|e| {
@@ -262,235 +152,238 @@ pub fn build(
         )]))
     })?;
     let body = String::from_utf8(bytes).unwrap_or_default();
-    let hash = content_hash(body.as_bytes());
-    // The publication time moves only with the bytes: taken from the status (written by the
-    // operator alone) when it confirms these bytes, else from the ConfigMap already holding
-    // them (a status write that failed must not make every retry a new ConfigMap version).
+    Ok(Signed {
+        hash: content_hash(body.as_bytes()),
+        body,
+        key_id: key_id.to_string(),
+    })
+}
+
+/// When the bytes hashing to `hash` were first published: the publication time moves only
+/// with the bytes. Taken from the status (written by the operator alone) when it confirms
+/// these bytes, else from the ConfigMap already holding them (a status write that failed must
+/// not make every retry a new ConfigMap version), else `now`.
+fn published_at(
+    card: &AgentCard,
+    previous: Option<&SeenConfigMap>,
+    hash: &str,
+    now: jiff::Timestamp,
+) -> String {
     let status = card.status.as_ref();
-    let previous_ann = |key: &str| previous.and_then(|cm| cm.seen.annotation(key));
-    let published_at = match (
+    if let (Some(h), Some(served)) = (
         status.and_then(|s| s.content_hash.as_ref()),
         status.and_then(|s| s.served.as_ref()),
     ) {
-        (Some(h), Some(served)) if *h == hash => served.published_at.clone(),
-        _ => match (
-            previous_ann(ANN_CONTENT_HASH),
-            previous_ann(ANN_PUBLISHED_AT),
-        ) {
-            (Some(h), Some(at)) if h == hash => at.to_string(),
-            _ => now.to_string(),
-        },
-    };
-    let max_age = publish
-        .cache_max_age_seconds
-        .map_or(i64::from(DEFAULT_MAX_AGE), |m| m.clamp(0, 86_400));
-    let owner = card
-        .controller_owner_ref(&())
-        .map(|o| vec![o])
-        .unwrap_or_default();
-    let labels = json!({
-        LABEL_MANAGED_BY: MANAGER,
-        LABEL_CARD_UID: card.uid().unwrap_or_default(),
-    });
-    let mut cm_labels = labels.clone();
-    cm_labels[LABEL_CONTENT] = json!(CONTENT_CARD);
-    let card_ref = card_key(card);
+        if h == hash {
+            return served.published_at.clone();
+        }
+    }
+    let previous_ann = |key: &str| previous.and_then(|cm| cm.seen.annotation(key));
+    match (
+        previous_ann(ANN_CONTENT_HASH),
+        previous_ann(ANN_PUBLISHED_AT),
+    ) {
+        (Some(h), Some(at)) if h == hash => at.to_string(),
+        _ => now.to_string(),
+    }
+}
 
-    let configmap: ConfigMap = serde_json::from_value(json!({
+/// What marks an object as written for the card: labels, the card annotation, its owner.
+struct Marks {
+    labels: serde_json::Value,
+    card_ref: String,
+    owner: Vec<OwnerReference>,
+}
+
+impl Marks {
+    fn of(card: &AgentCard) -> Marks {
+        Marks {
+            labels: json!({
+                LABEL_MANAGED_BY: MANAGER,
+                LABEL_CARD_UID: card.uid().unwrap_or_default(),
+            }),
+            card_ref: card_key(card),
+            owner: card
+                .controller_owner_ref(&())
+                .map(|o| vec![o])
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The ConfigMap holding the served bytes, owned by the card, with the informational
+/// annotations.
+fn configmap_object(
+    card: &AgentCard,
+    marks: &Marks,
+    signed: &Signed,
+    published_at: &str,
+    max_age: i64,
+) -> Result<ConfigMap, Error> {
+    let publish = &card.spec.publish;
+    let mut labels = marks.labels.clone();
+    labels[LABEL_CONTENT] = json!(CONTENT_CARD);
+    serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": configmap_name(card),
-            "namespace": ns,
-            "labels": cm_labels,
+            "namespace": card.namespace().unwrap_or_default(),
+            "labels": labels,
             "annotations": {
-                ANN_CARD: card_ref,
+                ANN_CARD: marks.card_ref,
                 ANN_HOST: publish.host,
-                ANN_PATH_PREFIX: prefix,
+                ANN_PATH_PREFIX: prefix(card),
                 ANN_LEGACY_PATH: publish.legacy_path.to_string(),
-                ANN_CONTENT_HASH: hash,
+                ANN_CONTENT_HASH: signed.hash,
                 ANN_MAX_AGE: max_age.to_string(),
-                ANN_KEY_ID: key_id,
+                ANN_KEY_ID: signed.key_id,
                 ANN_PUBLISHED_AT: published_at,
             },
-            "ownerReferences": owner,
+            "ownerReferences": marks.owner,
         },
-        "data": {KEY_CARD: body},
+        "data": {KEY_CARD: signed.body},
     }))
-    .map_err(|e| Error::Internal(format!("ConfigMap: {e}")))?;
+    .map_err(|e| Error::Internal(format!("ConfigMap: {e}")))
+}
 
+/// What routes the card: by the operator's routing setting, Ingresses or HTTPRoutes (or none).
+#[derive(Default)]
+struct Routes {
+    ingress: Option<Ingress>,
+    backend_ingress: Option<Ingress>,
+    route: Option<DynamicObject>,
+    backend_route: Option<DynamicObject>,
+}
+
+/// The card's well-known paths: the card, the JWKS and, when asked, the legacy card path.
+fn well_known_paths(card: &AgentCard) -> Vec<String> {
+    let prefix = prefix(card);
     let mut paths = vec![
         format!("{prefix}{PATH_CARD}"),
         format!("{prefix}{PATH_JWKS}"),
     ];
-    if publish.legacy_path {
+    if card.spec.publish.legacy_path {
         paths.push(format!("{prefix}{PATH_LEGACY}"));
     }
-    let host = publish.host.to_ascii_lowercase();
-    let routing = &settings.routing;
-    let section = publish.section_name.as_deref();
-    let route_meta = |name: &str, namespace: &str, owner: &[OwnerReference]| {
-        json!({"name": name, "namespace": namespace, "labels": labels,
-               "annotations": {ANN_CARD: card_ref}, "ownerReferences": owner})
-    };
-    let internal = |e: serde_json::Error| Error::Internal(format!("HTTPRoute: {e}"));
-    let (mut ingress, mut route, mut backend_ingress, mut backend_route) = (None, None, None, None);
-    match routing.kind {
-        RouteKind::Ingress => {
-            let backend = json!({"service": {"name": settings.service_name, "port": {"name": settings.service_port_name}}});
-            let rule_paths: Vec<_> = paths
-                .iter()
-                .map(|p| json!({"path": p, "pathType": "Exact", "backend": backend}))
-                .collect();
-            ingress = Some(ingress_object(
-                IngressTarget {
-                    name: &ingress_name(&ns, &name),
-                    namespace: &settings.operator_namespace,
-                    labels: &labels,
-                    marker: (ANN_CARD, &card_ref),
-                    owner: &[],
-                    tls_secret: settings.ingress.tls_secret(&host),
-                    host: &host,
-                    settings: &publish.ingress,
-                },
-                &settings.ingress,
-                rule_paths,
-            )?);
-            if let Some(b) = &card.spec.backend {
-                backend_ingress = Some(ingress_object(
-                    IngressTarget {
-                        name: &backend_ingress_name(card),
-                        namespace: &ns,
-                        labels: &labels,
-                        marker: (ANN_CARD, &card_ref),
-                        owner: &owner,
-                        tls_secret: publish.ingress.tls_secret_name.clone(),
-                        host: &host,
-                        settings: &publish.ingress,
-                    },
-                    &settings.ingress,
-                    vec![json!({
-                        "path": backend_path(card),
-                        "pathType": "Prefix",
-                        "backend": {"service": {"name": b.service_name, "port": {"number": b.port}}},
-                    })],
-                )?);
-            }
-        }
-        RouteKind::HttpRoute => {
-            let matches: Vec<(&str, String)> = paths.iter().map(|p| ("Exact", p.clone())).collect();
-            route = Some(
-                routing
-                    .route(
-                        route_meta(&ingress_name(&ns, &name), &settings.operator_namespace, &[]),
-                        &host,
-                        section,
-                        &matches,
-                        &settings.service_name,
-                        routing.service_port,
-                    )
-                    .map_err(internal)?,
-            );
-            if let Some(b) = &card.spec.backend {
-                let port = u16::try_from(b.port).unwrap_or(0);
-                backend_route = Some(
-                    routing
-                        .route(
-                            route_meta(&backend_ingress_name(card), &ns, &owner),
-                            &host,
-                            section,
-                            &[("PathPrefix", backend_path(card))],
-                            &b.service_name,
-                            port,
-                        )
-                        .map_err(internal)?,
-                );
-            }
-        }
-        RouteKind::None => {}
-    }
+    paths
+}
 
-    let served = ServedRoute {
-        host: publish.host.to_ascii_lowercase(),
-        path_prefix: prefix.clone(),
-        legacy_path: publish.legacy_path,
-        max_age_seconds: max_age,
-        published_at,
-        since: since.to_string(),
+fn routes(card: &AgentCard, settings: &Settings, marks: &Marks) -> Result<Routes, Error> {
+    match settings.routing.kind {
+        RouteKind::Ingress => ingress_routes(card, settings, marks),
+        RouteKind::HttpRoute => http_routes(card, settings, marks),
+        RouteKind::None => Ok(Routes::default()),
+    }
+}
+
+/// The card route Ingress in the operator's namespace (Exact well-known paths to the card
+/// server), and with `spec.backend` the backend Ingress in the card's namespace.
+fn ingress_routes(card: &AgentCard, settings: &Settings, marks: &Marks) -> Result<Routes, Error> {
+    let (ns, name) = (card.namespace().unwrap_or_default(), card.name_any());
+    let publish = &card.spec.publish;
+    let host = publish.host.to_ascii_lowercase();
+    let backend = json!({"service": {"name": settings.service_name, "port": {"name": settings.service_port_name}}});
+    let rule_paths: Vec<_> = well_known_paths(card)
+        .iter()
+        .map(|p| json!({"path": p, "pathType": "Exact", "backend": backend}))
+        .collect();
+    let card_route = ingress_object(
+        IngressTarget {
+            name: &ingress_name(&ns, &name),
+            namespace: &settings.operator_namespace,
+            labels: &marks.labels,
+            marker: (ANN_CARD, &marks.card_ref),
+            owner: &[],
+            tls_secret: settings.ingress.tls_secret(&host),
+            host: &host,
+            settings: &publish.ingress,
+        },
+        &settings.ingress,
+        rule_paths,
+    )?;
+    let backend_ingress = match &card.spec.backend {
+        Some(b) => Some(ingress_object(
+            IngressTarget {
+                name: &backend_ingress_name(card),
+                namespace: &ns,
+                labels: &marks.labels,
+                marker: (ANN_CARD, &marks.card_ref),
+                owner: &marks.owner,
+                tls_secret: publish.ingress.tls_secret_name.clone(),
+                host: &host,
+                settings: &publish.ingress,
+            },
+            &settings.ingress,
+            vec![json!({
+                "path": backend_path(card),
+                "pathType": "Prefix",
+                "backend": {"service": {"name": b.service_name, "port": {"number": b.port}}},
+            })],
+        )?),
+        None => None,
     };
-    Ok(Built {
-        configmap,
-        ingress,
+    Ok(Routes {
+        ingress: Some(card_route),
         backend_ingress,
-        route,
-        backend_route,
-        content_hash: hash,
-        key_id: key_id.to_string(),
-        key_ids: signers.iter().map(|k| k.kid().to_string()).collect(),
-        pending_key: None,
-        url,
-        served,
+        ..Routes::default()
     })
 }
 
-/// Where an Ingress goes, for which host and tenant settings, and what marks it as whose
-/// (cards and directories write their Ingresses through [`ingress_object`]).
-pub(crate) struct IngressTarget<'a> {
-    pub name: &'a str,
-    pub namespace: &'a str,
-    pub labels: &'a serde_json::Value,
-    /// The annotation naming the card or directory the Ingress is written for.
-    pub marker: (&'a str, &'a str),
-    pub owner: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-    pub tls_secret: Option<String>,
-    /// The lower-cased host.
-    pub host: &'a str,
-    /// The tenant's Ingress settings (class, annotations), filtered by the operator's policy.
-    pub settings: &'a IngressSettings,
-}
-
-/// An Ingress for `target` routing `paths`, under the operator's Ingress `policy`.
-pub(crate) fn ingress_object(
-    target: IngressTarget<'_>,
-    policy: &IngressPolicy,
-    paths: Vec<serde_json::Value>,
-) -> Result<Ingress, Error> {
-    let settings = target.settings;
-    let host = target.host;
-    let mut spec = json!({"rules": [{"host": host, "http": {"paths": paths}}]});
-    if let Some(class) = policy.class_for(settings) {
-        spec["ingressClassName"] = json!(class);
-    }
-    if let Some(tls) = target.tls_secret {
-        spec["tls"] = json!([{"hosts": [host], "secretName": tls}]);
-    }
-    // Only allow-listed tenant annotations (validation refused the others), plus ours.
-    let mut annotations: serde_json::Map<String, serde_json::Value> = settings
-        .annotations
-        .iter()
-        .filter(|(k, _)| policy.annotation_allowed(k))
-        .map(|(k, v)| (k.clone(), json!(v)))
+/// The card route HTTPRoute in the operator's namespace (Exact well-known paths to the card
+/// server's Service), and with `spec.backend` the backend HTTPRoute in the card's namespace.
+fn http_routes(card: &AgentCard, settings: &Settings, marks: &Marks) -> Result<Routes, Error> {
+    let (ns, name) = (card.namespace().unwrap_or_default(), card.name_any());
+    let routing = &settings.routing;
+    let host = card.spec.publish.host.to_ascii_lowercase();
+    let section = card.spec.publish.section_name.as_deref();
+    let meta = |name: &str, namespace: &str, owner: &[OwnerReference]| {
+        json!({"name": name, "namespace": namespace, "labels": marks.labels,
+               "annotations": {ANN_CARD: marks.card_ref}, "ownerReferences": owner})
+    };
+    let internal = |e: serde_json::Error| Error::Internal(format!("HTTPRoute: {e}"));
+    let matches: Vec<(&str, String)> = well_known_paths(card)
+        .into_iter()
+        .map(|p| ("Exact", p))
         .collect();
-    annotations.insert(target.marker.0.into(), json!(target.marker.1));
-    serde_json::from_value(json!({
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "Ingress",
-        "metadata": {
-            "name": target.name,
-            "namespace": target.namespace,
-            "labels": target.labels,
-            "annotations": annotations,
-            "ownerReferences": target.owner,
-        },
-        "spec": spec,
-    }))
-    .map_err(|e| Error::Internal(format!("Ingress: {e}")))
+    let route = routing
+        .route(
+            meta(&ingress_name(&ns, &name), &settings.operator_namespace, &[]),
+            &host,
+            section,
+            &matches,
+            &settings.service_name,
+            routing.service_port,
+        )
+        .map_err(internal)?;
+    let backend_route = match &card.spec.backend {
+        Some(b) => Some(
+            routing
+                .route(
+                    meta(&backend_ingress_name(card), &ns, &marks.owner),
+                    &host,
+                    section,
+                    &[("PathPrefix", backend_path(card))],
+                    &b.service_name,
+                    u16::try_from(b.port).unwrap_or(0),
+                )
+                .map_err(internal)?,
+        ),
+        None => None,
+    };
+    Ok(Routes {
+        route: Some(route),
+        backend_route,
+        ..Routes::default()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::a2a::Algorithm;
+    use crate::controller::policy::IngressPolicy;
+    use crate::controller::routing::{Routing, MAX_INGRESS_NAME};
 
     fn keys() -> Vec<SigningKey> {
         vec![SigningKey::generate(Algorithm::EdDSA, Some("k1")).unwrap()]

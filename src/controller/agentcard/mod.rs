@@ -1,16 +1,20 @@
-//! The AgentCard reconciler, a pipeline: [`validate`] → claim → [`build`] (pure) → [`apply`]
-//! → [`status`]. A step that fails stops the pipeline before anything is written, so the last
-//! good card stays served; the status and a Warning Event (on transitions only) say why.
+//! The AgentCard reconciler. Each reconcile walks the pipeline once, every stage taking the
+//! previous one's output: [`source`] (an imported card: fetch or keep the last good one) →
+//! [`validate`] (pure) → [`claim`] (the route in the claims table) → [`build`] (pure:
+//! everything written, signed) → [`apply`] (writes) → [`status`] (pure next status, one
+//! write). [`card`] holds what every stage derives from the spec. A stage that fails stops the
+//! pipeline before anything is written, so the last good card stays served; the status and a
+//! Warning Event (on transitions only) say why.
 //!
-//! Ownership: before building, the card takes its claim on host + prefix in the claims table
-//! ([`crate::controller::claims`]); a card that may not hold its route (another card holds an
-//! overlapping claim, or its namespace may not use the host) is taken off the air: status
-//! cleared first (the card server routes by status alone), then its ConfigMap and Ingresses
-//! deleted. The claims it no longer needs are released, and the cards waiting on those hosts
-//! are looked at again.
+//! Ownership: a card that may not hold its route (another card holds an overlapping claim, or
+//! its namespace may not use the host) is taken off the air: status cleared first (the card
+//! server routes by status alone), then its ConfigMap and Ingresses deleted. The claims it no
+//! longer needs are released, and the cards waiting on those hosts are looked at again.
 
 pub mod apply;
 pub mod build;
+pub mod card;
+pub mod claim;
 pub mod source;
 pub mod status;
 pub mod validate;
@@ -19,21 +23,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::claims::Claim;
-use super::{Context, Error};
+use super::context::Context;
+use super::error::Error;
+use super::metrics::FailureLabels;
+use super::routing::{self, RouteKind};
 use crate::crd::AgentCard;
+use crate::store::SeenConfigMap;
+use apply::Existing;
+use build::Built;
 
 /// Finalizer removing the Ingress in the operator's namespace when a card is deleted.
 pub const FINALIZER: &str = "agentcard.dev/ingress-cleanup";
-
-/// The [`crate::controller::watches::Unseen`] kind of a card's status writes.
-pub const STATUS_WRITE: &str = "AgentCard/status";
 
 /// How often a healthy card is re-checked without any change: by the controllers' resync,
 /// which walks every card once per period, evenly spread (a requeue timer per card would keep
@@ -42,18 +49,21 @@ pub const RESYNC: Duration = Duration::from_secs(3600);
 /// How soon a card that lost a host conflict looks again (the holder's release also triggers it).
 const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
 
+/// What a reconcile ends with: the published card and its warnings, or why not.
+pub type Outcome = Result<(Built, Vec<String>), Error>;
+
 /// Reconcile one AgentCard.
 pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
-    ctx.load_claims().await;
+    ctx.ownership.load().await;
     let ns = card.namespace().unwrap_or_default();
     let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, card, |event| async {
         match event {
-            FinalizerEvent::Apply(card) => reconcile_apply(card, ctx.clone()).await,
+            FinalizerEvent::Apply(card) => reconcile_apply(card, &ctx).await,
             FinalizerEvent::Cleanup(card) => {
-                ctx.forget_card(&card).await?;
+                forget(&card, &ctx).await?;
                 Ok(Action::await_change())
             }
         }
@@ -66,112 +76,33 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
     result
 }
 
-/// The claim `card` asks for.
-fn wanted_claim(card: &AgentCard, now: jiff::Timestamp) -> Claim {
-    Claim {
-        host: card.spec.publish.host.to_ascii_lowercase(),
-        prefix: build::prefix(card),
-        namespace: card.namespace().unwrap_or_default(),
-        name: card.name_any(),
-        uid: card.uid().unwrap_or_default(),
-        since: now,
-        whole_host: false,
-    }
+/// Transient failures: per-object exponential backoff.
+pub fn error_policy(card: Arc<AgentCard>, error: &Error, ctx: Arc<Context>) -> Action {
+    count_failure(&ctx, error);
+    let delay = ctx.backoff.next(&card::card_key(&card));
+    tracing::warn!(card = %card::card_key(&card), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
-/// Validate → claim → build → apply.
-async fn publish(
-    card: &AgentCard,
-    ctx: &Context,
-    existing: &apply::Existing<'_>,
-) -> Result<(build::Built, Vec<String>), Error> {
-    let ns = card.namespace().unwrap_or_default();
-    let annotations = ctx.namespace_annotations(&ns);
-    // A route the namespace may no longer use goes, whatever state the spec is in.
-    if let Some(served) = card.status.as_ref().and_then(|s| s.served.as_ref()) {
-        validate::host_allowance(&served.host, &ns, &ctx.allowed_hosts, &annotations)?;
-    }
-    let warnings = validate::card(card)?;
-    validate::routing(card, &ctx.settings.ingress, &ctx.settings.routing)?;
-    ctx.check_namespace_limit(card)?;
-    validate::host_allowance(
-        &card.spec.publish.host,
-        &ns,
-        &ctx.allowed_hosts,
-        &annotations,
-    )?;
-    let now = jiff::Timestamp::now();
-    let claim = ctx.acquire_claim(wanted_claim(card, now))?;
-    let keys = ctx.keys()?;
-    let signers = ctx.signers(&keys).await?;
-    let mut built = build::build(
-        card,
-        &signers.keys,
-        &ctx.settings,
-        existing.configmap,
-        claim.since,
-        now,
-    )?;
-    let bytes = built
-        .configmap
-        .data
-        .as_ref()
-        .and_then(|d| d.get(crate::contract::KEY_CARD))
-        .map_or(0, String::len);
-    if bytes > ctx.max_card_bytes {
-        return Err(Error::CardTooLarge {
-            bytes,
-            limit: ctx.max_card_bytes,
-        });
-    }
-    apply::apply(
-        &ctx.client,
-        &built,
-        card,
-        &ctx.settings,
-        existing,
-        &ctx.written,
-        &ctx.configmaps_written,
-    )
-    .await?;
-    built.pending_key = signers.pending;
-    Ok((built, warnings))
+fn count_failure(ctx: &Context, error: &Error) {
+    ctx.metrics
+        .failures
+        .get_or_create(&FailureLabels {
+            category: error.category(),
+        })
+        .inc();
 }
 
-async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = card.namespace().unwrap_or_default();
+/// One pass of the pipeline for a card that exists.
+async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, Error> {
     // Triggered before the watch showed this card's last status write (another object's
     // event came first), the store holds the status from before it: read our own write.
-    let (name, version) = (card.name_any(), card.resource_version());
-    let card = match ctx
-        .statuses
-        .get(STATUS_WRITE, &ns, &name, version.as_deref())
-    {
-        Some(written) => {
-            let mut c = (*card).clone();
-            c.status = Some(written);
-            Arc::new(c)
-        }
-        None => card,
-    };
-    let previous = ctx.configmap(&card);
-    let existing = ctx.existing(&card, previous.as_deref());
-    // With HTTPRoute routing, what the Gateways say of the routes as last seen.
-    let routed = (ctx.settings.routing.kind == super::routing::RouteKind::HttpRoute).then(|| {
-        let routes: Vec<&kube::api::DynamicObject> =
-            [existing.route.as_deref(), existing.backend_route.as_deref()]
-                .into_iter()
-                .flatten()
-                .collect();
-        super::routing::routed(&routes, &ctx.settings.routing.parents)
-    });
-    let existing = apply::Existing {
-        routes_accepted: routed.as_ref().is_some_and(|(s, _, _)| s == "True"),
-        ..existing
-    };
+    let card = ctx.written.with_own_status(card);
+    let previous = ctx.written.configmap(&card);
+    let (existing, routed) = existing_routes(&card, ctx, previous.as_deref());
     // An imported card: fetch it (or keep the last good one), then the same pipeline.
     let report = match &card.spec.source {
-        Some(src) => Some(source::look(&card, src, &ctx, previous.as_deref()).await),
+        Some(src) => Some(ctx.sources.look(&card, src, previous.as_deref()).await),
         None => None,
     };
     let resolved = report.as_ref().and_then(|r| r.card.clone()).map(|base| {
@@ -180,94 +111,159 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
         c
     });
     let outcome = match (&report, &resolved) {
-        (Some(_), Some(c)) => publish(c, &ctx, &existing).await,
+        (Some(_), Some(c)) => publish(c, ctx, &existing).await,
         (Some(r), None) => Err(Error::SourceUnavailable(
             r.error
                 .as_ref()
                 .map_or_else(String::new, |e| e.message.clone()),
         )),
-        (None, _) => publish(&card, &ctx, &existing).await,
+        (None, _) => publish(&card, ctx, &existing).await,
     };
-    let mut next = status::next(
-        resolved.as_ref().unwrap_or(&card),
-        &outcome,
-        Time(jiff::Timestamp::now()),
-    );
-    if let Some(r) = &report {
-        status::set_source(&mut next, &card, r, Time(jiff::Timestamp::now()));
-    }
-    if outcome.is_err() {
-        // A card whose edit failed keeps its last good version, signed with the keys of its
-        // time: say so when those keys no longer sign (a rotation went on meanwhile).
-        let signing = ctx.signing_kids();
-        let retired: Vec<String> = previous
-            .as_ref()
-            .and_then(|cm| cm.text(crate::contract::KEY_CARD))
-            .map(super::keys::signature_kids)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|k| !signing.is_empty() && !signing.contains(k))
-            .collect();
-        status::set_retired_signature(&mut next, &card, &retired, Time(jiff::Timestamp::now()));
-    }
-    status::set_routing(
-        &mut next,
-        &card,
-        ctx.settings.routing.kind,
+    let retired = retired_keys(&outcome, previous.as_deref(), ctx);
+    let next = status::next(&status::Found {
+        card: &card,
+        published: resolved.as_ref().unwrap_or(&card),
+        outcome: &outcome,
+        source: report.as_ref(),
+        retired: &retired,
+        routing: ctx.settings.routing.kind,
         routed,
-        Time(jiff::Timestamp::now()),
-    );
-    let before = status::ready_state(card.status.as_ref());
-    let after = status::ready_state(Some(&next));
+        now: Time(jiff::Timestamp::now()),
+    });
+    report_outcome(&card, ctx, &outcome, &next, &existing).await?;
+    next_action(&card, ctx, outcome)
+}
+
+/// What the operator wrote for `card` as last seen, and with HTTPRoute routing what the
+/// Gateways say of its routes (`(status, reason, message)`).
+fn existing_routes<'a>(
+    card: &AgentCard,
+    ctx: &Context,
+    previous: Option<&'a SeenConfigMap>,
+) -> (Existing<'a>, Option<(String, String, String)>) {
+    let existing = Existing::of(&ctx.written, card, previous);
+    let routed = (ctx.settings.routing.kind == RouteKind::HttpRoute).then(|| {
+        let routes: Vec<&DynamicObject> =
+            [existing.route.as_deref(), existing.backend_route.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect();
+        routing::routed(&routes, &ctx.settings.routing.parents)
+    });
+    let existing = Existing {
+        routes_accepted: routed.as_ref().is_some_and(|(s, _, _)| s == "True"),
+        ..existing
+    };
+    (existing, routed)
+}
+
+/// validate → claim → build → apply.
+async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Outcome {
+    let annotations = ctx.namespace_annotations(&card.namespace().unwrap_or_default());
+    let limit = |c: &AgentCard| ctx.limits.check_namespace(c, &ctx.index, &ctx.cards);
+    let warnings = validate::admit(
+        card,
+        &validate::Admission {
+            settings: &ctx.settings,
+            allowed_hosts: &ctx.allowed_hosts,
+            namespace_annotations: &annotations,
+            namespace_limit: &limit,
+        },
+    )?;
+    let now = jiff::Timestamp::now();
+    let claim = claim::take(card, &ctx.ownership, now)?;
+    let keys = ctx.signing.keys()?;
+    let signers = ctx.signing.signers(&keys).await?;
+    let mut built = build::build(
+        card,
+        &signers.keys,
+        &ctx.settings,
+        existing.configmap,
+        claim.since,
+        now,
+    )?;
+    ctx.limits.check_size(built.served_len())?;
+    apply::apply(
+        &ctx.client,
+        &built,
+        card,
+        &ctx.settings,
+        existing,
+        &ctx.written,
+    )
+    .await?;
+    built.pending_key = signers.pending;
+    Ok((built, warnings))
+}
+
+/// A card whose edit failed keeps its last good version, signed with the keys of its time:
+/// those that no longer sign (a rotation went on meanwhile), for the status to say so.
+fn retired_keys(outcome: &Outcome, previous: Option<&SeenConfigMap>, ctx: &Context) -> Vec<String> {
+    if outcome.is_ok() {
+        return Vec::new();
+    }
+    let signing = ctx.signing.signing_kids();
+    previous
+        .and_then(|cm| cm.text(crate::contract::KEY_CARD))
+        .map(super::keys::signature_kids)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|k| !signing.is_empty() && !signing.contains(k))
+        .collect()
+}
+
+/// Say what happened: the status written (when it changed), the claims kept to what it serves,
+/// a card that lost its route taken off the air, an Event on a Ready transition, and the
+/// cards waiting on the hosts it freed looked at again.
+async fn report_outcome(
+    card: &AgentCard,
+    ctx: &Context,
+    outcome: &Outcome,
+    next: &crate::crd::AgentCardStatus,
+    existing: &Existing<'_>,
+) -> Result<(), Error> {
+    let transition = status::ready_state(card.status.as_ref()) != status::ready_state(Some(next));
     ctx.metrics.set_ready(
-        build::card_key(&card),
+        card::card_key(card),
         Some(if outcome.is_ok() { "True" } else { "False" }),
     );
-    if card.status.as_ref() != Some(&next) {
-        let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
-        super::apply_status(&api, &name, &next).await?;
-        tracing::debug!(card = %build::card_key(&card), ?version, before = ?card.status, after = ?next, "status written");
-        ctx.statuses
-            .remember(STATUS_WRITE, &ns, &name, version.as_deref(), next.clone());
-    }
+    let api: Api<AgentCard> =
+        Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
+    status::write(&api, card, next, &ctx.written.statuses).await?;
     // The status now says what is served; the claims follow it.
     let keep = next
         .served
         .as_ref()
-        .map(|s| (s.host.clone(), s.path_prefix.clone()));
-    let freed = ctx.retain_claims(&card, keep.as_ref().map(|(h, p)| (h.as_str(), p.as_str())));
-    if let Err(e) = &outcome {
+        .map(|s| (s.host.as_str(), s.path_prefix.as_str()));
+    let freed = ctx.ownership.retain_card(card, keep);
+    if let Err(e) = outcome {
         if e.loses_claim() {
-            apply::unpublish(&ctx.client, &card, &ctx.settings, &existing).await?;
+            apply::unpublish(&ctx.client, card, &ctx.settings, existing).await?;
         }
     }
-    if before != after {
-        publish_event(&ctx, &card, &outcome).await;
+    if transition {
+        publish_event(ctx, card, outcome).await;
     }
-    ctx.recheck_hosts(&freed, &card);
-    // An imported card is looked at again every refresh interval, whatever happened.
+    ctx.ownership.recheck_card(&freed, card);
+    Ok(())
+}
+
+/// When to look at the card again: an imported card every refresh interval, a lost host
+/// conflict after a while (or on the holder's release), otherwise on a change.
+fn next_action(card: &AgentCard, ctx: &Context, outcome: Outcome) -> Result<Action, Error> {
     let refresh = card.spec.source.as_deref().map(source::refresh);
+    let on_change = || refresh.map_or_else(Action::await_change, Action::requeue);
     match outcome {
         Ok(_) => {
-            ctx.reset_backoff(&card);
-            Ok(refresh.map_or_else(Action::await_change, Action::requeue))
+            ctx.backoff.reset(&card::card_key(card));
+            Ok(on_change())
         }
         Err(e) if e.waits_for_change() => {
-            ctx.metrics
-                .failures
-                .get_or_create(&super::metrics::FailureLabels {
-                    category: e.category(),
-                })
-                .inc();
-            Ok(refresh.map_or_else(Action::await_change, Action::requeue))
+            count_failure(ctx, &e);
+            Ok(on_change())
         }
         Err(e @ Error::HostConflict { .. }) => {
-            ctx.metrics
-                .failures
-                .get_or_create(&super::metrics::FailureLabels {
-                    category: e.category(),
-                })
-                .inc();
+            count_failure(ctx, &e);
             Ok(Action::requeue(CONFLICT_RECHECK))
         }
         Err(e) => Err(e),
@@ -276,7 +272,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Acti
 
 /// The Event a reconcile's `outcome` is reported with: Normal when published, Warning with the
 /// failure's reason (pure; the load benchmark's floor writes the same Event).
-pub fn outcome_event(outcome: &Result<(build::Built, Vec<String>), Error>) -> Event {
+pub fn outcome_event(outcome: &Outcome) -> Event {
     match outcome {
         Ok((built, _)) => Event {
             type_: EventType::Normal,
@@ -296,11 +292,7 @@ pub fn outcome_event(outcome: &Result<(build::Built, Vec<String>), Error>) -> Ev
 }
 
 /// One Event per Ready transition (see [`outcome_event`]).
-async fn publish_event(
-    ctx: &Context,
-    card: &AgentCard,
-    outcome: &Result<(build::Built, Vec<String>), Error>,
-) {
+async fn publish_event(ctx: &Context, card: &AgentCard, outcome: &Outcome) {
     let event = outcome_event(outcome);
     if let Err(e) = ctx.recorder.publish(&event, &card.object_ref(&())).await {
         tracing::warn!(error = %e, "could not record an Event");
@@ -318,15 +310,28 @@ fn truncate(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
-/// Transient failures: per-object exponential backoff.
-pub fn error_policy(card: Arc<AgentCard>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics
-        .failures
-        .get_or_create(&super::metrics::FailureLabels {
-            category: error.category(),
-        })
-        .inc();
-    let delay = ctx.next_backoff(&card);
-    tracing::warn!(card = %build::card_key(&card), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+/// Forget a card that is gone, whether or not its finalizer ran (a tenant may remove it):
+/// release its claims, and remove what it had in the operator's namespace, unless a card of
+/// the same name took its place (that one's reconcile owns those names now).
+pub async fn forget(card: &AgentCard, ctx: &Context) -> Result<(), Error> {
+    let (ns, name) = (card.namespace().unwrap_or_default(), card.name_any());
+    let replaced = ctx
+        .cards
+        .get(&ObjectRef::new(&name).within(&ns))
+        .is_some_and(|c| c.uid() != card.uid());
+    if let Some(uid) = card.uid() {
+        ctx.sources.forget(&uid);
+    }
+    if !replaced {
+        // Its routes go now, the backend's too: garbage collection would take the owned
+        // ones, but only when it gets to them, and the agent's path stays routed meanwhile.
+        let existing = Existing::of(&ctx.written, card, None);
+        apply::unpublish(&ctx.client, card, &ctx.settings, &existing).await?;
+        let key = card::card_key(card);
+        ctx.metrics.set_ready(key.clone(), None);
+        ctx.backoff.reset(&key);
+    }
+    let freed = ctx.ownership.retain_card(card, None);
+    ctx.ownership.recheck_card(&freed, card);
+    Ok(())
 }

@@ -20,16 +20,15 @@ use kube::api::{Api, ListParams};
 
 use kube::ResourceExt;
 
-use super::build::effective_card;
+use super::card::effective_card;
 use crate::a2a::card::AgentCard as A2aCard;
 use crate::a2a::import::{import, CardVersion, Imported};
 use crate::a2a::parse::{card_from_value, Strictness};
 use crate::a2a::validate::validate;
 use crate::a2a::Problems;
 use crate::contract::KEY_CARD;
-use crate::controller::seen::SeenConfigMap;
-use crate::controller::Context;
 use crate::crd::{AgentCard, Source, SourceStatus};
+use crate::store::SeenConfigMap;
 
 /// The default path of a card on the agent.
 pub const DEFAULT_PATH: &str = crate::contract::PATH_CARD;
@@ -448,33 +447,60 @@ pub struct Report {
     pub not_modified: bool,
 }
 
-/// Fetch `card`'s source when due and decide which card to publish (see the module doc).
-pub async fn look(
-    card: &AgentCard,
-    source: &Source,
-    ctx: &Context,
-    previous: Option<&SeenConfigMap>,
-) -> Report {
-    let uid = card.uid().unwrap_or_default();
-    if let Some(report) = ctx.sources.fresh(&uid, source) {
-        return report;
+/// What the import step uses: the API (Services, EndpointSlices), the HTTP client fetching
+/// cards, and the last good card of each source.
+pub struct Sources {
+    /// API client (the source's Service and its EndpointSlices).
+    pub client: kube::Client,
+    /// The HTTP client fetching imported cards (no redirects, timeouts).
+    pub http: reqwest::Client,
+    /// The last good imported card of each card with `spec.source`.
+    pub cache: SourceCache,
+}
+
+impl Sources {
+    /// Ready to fetch with `client` for the API.
+    pub fn new(client: kube::Client) -> Result<Sources, reqwest::Error> {
+        Ok(Sources {
+            client,
+            http: http_client()?,
+            cache: SourceCache::default(),
+        })
     }
-    let at = Instant::now();
-    let (report, good) = fetch_and_read(card, source, ctx, previous).await;
-    ctx.sources.put(&uid, source, at, good, &report);
-    report
+
+    /// Fetch `card`'s source when due and decide which card to publish (see the module doc).
+    pub async fn look(
+        &self,
+        card: &AgentCard,
+        source: &Source,
+        previous: Option<&SeenConfigMap>,
+    ) -> Report {
+        let uid = card.uid().unwrap_or_default();
+        if let Some(report) = self.cache.fresh(&uid, source) {
+            return report;
+        }
+        let at = Instant::now();
+        let (report, good) = fetch_and_read(card, source, self, previous).await;
+        self.cache.put(&uid, source, at, good, &report);
+        report
+    }
+
+    /// Forget the source of the card `uid` (deleted).
+    pub fn forget(&self, uid: &str) {
+        self.cache.forget(uid);
+    }
 }
 
 /// One look at the source: the report, and the good import to remember.
 async fn fetch_and_read(
     card: &AgentCard,
     source: &Source,
-    ctx: &Context,
+    sources: &Sources,
     previous: Option<&SeenConfigMap>,
 ) -> (Report, Option<Cached>) {
     let ns = card.namespace().unwrap_or_default();
     let uid = card.uid().unwrap_or_default();
-    let cached = ctx.sources.good(&uid, source);
+    let cached = sources.cache.good(&uid, source);
     let mut status = card
         .status
         .as_ref()
@@ -494,13 +520,13 @@ async fn fetch_and_read(
         notes: cached_notes.clone(),
         not_modified: false,
     };
-    let target = match target(&ctx.client, &ns, source).await {
+    let target = match target(&sources.client, &ns, source).await {
         Ok(t) => t,
         Err(e) => return (fail(e, status), cached.clone()),
     };
     let etag = cached.as_ref().and_then(|c| c.etag.as_deref());
     let now = || jiff::Timestamp::now().to_string();
-    match fetch(&ctx.source_http, &target, source, etag).await {
+    match fetch(&sources.http, &target, source, etag).await {
         Err(e) => (fail(e, status), cached.clone()),
         Ok(Fetched::NotModified) => {
             status.fetched_at = Some(now());

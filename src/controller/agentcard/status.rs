@@ -1,17 +1,24 @@
-//! Status: the conditions and fields a reconcile reports, computed from its outcome and the
-//! previous status (pure). A failed reconcile keeps the URL, hash, key id and served route of
-//! the card still being served: the last good card stays published and the status says so.
-//! A card that may not hold its route (conflict, host not allowed) is served nowhere: those
-//! fields are cleared, and the card server, which routes by them alone, drops it.
+//! Status, the pipeline's last stage: the conditions and fields a reconcile reports, computed
+//! from what the earlier stages found ([`next`], pure), then written once ([`write`]).
+//!
+//! A failed reconcile keeps the URL, hash, key id and served route of the card still being
+//! served: the last good card stays published and the status says so. A card that may not
+//! hold its route (conflict, host not allowed) is served nowhere: those fields are cleared, and
+//! the card server, which routes by them alone, drops it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::Api;
+use kube::ResourceExt;
 
 use super::build::Built;
-use crate::controller::Error;
+use super::source;
+use crate::controller::conditions::{condition, condition_with, READY, ROUTED};
+use crate::controller::error::Error;
+use crate::controller::routing::RouteKind;
+use crate::controller::write::apply_status;
+use crate::controller::written::{Unseen, STATUS_WRITE};
 use crate::crd::{AgentCard, AgentCardStatus};
 
-/// Condition type: the card is served as specified.
-pub const READY: &str = "Ready";
 /// Condition type: the served card carries a signature of the active key.
 pub const SIGNED: &str = "Signed";
 /// Condition type: the ConfigMap and Ingress are written.
@@ -19,43 +26,55 @@ pub const PUBLISHED: &str = "Published";
 /// Condition type (cards with `spec.source`): the agent's card was fetched and is valid.
 pub const SOURCE_REACHABLE: &str = "SourceReachable";
 
-/// Condition `type_` True (`ok`) or False, keeping its transition time from `prev` when its
-/// status did not change.
-pub(crate) fn condition(
-    prev: &[Condition],
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    let status = if ok { "True" } else { "False" };
-    condition_with(prev, type_, status, reason, message, generation, now)
+/// What a reconcile found, stage by stage: the inputs of the next status.
+pub struct Found<'a> {
+    /// The card as reconciled (its status is the previous one).
+    pub card: &'a AgentCard,
+    /// The card as published: `card`, or with the imported card in `spec.card`.
+    pub published: &'a AgentCard,
+    /// How the pipeline ended.
+    pub outcome: &'a Result<(Built, Vec<String>), Error>,
+    /// What the import found (cards with `spec.source`).
+    pub source: Option<&'a source::Report>,
+    /// Keys that signed the card still served and no longer sign (after a failed edit).
+    pub retired: &'a [String],
+    /// What routes cards.
+    pub routing: RouteKind,
+    /// The Gateways' verdict on the card's HTTPRoutes, `(status, reason, message)`.
+    pub routed: Option<(String, String, String)>,
+    /// The time of this reconcile.
+    pub now: Time,
 }
 
-/// Condition `type_` with `status` (True, False or Unknown), keeping its transition time from
-/// `prev` when its status did not change.
-pub(crate) fn condition_with(
-    prev: &[Condition],
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    let since = prev
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time: since,
+/// The status after a reconcile that found `found` (pure).
+pub fn next(found: &Found<'_>) -> AgentCardStatus {
+    let mut status = match found.outcome {
+        Ok((built, warnings)) => published(found, built, warnings),
+        Err(e) => failed(found, e),
+    };
+    if let Some(report) = found.source {
+        set_source(&mut status, found, report);
+    }
+    if found.outcome.is_err() {
+        set_retired_signature(&mut status, found);
+    }
+    set_routing(&mut status, found);
+    status
+}
+
+/// The conditions `card` had before this reconcile (their transition times are kept).
+fn previous_conditions(card: &AgentCard) -> Vec<Condition> {
+    card.status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default()
+}
+
+/// The previous status, for this generation.
+fn carried(card: &AgentCard) -> AgentCardStatus {
+    AgentCardStatus {
+        observed_generation: card.metadata.generation,
+        ..card.status.clone().unwrap_or_default()
     }
 }
 
@@ -75,165 +94,138 @@ fn signed_message(built: &Built) -> String {
     }
 }
 
-/// The conditions `card` had before this reconcile (their transition times are kept).
-fn previous_conditions(card: &AgentCard) -> Vec<Condition> {
-    card.status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default()
+/// A published card: every condition True, the served route and bytes recorded.
+fn published(found: &Found<'_>, built: &Built, warnings: &[String]) -> AgentCardStatus {
+    let card = found.card;
+    let (generation, now) = (card.metadata.generation, &found.now);
+    let conds = previous_conditions(card);
+    let msg = format!("served at {}", built.url);
+    let mut status = carried(card);
+    status.conditions = vec![
+        condition(
+            &conds,
+            READY,
+            true,
+            "Published",
+            msg.clone(),
+            generation,
+            now,
+        ),
+        condition(
+            &conds,
+            SIGNED,
+            true,
+            "Signed",
+            signed_message(built),
+            generation,
+            now,
+        ),
+        condition(&conds, PUBLISHED, true, "Published", msg, generation, now),
+    ];
+    status.url = Some(built.url.clone());
+    status.served = Some(built.served.clone());
+    status.content_hash = Some(built.content_hash.clone());
+    status.key_id = Some(built.key_id.clone());
+    status.config_map = built.configmap.metadata.name.clone();
+    status.warnings = warnings.to_vec();
+    status.skills = Some(
+        found
+            .published
+            .spec
+            .card
+            .iter()
+            .flat_map(|c| c.skills.iter())
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    status
 }
 
-/// The status after a reconcile of `card` that ended with `outcome`.
-pub fn next(
-    card: &AgentCard,
-    outcome: &Result<(Built, Vec<String>), Error>,
-    now: Time,
-) -> AgentCardStatus {
-    let prev = card.status.clone().unwrap_or_default();
-    let generation = card.metadata.generation;
-    let conds = &prev.conditions;
-    let mut status = AgentCardStatus {
-        observed_generation: generation,
-        ..prev.clone()
-    };
-    match outcome {
-        Ok((built, warnings)) => {
-            let msg = format!("served at {}", built.url);
-            status.conditions = vec![
-                condition(
-                    conds,
-                    READY,
-                    true,
-                    "Published",
-                    msg.clone(),
-                    generation,
-                    &now,
-                ),
-                condition(
-                    conds,
-                    SIGNED,
-                    true,
-                    "Signed",
-                    signed_message(built),
-                    generation,
-                    &now,
-                ),
-                condition(conds, PUBLISHED, true, "Published", msg, generation, &now),
-            ];
-            status.url = Some(built.url.clone());
-            status.served = Some(built.served.clone());
-            status.content_hash = Some(built.content_hash.clone());
-            status.key_id = Some(built.key_id.clone());
-            status.config_map = built.configmap.metadata.name.clone();
-            status.warnings = warnings.clone();
-            status.skills = Some(
-                card.spec
-                    .card
-                    .iter()
-                    .flat_map(|c| c.skills.iter())
-                    .map(|s| s.id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            );
-        }
-        Err(e) => {
-            if e.loses_claim() {
-                status.url = None;
-                status.content_hash = None;
-                status.key_id = None;
-                status.config_map = None;
-                status.served = None;
-            }
-            let kept = match &status.url {
-                Some(url) => format!("; the last good card stays served at {url}"),
-                None if e.loses_claim() && prev.url.is_some() => {
-                    "; the card is no longer served".to_string()
-                }
-                None => String::new(),
-            };
-            let message = format!("{e}{kept}");
-            let signing_failed = matches!(e, Error::KeyUnavailable(_) | Error::Signing(_));
-            let signed = if signing_failed {
-                condition(
-                    conds,
-                    SIGNED,
-                    false,
-                    e.reason(),
-                    e.to_string(),
-                    generation,
-                    &now,
-                )
-            } else {
-                match conds.iter().find(|c| c.type_ == SIGNED) {
-                    Some(c) => c.clone(),
-                    None => condition(
-                        conds,
-                        SIGNED,
-                        false,
-                        e.reason(),
-                        "not signed: the card was not built".into(),
-                        generation,
-                        &now,
-                    ),
-                }
-            };
-            status.conditions = vec![
-                condition(
-                    conds,
-                    READY,
-                    false,
-                    e.reason(),
-                    message.clone(),
-                    generation,
-                    &now,
-                ),
-                signed,
-                condition(
-                    conds,
-                    PUBLISHED,
-                    false,
-                    e.reason(),
-                    message,
-                    generation,
-                    &now,
-                ),
-            ];
-        }
+/// A failed reconcile: Ready and Published False with the reason; the last good card's fields
+/// kept unless the card lost its route.
+fn failed(found: &Found<'_>, e: &Error) -> AgentCardStatus {
+    let card = found.card;
+    let (generation, now) = (card.metadata.generation, &found.now);
+    let conds = previous_conditions(card);
+    let was_served = card.status.as_ref().is_some_and(|s| s.url.is_some());
+    let mut status = carried(card);
+    if e.loses_claim() {
+        status.url = None;
+        status.content_hash = None;
+        status.key_id = None;
+        status.config_map = None;
+        status.served = None;
     }
+    let kept = match &status.url {
+        Some(url) => format!("; the last good card stays served at {url}"),
+        None if e.loses_claim() && was_served => "; the card is no longer served".to_string(),
+        None => String::new(),
+    };
+    let message = format!("{e}{kept}");
+    let signed = match conds.iter().find(|c| c.type_ == SIGNED) {
+        _ if matches!(e, Error::KeyUnavailable(_) | Error::Signing(_)) => condition(
+            &conds,
+            SIGNED,
+            false,
+            e.reason(),
+            e.to_string(),
+            generation,
+            now,
+        ),
+        Some(c) => c.clone(),
+        None => condition(
+            &conds,
+            SIGNED,
+            false,
+            e.reason(),
+            "not signed: the card was not built".into(),
+            generation,
+            now,
+        ),
+    };
+    status.conditions = vec![
+        condition(
+            &conds,
+            READY,
+            false,
+            e.reason(),
+            message.clone(),
+            generation,
+            now,
+        ),
+        signed,
+        condition(
+            &conds,
+            PUBLISHED,
+            false,
+            e.reason(),
+            message,
+            generation,
+            now,
+        ),
+    ];
     status
 }
 
 /// The source fields and the `SourceReachable` condition of a card with `spec.source`, after
 /// `report`; the import's notes join the warnings of a published card.
-pub fn set_source(
-    status: &mut AgentCardStatus,
-    card: &AgentCard,
-    report: &super::source::Report,
-    now: Time,
-) {
+fn set_source(status: &mut AgentCardStatus, found: &Found<'_>, report: &source::Report) {
+    let card = found.card;
     let prev = previous_conditions(card);
     status.conditions.retain(|c| c.type_ != SOURCE_REACHABLE);
-    let cond = match &report.error {
+    let (ok, reason, message) = match &report.error {
         None => {
             let url = &report.status.url;
-            let (reason, message) = if report.not_modified {
-                ("NotModified", format!("{url}: not modified"))
+            if report.not_modified {
+                (true, "NotModified", format!("{url}: not modified"))
             } else {
                 let converted = match report.status.version.as_deref() {
                     Some("0.3") => " (a v0.3 card, converted to v1.0)",
                     _ => "",
                 };
-                ("Fetched", format!("fetched from {url}{converted}"))
-            };
-            condition(
-                &prev,
-                SOURCE_REACHABLE,
-                true,
-                reason,
-                message,
-                card.metadata.generation,
-                &now,
-            )
+                (true, "Fetched", format!("fetched from {url}{converted}"))
+            }
         }
         Some(e) => {
             let kept = if report.card.is_some() && status.url.is_some() {
@@ -241,18 +233,18 @@ pub fn set_source(
             } else {
                 ""
             };
-            condition(
-                &prev,
-                SOURCE_REACHABLE,
-                false,
-                e.reason,
-                format!("{}{kept}", e.message),
-                card.metadata.generation,
-                &now,
-            )
+            (false, e.reason, format!("{}{kept}", e.message))
         }
     };
-    status.conditions.push(cond);
+    status.conditions.push(condition(
+        &prev,
+        SOURCE_REACHABLE,
+        ok,
+        reason,
+        message,
+        card.metadata.generation,
+        &found.now,
+    ));
     status.source = Some(Box::new(report.status.clone()));
     if status.url.is_some() {
         for note in &report.notes {
@@ -260,6 +252,52 @@ pub fn set_source(
                 status.warnings.push(note.clone());
             }
         }
+    }
+}
+
+/// Report a served card signed with keys that no longer sign (`found.retired`): its latest
+/// edit failed, so it was not signed again with the current keys. The Signed condition says
+/// so; the retired keys stay in the JWKS while it is served.
+fn set_retired_signature(status: &mut AgentCardStatus, found: &Found<'_>) {
+    if found.retired.is_empty() || status.url.is_none() {
+        return;
+    }
+    let prev = previous_conditions(found.card);
+    status.conditions.retain(|c| c.type_ != SIGNED);
+    status.conditions.push(condition(
+        &prev,
+        SIGNED,
+        true,
+        "SignedWithRetiredKey",
+        format!(
+            "the served card is signed with key {}, which no longer signs; it is signed again with the current keys once its spec is valid (the key stays in the JWKS until then)",
+            found.retired.join(", ")
+        ),
+        found.card.metadata.generation,
+        &found.now,
+    ));
+}
+
+/// Record what routes the card and, with HTTPRoutes, the Gateways' verdict as `Routed`; a
+/// card served nowhere has no routes to report.
+fn set_routing(status: &mut AgentCardStatus, found: &Found<'_>) {
+    let prev = previous_conditions(found.card);
+    status.conditions.retain(|c| c.type_ != ROUTED);
+    if status.url.is_none() {
+        status.route_kind = None;
+        return;
+    }
+    status.route_kind = Some(found.routing.as_str().to_string());
+    if let Some((state, reason, message)) = &found.routed {
+        status.conditions.push(condition_with(
+            &prev,
+            ROUTED,
+            state,
+            reason,
+            message.clone(),
+            found.card.metadata.generation,
+            &found.now,
+        ));
     }
 }
 
@@ -272,62 +310,130 @@ pub fn ready_state(status: Option<&AgentCardStatus>) -> Option<(String, String)>
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-/// Condition type: the Gateways accepted the card's HTTPRoutes (HTTPRoute routing only).
-pub const ROUTED: &str = "Routed";
-
-/// Record what routes the card and, with HTTPRoutes, the Gateways' verdict as `Routed`
-/// (`routed` = `(status, reason, message)`); a card served nowhere has no routes to report.
-/// Report a served card signed with keys that no longer sign (`retired`): its latest edit
-/// failed, so it was not signed again with the current keys. The Signed condition says so;
-/// the retired keys stay in the JWKS while it is served.
-pub fn set_retired_signature(
-    status: &mut AgentCardStatus,
+/// Write `next` as `card`'s status when it differs from the one the card carries, and remember
+/// the write in `statuses` until the card watch shows it. `true` when written.
+pub async fn write(
+    api: &Api<AgentCard>,
     card: &AgentCard,
-    retired: &[String],
-    now: Time,
-) {
-    if retired.is_empty() || status.url.is_none() {
-        return;
+    next: &AgentCardStatus,
+    statuses: &Unseen<AgentCardStatus>,
+) -> Result<bool, Error> {
+    if card.status.as_ref() == Some(next) {
+        return Ok(false);
     }
-    let prev = previous_conditions(card);
-    status.conditions.retain(|c| c.type_ != SIGNED);
-    status.conditions.push(condition(
-        &prev,
-        SIGNED,
-        true,
-        "SignedWithRetiredKey",
-        format!(
-            "the served card is signed with key {}, which no longer signs; it is signed again with the current keys once its spec is valid (the key stays in the JWKS until then)",
-            retired.join(", ")
-        ),
-        card.metadata.generation,
-        &now,
-    ));
+    let (ns, name) = (card.namespace().unwrap_or_default(), card.name_any());
+    let version = card.resource_version();
+    apply_status(api, &name, next).await?;
+    tracing::debug!(card = %format!("{ns}/{name}"), ?version, before = ?card.status, after = ?next, "status written");
+    statuses.remember(STATUS_WRITE, &ns, &name, version.as_deref(), next.clone());
+    Ok(true)
 }
 
-pub fn set_routing(
-    status: &mut AgentCardStatus,
-    card: &AgentCard,
-    kind: crate::controller::routing::RouteKind,
-    routed: Option<(String, String, String)>,
-    now: Time,
-) {
-    let prev = previous_conditions(card);
-    status.conditions.retain(|c| c.type_ != ROUTED);
-    if status.url.is_none() {
-        status.route_kind = None;
-        return;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn card(status: serde_json::Value) -> AgentCard {
+        serde_json::from_value(json!({
+            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+            "metadata": {"name": "c", "namespace": "n", "uid": "u", "generation": 3},
+            "spec": {"publish": {"host": "h.example.com"}, "card": {"name": "n",
+                "skills": [{"id": "a"}, {"id": "b"}]}},
+            "status": status
+        }))
+        .unwrap()
     }
-    status.route_kind = Some(kind.as_str().to_string());
-    if let Some((state, reason, message)) = routed {
-        status.conditions.push(condition_with(
-            &prev,
-            ROUTED,
-            &state,
-            &reason,
-            message,
-            card.metadata.generation,
-            &now,
-        ));
+
+    fn found<'a>(
+        card: &'a AgentCard,
+        outcome: &'a Result<(Built, Vec<String>), Error>,
+    ) -> Found<'a> {
+        Found {
+            card,
+            published: card,
+            outcome,
+            source: None,
+            retired: &[],
+            routing: RouteKind::Ingress,
+            routed: None,
+            now: Time("2026-12-02T00:00:00Z".parse().unwrap()),
+        }
+    }
+
+    fn served() -> serde_json::Value {
+        json!({"url": "https://h.example.com/.well-known/agent-card.json", "contentHash": "abc",
+               "keyId": "k1", "configMap": "agentcard-c", "routeKind": "Ingress",
+               "served": {"host": "h.example.com", "pathPrefix": "", "legacyPath": false,
+                          "maxAgeSeconds": 300, "publishedAt": "t", "since": "t"},
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Published",
+                   "message": "served", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    }
+
+    fn condition_of<'a>(s: &'a AgentCardStatus, t: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn an_invalid_edit_keeps_the_last_good_card_and_says_so() {
+        let c = card(served());
+        let outcome = Err(Error::InvalidSpec(crate::a2a::Problems(vec![
+            crate::a2a::Problem::error("spec.card.skills[1].id", "duplicate"),
+        ])));
+        let s = next(&found(&c, &outcome));
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.content_hash.as_deref(), Some("abc"));
+        let ready = condition_of(&s, READY);
+        assert_eq!(ready.status, "False");
+        assert!(
+            ready.message.contains("spec.card.skills[1].id"),
+            "{}",
+            ready.message
+        );
+        assert!(ready.message.contains("stays served"), "{}", ready.message);
+        assert_eq!(s.route_kind.as_deref(), Some("Ingress"));
+    }
+
+    #[test]
+    fn a_lost_route_clears_what_the_server_routes_by() {
+        let c = card(served());
+        let outcome = Err(Error::HostNotAllowed {
+            host: "h.example.com".into(),
+            namespace: "n".into(),
+            operator: vec![],
+            namespace_list: vec![],
+        });
+        let s = next(&found(&c, &outcome));
+        assert!(s.url.is_none() && s.served.is_none() && s.content_hash.is_none());
+        assert!(s.route_kind.is_none());
+        assert!(condition_of(&s, READY).message.contains("no longer served"));
+        // The Ready condition went False now; Signed had none and says why.
+        assert_eq!(
+            condition_of(&s, READY).last_transition_time,
+            Time("2026-12-02T00:00:00Z".parse().unwrap())
+        );
+        assert_eq!(condition_of(&s, SIGNED).status, "False");
+    }
+
+    #[test]
+    fn retired_keys_are_reported_only_while_a_card_is_served() {
+        let c = card(served());
+        let outcome = Err(Error::InvalidSpec(crate::a2a::Problems(vec![])));
+        let retired = ["old".to_string()];
+        let f = Found {
+            retired: &retired,
+            ..found(&c, &outcome)
+        };
+        let s = next(&f);
+        assert_eq!(condition_of(&s, SIGNED).reason, "SignedWithRetiredKey");
+        let unserved = card(json!({}));
+        let f = Found {
+            retired: &retired,
+            ..found(&unserved, &outcome)
+        };
+        assert_ne!(
+            condition_of(&next(&f), SIGNED).reason,
+            "SignedWithRetiredKey"
+        );
     }
 }

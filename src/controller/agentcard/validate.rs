@@ -4,42 +4,22 @@
 //! plus the backend interface) a valid A2A card (errors name `spec.card.…` paths); does its
 //! routing stay inside its own route subtree and within the operator's Ingress policy; may the
 //! card's namespace publish on its host (operator allow list, or the Namespace annotation
-//! cluster admins set). Who holds a host is the claims table's question ([`crate::controller::claims`]).
+//! cluster admins set). Who holds a host is the next stage's question ([`super::claim`]).
 
 use std::collections::BTreeMap;
 
-use super::build::{backend_path, effective_card, prefix};
+use super::card::{backend_path, effective_card, prefix};
 use crate::a2a::validate::{lint, validate as validate_card, LintOptions};
 use crate::a2a::{Problem, Problems};
+use crate::contract::{host_matches, patterns};
+use crate::controller::claims::inside_subtree;
+use crate::controller::config::Settings;
+use crate::controller::error::Error;
 use crate::controller::policy::IngressPolicy;
 use crate::controller::routing::{RouteKind, Routing};
-use crate::controller::Error;
 use crate::crd::AgentCard;
 
-/// Namespace annotation listing the hosts (patterns) its cards may publish on.
-pub const ANN_ALLOWED_HOSTS: &str = "agentcard.dev/allowed-hosts";
-
-/// Whether `host` matches `pattern`: `*` (any), `*.example.com` (any name below), or exact.
-pub fn host_matches(pattern: &str, host: &str) -> bool {
-    let pattern = pattern.trim().trim_end_matches('.').to_ascii_lowercase();
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    if pattern == "*" {
-        return true;
-    }
-    match pattern.strip_prefix("*.") {
-        Some(suffix) => host.ends_with(&format!(".{suffix}")),
-        None => pattern == host,
-    }
-}
-
-/// Patterns of a comma-separated list.
-pub fn patterns(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(str::to_string)
-        .collect()
-}
+pub use crate::contract::ANN_ALLOWED_HOSTS;
 
 /// Whether a namespace (with `ns_annotations`) may publish on `host`.
 pub fn host_allowed(
@@ -95,11 +75,6 @@ pub fn host_allowance(
     })
 }
 
-/// Whether `path` lies in the route subtree of `prefix` (`""` holds every path).
-pub fn inside_subtree(prefix: &str, path: &str) -> bool {
-    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
-}
-
 fn has_dot_segment(path: &str) -> bool {
     path.split('/').any(|s| s == "." || s == "..")
 }
@@ -149,6 +124,38 @@ pub fn routing(card: &AgentCard, policy: &IngressPolicy, routes: &Routing) -> Re
     } else {
         Err(Error::InvalidSpec(Problems(problems)))
     }
+}
+
+/// What decides whether a card may publish, besides the card: the operator's settings and
+/// host allow list, and its namespace's annotations.
+pub struct Admission<'a> {
+    /// The operator's settings (Ingress policy, routing).
+    pub settings: &'a Settings,
+    /// Host patterns every namespace may publish on.
+    pub allowed_hosts: &'a [String],
+    /// The annotations of the card's namespace (its own allowed hosts).
+    pub namespace_annotations: &'a BTreeMap<String, String>,
+    /// Whether the card fits its namespace's card limit (the controller's index answers).
+    pub namespace_limit: &'a dyn Fn(&AgentCard) -> Result<(), Error>,
+}
+
+/// The validate stage: may `card` publish as it is, where it asks (its warnings), or why not.
+/// A route the namespace may no longer use is refused first, whatever state the spec is in.
+pub fn admit(card: &AgentCard, admission: &Admission<'_>) -> Result<Vec<String>, Error> {
+    let ns = card.metadata.namespace.as_deref().unwrap_or_default();
+    let (allowed, annotations) = (admission.allowed_hosts, admission.namespace_annotations);
+    if let Some(served) = card.status.as_ref().and_then(|s| s.served.as_ref()) {
+        host_allowance(&served.host, ns, allowed, annotations)?;
+    }
+    let warnings = self::card(card)?;
+    routing(
+        card,
+        &admission.settings.ingress,
+        &admission.settings.routing,
+    )?;
+    (admission.namespace_limit)(card)?;
+    host_allowance(&card.spec.publish.host, ns, allowed, annotations)?;
+    Ok(warnings)
 }
 
 #[cfg(test)]

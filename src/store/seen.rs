@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::{Ingress, IngressSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::watches::{digest, operator_annotations, ANN_LAST_APPLIED};
+use super::compact::{digest, operator_annotations, ANN_LAST_APPLIED};
 
 /// One owner reference, as [`MetaView::owners`] lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,163 @@
+//! The AgentDirectory reconciler, a pipeline walked once per reconcile: validate (the
+//! tenant-facing Ingress settings against the operator's policy) → claim the whole host →
+//! [`build`] (pure) → [`apply`] → [`status`] (pure next status, one write).
+//!
+//! A directory holds its whole host in the claims table (no card of any namespace may publish
+//! beneath it, and no second directory may share it; whoever became Ready first keeps it). The
+//! lease holder writes what routes the whole host to the operator's Service in the operator's
+//! namespace (an Ingress or an HTTPRoute, by the routing setting; nothing with `None`), and the
+//! status every replica routes by (`status.served`) with the number of cards listed, counted by
+//! the same selection rule the servers answer with ([`crate::directory::select`]). Card and
+//! Namespace changes re-run it, so the count follows.
+
+pub mod apply;
+pub mod build;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::reflector::ObjectRef;
+use kube::ResourceExt;
+
+pub use crate::contract::ANN_DIRECTORY;
+pub use build::ingress_name;
+
+use super::claims::Claim;
+use super::context::Context;
+use super::error::Error;
+use super::routing::{self, RouteKind};
+use super::write::apply_status;
+use crate::contract::normalize_prefix;
+use crate::crd::agentdirectory::DirectoryRoute;
+use crate::crd::AgentDirectory;
+use crate::directory::select;
+
+/// Finalizer releasing the directory's host and removing its Ingress.
+pub const FINALIZER: &str = "agentcard.dev/directory-cleanup";
+
+/// How often a published directory is looked at again without a change.
+const RECHECK: Duration = Duration::from_secs(3600);
+/// How soon a directory that lost a host conflict looks again.
+const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
+
+/// Reconcile one AgentDirectory.
+pub async fn reconcile(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.ownership.load().await;
+    let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
+    finalizer(&api, FINALIZER, dir, |event| async {
+        match event {
+            FinalizerEvent::Apply(dir) => reconcile_apply(&dir, &ctx).await,
+            FinalizerEvent::Cleanup(dir) => {
+                apply::remove_routes(&ctx.client, &ctx.settings, &ctx.written, &dir).await?;
+                ctx.backoff.reset(&backoff_key(&dir));
+                let freed = ctx.ownership.retain(&dir.uid().unwrap_or_default(), None);
+                ctx.ownership.recheck(&freed, dir.uid().as_deref());
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Transient failures: per-object exponential backoff.
+pub fn error_policy(dir: Arc<AgentDirectory>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.next(&backoff_key(&dir));
+    tracing::warn!(directory = %dir.name_any(), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The directory's key in the backoff table (cards use `namespace/name`).
+fn backoff_key(dir: &AgentDirectory) -> String {
+    format!("AgentDirectory/{}", dir.name_any())
+}
+
+/// One pass of the pipeline, then the claims kept to what the status serves.
+async fn reconcile_apply(dir: &AgentDirectory, ctx: &Context) -> Result<Action, Error> {
+    let outcome = publish(dir, ctx).await;
+    let routed = (ctx.settings.routing.kind == RouteKind::HttpRoute).then(|| {
+        let route = ctx.written.route(
+            &ctx.settings.operator_namespace,
+            &ingress_name(&dir.name_any()),
+        );
+        let routes: Vec<&DynamicObject> = route.as_deref().into_iter().collect();
+        routing::routed(&routes, &ctx.settings.routing.parents)
+    });
+    let now = Time(jiff::Timestamp::now());
+    let next = status::next(dir, &outcome, listed_count(dir, ctx), routed, &now);
+    if dir.status.as_ref() != Some(&next) {
+        let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
+        apply_status(&api, &dir.name_any(), &next).await?;
+    }
+    let uid = dir.uid().unwrap_or_default();
+    let keep = next.served.as_ref().map(|r| (r.host.as_str(), ""));
+    let freed = ctx.ownership.retain(&uid, keep);
+    if outcome.as_ref().err().is_some_and(Error::loses_claim) {
+        apply::remove_routes(&ctx.client, &ctx.settings, &ctx.written, dir).await?;
+    }
+    ctx.ownership.recheck(&freed, Some(&uid));
+    match outcome {
+        Ok(_) => {
+            ctx.backoff.reset(&backoff_key(dir));
+            Ok(Action::requeue(RECHECK))
+        }
+        Err(e) if e.waits_for_change() => Ok(Action::await_change()),
+        Err(Error::HostConflict { .. }) => Ok(Action::requeue(CONFLICT_RECHECK)),
+        Err(e) => Err(e),
+    }
+}
+
+/// validate → claim → build → apply; the route the directory is served on.
+async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, Error> {
+    let problems = ctx.settings.ingress.check(&dir.spec.publish.ingress);
+    if !problems.0.is_empty() {
+        return Err(Error::InvalidSpec(problems));
+    }
+    let host = dir.spec.publish.host.to_ascii_lowercase();
+    let claim = ctx.ownership.acquire(Claim {
+        host: host.clone(),
+        prefix: String::new(),
+        namespace: String::new(),
+        name: dir.name_any(),
+        uid: dir.uid().unwrap_or_default(),
+        since: jiff::Timestamp::now(),
+        whole_host: true,
+    })?;
+    let want = build::build(dir, &ctx.settings)?;
+    apply::apply(&ctx.client, &ctx.settings, &ctx.written, dir, &want).await?;
+    Ok(DirectoryRoute {
+        host,
+        path_prefix: normalize_prefix(&dir.spec.publish.path_prefix),
+        since: claim.since.to_string(),
+    })
+}
+
+/// Cards the directory lists now, by the lease holder's stores.
+fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
+    let count = ctx
+        .cards
+        .state()
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| s.url.is_some() && s.content_hash.is_some() && s.served.is_some())
+        })
+        .filter(|c| {
+            let ns = c.namespace().unwrap_or_default();
+            let ns_labels = ctx
+                .namespaces
+                .get(&ObjectRef::new(&ns))
+                .map(|n| n.labels().clone())
+                .unwrap_or_default();
+            select::listed(&dir.spec, &ns_labels, c.labels())
+        })
+        .count();
+    i64::try_from(count).unwrap_or(i64::MAX)
+}

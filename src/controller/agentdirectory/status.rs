@@ -1,0 +1,121 @@
+//! Status: what a directory reports after a reconcile (pure): Ready with the number of cards
+//! it lists, the route every replica serves it by, and with HTTPRoutes the Gateways' verdict
+//! as `Routed`. A directory that lost its host serves nothing and lists nothing.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::controller::conditions::{condition, condition_with, READY, ROUTED};
+use crate::controller::error::Error;
+use crate::crd::agentdirectory::DirectoryRoute;
+use crate::crd::{AgentDirectory, AgentDirectoryStatus};
+
+/// The status after a reconcile of `dir` that ended with `outcome`, listing `cards`, with
+/// the Gateways' verdict `routed` (`(status, reason, message)`, HTTPRoute routing only).
+pub fn next(
+    dir: &AgentDirectory,
+    outcome: &Result<DirectoryRoute, Error>,
+    cards: i64,
+    routed: Option<(String, String, String)>,
+    now: &Time,
+) -> AgentDirectoryStatus {
+    let prev = dir.status.clone().unwrap_or_default();
+    let generation = dir.metadata.generation;
+    let (ok, reason, message) = match outcome {
+        Ok(route) => (
+            true,
+            "Published".to_string(),
+            format!(
+                "serving {cards} cards at https://{}{}",
+                route.host, route.path_prefix
+            ),
+        ),
+        Err(e) => (false, e.reason().to_string(), e.to_string()),
+    };
+    let served = match outcome {
+        Ok(route) => Some(route.clone()),
+        Err(e) if e.loses_claim() => None,
+        Err(_) => prev.served.clone(),
+    };
+    let mut conditions = vec![condition(
+        &prev.conditions,
+        READY,
+        ok,
+        &reason,
+        message,
+        generation,
+        now,
+    )];
+    if let (Some((state, reason, message)), Some(_)) = (routed, &served) {
+        conditions.push(condition_with(
+            &prev.conditions,
+            ROUTED,
+            &state,
+            &reason,
+            message,
+            generation,
+            now,
+        ));
+    }
+    AgentDirectoryStatus {
+        observed_generation: generation,
+        conditions,
+        cards: if served.is_some() { cards } else { 0 },
+        url: served
+            .as_ref()
+            .map(|r| format!("https://{}/.well-known/ard.json", r.host)),
+        served,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn dir() -> AgentDirectory {
+        serde_json::from_value(json!({
+            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDirectory",
+            "metadata": {"name": "all", "uid": "d-1", "generation": 2},
+            "spec": {"publish": {"host": "agents.example.com"}},
+            "status": {"cards": 4, "served": {"host": "agents.example.com", "pathPrefix": "",
+                "since": "t"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_directory_reports_its_cards_and_loses_them_with_its_host() {
+        let now = Time("2026-12-02T00:00:00Z".parse().unwrap());
+        let route = DirectoryRoute {
+            host: "agents.example.com".into(),
+            path_prefix: String::new(),
+            since: "t".into(),
+        };
+        let routed = Some(("True".into(), "Accepted".into(), "ok".into()));
+        let s = next(&dir(), &Ok(route), 7, routed, &now);
+        assert_eq!((s.cards, s.observed_generation), (7, Some(2)));
+        assert_eq!(
+            s.url.as_deref(),
+            Some("https://agents.example.com/.well-known/ard.json")
+        );
+        assert!(s
+            .conditions
+            .iter()
+            .any(|c| c.type_ == ROUTED && c.status == "True"));
+        let conflict = Err(Error::HostConflict {
+            host: "agents.example.com".into(),
+            prefix: String::new(),
+            held: "agents.example.com/…".into(),
+            owner: "team/card".into(),
+            why: "",
+        });
+        let s = next(&dir(), &conflict, 7, None, &now);
+        assert!(s.served.is_none() && s.url.is_none());
+        assert_eq!(s.cards, 0);
+        // A failure that keeps the host keeps serving the last good directory.
+        let invalid = Err(Error::InvalidSpec(crate::a2a::Problems(vec![])));
+        let s = next(&dir(), &invalid, 7, None, &now);
+        assert!(s.served.is_some());
+        assert_eq!(s.cards, 7);
+    }
+}

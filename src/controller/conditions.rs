@@ -1,0 +1,76 @@
+//! Status conditions as both controllers write them: each carries the generation it
+//! describes, and keeps its transition time while its status stays the same.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Condition type: the card (or directory) is served as specified.
+pub const READY: &str = "Ready";
+/// Condition type: the Gateways accepted the HTTPRoutes (HTTPRoute routing only).
+pub const ROUTED: &str = "Routed";
+
+/// Condition `type_` True (`ok`) or False, keeping its transition time from `prev` when its
+/// status did not change.
+pub fn condition(
+    prev: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    condition_with(prev, type_, status, reason, message, generation, now)
+}
+
+/// Condition `type_` with `status` (True, False or Unknown), keeping its transition time from
+/// `prev` when its status did not change.
+pub fn condition_with(
+    prev: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let since = prev
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: since,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_stays() {
+        let t0 = Time("2026-01-01T00:00:00Z".parse().unwrap());
+        let t1 = Time("2026-01-02T00:00:00Z".parse().unwrap());
+        let first = condition(&[], READY, true, "Published", "a".into(), Some(1), &t0);
+        assert_eq!(first.last_transition_time, t0);
+        let same = condition(
+            &[first.clone()],
+            READY,
+            true,
+            "Published",
+            "b".into(),
+            Some(2),
+            &t1,
+        );
+        assert_eq!(same.last_transition_time, t0);
+        assert_eq!(same.observed_generation, Some(2));
+        let flipped = condition(&[first], READY, false, "Invalid", "c".into(), Some(2), &t1);
+        assert_eq!(flipped.last_transition_time, t1);
+        assert_eq!(flipped.status, "False");
+    }
+}

@@ -1,0 +1,252 @@
+//! Who holds which route, as the reconciles use it: the claims table ([`super::claims`],
+//! pure) loaded once per leadership from what the cards' and directories' status says is
+//! served (the previous holder's decision, written where tenants cannot write), then kept by
+//! the reconciles; and the peers to look at again when a claim is freed.
+//!
+//! Data flow: a reconcile asks [`Ownership::acquire`] for its claim (a holder that no longer
+//! exists is dropped first), and after writing its status [`Ownership::retain`]s only what the
+//! status serves; the hosts it freed go to [`Ownership::recheck`], which sends the cards and
+//! directories on those hosts back to their controllers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::channel::mpsc::UnboundedSender;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::ResourceExt;
+
+use super::claims::{Claim, Claims};
+use super::error::Error;
+use super::watches::CardIndex;
+use crate::crd::{AgentCard, AgentDirectory};
+
+/// The claims table and what it needs to keep it right.
+pub struct Ownership {
+    /// Who holds which route; `None` until loaded from the cards' status.
+    claims: Mutex<Option<Claims>>,
+    /// Hosts on which several namespaces may hold disjoint prefixes.
+    shared_hosts: Vec<String>,
+    /// Every AgentCard.
+    cards: Store<AgentCard>,
+    /// Every AgentDirectory.
+    directories: Store<AgentDirectory>,
+    /// The cards by host.
+    index: Arc<Mutex<CardIndex>>,
+    /// Cards to re-check because a peer on their host changed.
+    peers: UnboundedSender<ObjectRef<AgentCard>>,
+    /// Directories to re-check because a peer on their host changed.
+    directory_peers: UnboundedSender<ObjectRef<AgentDirectory>>,
+    /// How long loading the claims waits for the directories: unbounded when the
+    /// AgentDirectory CRD is installed (a claims table without them would hand their hosts to
+    /// cards), none when it is not, bounded when that could not be told.
+    directories_wait: Option<Duration>,
+    /// True once the directories are listed. Reconciles wait on this rather than on the
+    /// store: a store's `wait_until_ready` wakes only its latest waiter (kube-runtime 5), so
+    /// concurrent reconciles waiting on it could wait forever.
+    directories_listed: tokio::sync::watch::Receiver<bool>,
+}
+
+/// What [`Ownership`] reads and where it sends the peers it re-checks.
+pub struct OwnershipInputs {
+    /// Hosts on which several namespaces may hold disjoint prefixes.
+    pub shared_hosts: Vec<String>,
+    /// Every AgentCard.
+    pub cards: Store<AgentCard>,
+    /// Every AgentDirectory.
+    pub directories: Store<AgentDirectory>,
+    /// The cards by host.
+    pub index: Arc<Mutex<CardIndex>>,
+    /// Cards to re-check.
+    pub peers: UnboundedSender<ObjectRef<AgentCard>>,
+    /// Directories to re-check.
+    pub directory_peers: UnboundedSender<ObjectRef<AgentDirectory>>,
+    /// See [`Ownership`].
+    pub directories_wait: Option<Duration>,
+    /// See [`Ownership`].
+    pub directories_listed: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Ownership {
+    /// An empty table, loaded on first use.
+    pub fn new(inputs: OwnershipInputs) -> Ownership {
+        Ownership {
+            claims: Mutex::new(None),
+            shared_hosts: inputs.shared_hosts,
+            cards: inputs.cards,
+            directories: inputs.directories,
+            index: inputs.index,
+            peers: inputs.peers,
+            directory_peers: inputs.directory_peers,
+            directories_wait: inputs.directories_wait,
+            directories_listed: inputs.directories_listed,
+        }
+    }
+
+    /// Re-check the other cards asking for one of `hosts`: `card` may have freed a claim there
+    /// (deleted, moved, or no longer allowed), or taken one.
+    pub fn recheck_card(&self, hosts: &[String], card: &AgentCard) {
+        self.recheck(hosts, card.metadata.uid.as_deref());
+    }
+
+    /// Re-check every card and directory asking for one of `hosts`, except the one `skip`.
+    pub fn recheck(&self, hosts: &[String], skip: Option<&str>) {
+        if hosts.is_empty() {
+            return;
+        }
+        let on = |host: &str| hosts.iter().any(|h| host.eq_ignore_ascii_case(h));
+        let peers: Vec<ObjectRef<AgentCard>> = {
+            let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+            hosts.iter().flat_map(|h| index.on_host(h)).collect()
+        };
+        for peer in peers {
+            let skipped = self
+                .cards
+                .get(&peer)
+                .is_some_and(|c| c.metadata.uid.as_deref() == skip);
+            if !skipped {
+                let _ = self.peers.unbounded_send(peer);
+            }
+        }
+        for dir in self.directories.state() {
+            if on(&dir.spec.publish.host) && dir.metadata.uid.as_deref() != skip {
+                let _ = self
+                    .directory_peers
+                    .unbounded_send(ObjectRef::from_obj(dir.as_ref()));
+            }
+        }
+    }
+
+    fn with_claims<T>(&self, f: impl FnOnce(&mut Claims) -> T) -> T {
+        let mut guard = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let claims = guard.get_or_insert_with(|| Claims::new(self.shared_hosts.clone()));
+        f(claims)
+    }
+
+    /// Load the claims table from what the cards' status says is served (once per leadership:
+    /// the status is the previous holder's decision, written where tenants cannot write).
+    pub async fn load(&self) {
+        if self
+            .claims
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        let _ = self.cards.wait_until_ready().await;
+        // Without the AgentDirectory CRD its store never fills, and cards must not wait.
+        let mut listed = self.directories_listed.clone();
+        let listed = listed.wait_for(|l| *l);
+        match self.directories_wait {
+            None => {
+                let _ = listed.await;
+            }
+            Some(bound) => {
+                let _ = tokio::time::timeout(bound, listed).await;
+            }
+        }
+        let directories = self.directories.state().into_iter().filter_map(|d| {
+            let route = d.status.as_ref()?.served.as_ref()?;
+            (d.metadata.deletion_timestamp.is_none()).then(|| Claim {
+                host: route.host.clone(),
+                prefix: String::new(),
+                namespace: String::new(),
+                name: d.name_any(),
+                uid: d.uid().unwrap_or_default(),
+                since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                whole_host: true,
+            })
+        });
+        let mut served: Vec<Claim> = self
+            .cards
+            .state()
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| {
+                let status = c.status.as_ref()?;
+                let route = status.served.as_ref()?;
+                status.content_hash.as_ref()?;
+                Some(Claim {
+                    host: route.host.clone(),
+                    prefix: route.path_prefix.clone(),
+                    namespace: c.namespace().unwrap_or_default(),
+                    name: c.name_any(),
+                    uid: c.uid().unwrap_or_default(),
+                    since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                    whole_host: false,
+                })
+            })
+            .chain(directories)
+            .collect();
+        served.sort_by(|a, b| a.since.cmp(&b.since).then(a.card().cmp(&b.card())));
+        let mut guard = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            let mut claims = Claims::new(self.shared_hosts.clone());
+            for claim in served {
+                // A persisted overlap (e.g. a host no longer shared) is resolved in favour of
+                // the older claim; the other card loses its route on its reconcile.
+                let _ = claims.acquire(claim);
+            }
+            *guard = Some(claims);
+        }
+    }
+
+    /// Whether the card or directory holding `claim` still exists (the same object: by uid).
+    fn holder_exists(&self, claim: &Claim) -> bool {
+        let uid = Some(claim.uid.as_str());
+        if claim.whole_host {
+            self.directories
+                .get(&ObjectRef::new(&claim.name))
+                .is_some_and(|d| d.uid().as_deref() == uid)
+        } else {
+            self.cards
+                .get(&ObjectRef::new(&claim.name).within(&claim.namespace))
+                .is_some_and(|c| c.uid().as_deref() == uid)
+        }
+    }
+
+    /// Take `want` for its card, or say which card holds a conflicting claim. A holder that is
+    /// gone (deleted without its cleanup: a tenant may remove the finalizer) holds nothing.
+    pub fn acquire(&self, want: Claim) -> Result<Claim, Error> {
+        let mut freed = Vec::new();
+        let result = self.with_claims(|claims| {
+            while let Some(gone) = claims
+                .blocker(&want)
+                .filter(|b| !self.holder_exists(b))
+                .map(|b| b.uid.clone())
+            {
+                freed.extend(claims.release(&gone));
+            }
+            let shared = claims.is_shared(&want.host);
+            claims
+                .acquire(want.clone())
+                .map_err(|holder| Error::HostConflict {
+                    host: want.host.clone(),
+                    prefix: want.prefix.clone(),
+                    held: format!("{}{}/…", holder.host, holder.prefix),
+                    owner: holder.holder(),
+                    why: if holder.namespace != want.namespace
+                        && !shared
+                        && !holder.whole_host
+                        && !want.whole_host
+                    {
+                        " (one namespace holds a host that is not shared)"
+                    } else {
+                        ""
+                    },
+                })
+        });
+        self.recheck(&freed, Some(&want.uid));
+        result
+    }
+
+    /// Keep only the claim of `card` on `keep` (host, prefix), or none; the hosts freed.
+    pub fn retain_card(&self, card: &AgentCard, keep: Option<(&str, &str)>) -> Vec<String> {
+        self.retain(&card.uid().unwrap_or_default(), keep)
+    }
+
+    /// Keep only the claim of object `uid` on `keep`, or none; the hosts freed.
+    pub fn retain(&self, uid: &str, keep: Option<(&str, &str)>) -> Vec<String> {
+        self.with_claims(|claims| claims.retain(uid, keep))
+    }
+}

@@ -1,0 +1,111 @@
+//! The keys cards are signed with, as the reconciles ask for them: the signing Secret's keys
+//! (parsed once per Secret version), and which of them sign now, once the JWKS publisher
+//! ([`super::jwks`]) has published them. A card is never signed with a key clients cannot
+//! fetch yet.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::watch;
+
+use super::error::Error;
+use super::keys::{self, KeyCache, Keys};
+
+/// The JWKS publisher's last publication.
+#[derive(Clone, Debug)]
+pub struct PublishedKeys {
+    /// resourceVersion of the Secret whose keys the JWKS holds.
+    pub version: String,
+    /// Which keys sign, and when the active key will.
+    pub rotation: keys::Rotation,
+}
+
+/// The keys a card is signed with now.
+#[derive(Clone, Debug)]
+pub struct Signers {
+    /// Newest first (the first one is reported as the card's `keyId`).
+    pub keys: Vec<crate::a2a::SigningKey>,
+    /// The active key and when it starts signing, while it waits to be in every cached JWKS.
+    pub pending: Option<(String, jiff::Timestamp)>,
+}
+
+/// The signing Secret as the stores hold it, and the JWKS publisher's word on which keys sign.
+pub struct Signing {
+    /// The operator's namespace (the Secret's).
+    pub namespace: String,
+    /// The Secret's name.
+    pub secret: String,
+    /// The Secret, watched by name.
+    pub secrets: Store<Secret>,
+    /// The parsed keys of each Secret version.
+    pub cache: Arc<KeyCache>,
+    /// What the JWKS publisher last published.
+    pub published: watch::Receiver<Option<PublishedKeys>>,
+}
+
+impl Signing {
+    /// The signing keys, parsed once per Secret version.
+    pub fn keys(&self) -> Result<Arc<Keys>, Error> {
+        let key = ObjectRef::<Secret>::new(&self.secret).within(&self.namespace);
+        let secret = self.secrets.get(&key).ok_or_else(|| {
+            Error::KeyUnavailable(format!(
+                "Secret {}/{} not found",
+                self.namespace, self.secret
+            ))
+        })?;
+        self.cache.get(&secret).map_err(|e| {
+            Error::KeyUnavailable(format!("Secret {}/{}: {e}", self.namespace, self.secret))
+        })
+    }
+
+    /// The keys that sign now (see [`keys::rotate`]), once the JWKS of `keys` is published:
+    /// waits (at most 10 s) for the publisher, so that a card signed with them never reaches
+    /// clients before the keys that verify it (at start-up, and after a key is added).
+    pub async fn signers(&self, keys: &Keys) -> Result<Signers, Error> {
+        let mut published = self.published.clone();
+        let wait = published.wait_for(|p| p.as_ref().is_some_and(|p| p.version == keys.version));
+        let outcome = tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .map(|r| r.map(|p| p.clone()));
+        let published = match outcome {
+            Ok(Ok(Some(p))) => p,
+            Ok(Ok(None) | Err(_)) => {
+                return Err(Error::JwksPending("the JWKS publisher stopped".into()))
+            }
+            Err(_) => {
+                return Err(Error::JwksPending(format!(
+                    "ConfigMap {}/{} does not hold the current keys after 10 s",
+                    self.namespace,
+                    keys::JWKS_CONFIGMAP
+                )))
+            }
+        };
+        let signing: Vec<crate::a2a::SigningKey> = published
+            .rotation
+            .signing
+            .iter()
+            .filter_map(|kid| keys.all.iter().find(|k| k.kid() == kid).cloned())
+            .collect();
+        if signing.is_empty() {
+            return Err(Error::JwksPending("no key of the Secret signs yet".into()));
+        }
+        Ok(Signers {
+            keys: signing,
+            pending: published
+                .rotation
+                .activates_at
+                .map(|at| (keys.active.kid().to_string(), at)),
+        })
+    }
+
+    /// The keys that sign now, as last published (empty before the first publication).
+    pub fn signing_kids(&self) -> Vec<String> {
+        self.published
+            .borrow()
+            .as_ref()
+            .map(|p| p.rotation.signing.clone())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,15 @@
+//! What the process keeps of the objects it watches in bulk: shared data, below the watches
+//! that fill the stores ([`crate::hub`]), the card server that reads them
+//! ([`crate::serve::source_cluster`]) and the controllers ([`crate::controller`]).
+//!
+//! Data flow: a watch deserialises each object → [`compact`] drops what no reader needs
+//! (`managedFields` but the operator's annotation keys, kubectl's last-applied copy) or
+//! [`seen`] reduces it to its stored form ([`SeenConfigMap`], [`SeenIngress`]: identity,
+//! compact metadata, shared data bytes or a spec digest) → the reflector store → readers look
+//! at metadata through [`MetaView`].
+
+pub mod compact;
+pub mod seen;
+
+pub use compact::{compact_card, compact_meta, digest, operator_annotations};
+pub use seen::{MetaView, OptionalSpec, Owner, SeenConfigMap, SeenIngress, SeenMeta};
