@@ -275,20 +275,41 @@ fn list_section(title: &str, items: Vec<String>) -> String {
 /// One card's page, with its signature checked against `jwks` (the JWKS served on its host).
 pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
     let v: Value = serde_json::from_slice(&e.body).unwrap_or(Value::Null);
-    let mut html = String::new();
     let title = if e.display_name.is_empty() {
         e.placement.name.as_str()
     } else {
         &e.display_name
     };
+    let mut html = format!(
+        "<nav aria-label=\"Breadcrumb\"><a href=\"{}/\">All agents</a></nav><h1>{}</h1><p class=\"desc\">{}</p>",
+        esc(&site.prefix),
+        esc(title),
+        esc(&e.description)
+    );
+    html.push_str(&facts(e, &v));
     html.push_str(&format!(
-        "<nav aria-label=\"Breadcrumb\"><a href=\"{}/\">All agents</a></nav>",
-        esc(&site.prefix)
+        "<section><h2>Signature</h2>{}</section>",
+        signature(e, jwks)
     ));
-    html.push_str(&format!("<h1>{}</h1>", esc(title)));
-    html.push_str(&format!("<p class=\"desc\">{}</p>", esc(&e.description)));
+    html.push_str(&list_section("Skills", skills(&v)));
+    html.push_str(&list_section("Interfaces", interfaces(&v)));
+    html.push_str(&list_section("Security schemes", security_schemes(&v)));
+    let requirements: Vec<String> = v["securityRequirements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| esc(&r["schemes"].to_string()))
+        .collect();
+    html.push_str(&list_section("Security requirements", requirements));
+    html.push_str(&list_section("Capabilities", capabilities(&v)));
+    html.push_str(&check_it_yourself(e, &v));
+    layout(title, site, &html)
+}
+
+/// The card's facts: version, provider, namespace, URLs.
+fn facts(e: &Entry, v: &Value) -> String {
     let provider = &v["provider"];
-    html.push_str("<dl class=\"facts\">");
+    let mut html = String::from("<dl class=\"facts\">");
     for (k, val) in [
         ("Version", esc(&e.version)),
         (
@@ -303,10 +324,7 @@ pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
         ("Card URL", link(&e.placement.url, &e.placement.url)),
         (
             "Documentation",
-            link(
-                str_of(&v, "documentationUrl"),
-                str_of(&v, "documentationUrl"),
-            ),
+            link(str_of(v, "documentationUrl"), str_of(v, "documentationUrl")),
         ),
     ] {
         if !val.is_empty() {
@@ -314,11 +332,12 @@ pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
         }
     }
     html.push_str("</dl>");
-    html.push_str(&format!(
-        "<section><h2>Signature</h2>{}</section>",
-        signature(e, jwks)
-    ));
-    let skills: Vec<String> = v["skills"]
+    html
+}
+
+/// Each skill: name, id, description, tag chips and examples.
+fn skills(v: &Value) -> Vec<String> {
+    v["skills"]
         .as_array()
         .into_iter()
         .flatten()
@@ -335,9 +354,12 @@ pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
                 if examples.is_empty() { String::new() } else { format!("<p>Examples:</p><ul class=\"examples\">{examples}</ul>") }
             )
         })
-        .collect();
-    html.push_str(&list_section("Skills", skills));
-    let interfaces: Vec<String> = v["supportedInterfaces"]
+        .collect()
+}
+
+/// Each interface: URL, binding, protocol version.
+fn interfaces(v: &Value) -> Vec<String> {
+    v["supportedInterfaces"]
         .as_array()
         .into_iter()
         .flatten()
@@ -349,9 +371,12 @@ pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
                 esc(str_of(i, "protocolVersion"))
             )
         })
-        .collect();
-    html.push_str(&list_section("Interfaces", interfaces));
-    let schemes: Vec<String> = v["securitySchemes"]
+        .collect()
+}
+
+/// Each security scheme: its name and kind.
+fn security_schemes(v: &Value) -> Vec<String> {
+    v["securitySchemes"]
         .as_object()
         .into_iter()
         .flatten()
@@ -362,56 +387,46 @@ pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
                 .unwrap_or_default();
             format!("<code>{}</code> ({})", esc(name), esc(&kind))
         })
-        .collect();
-    html.push_str(&list_section("Security schemes", schemes));
-    let requirements: Vec<String> = v["securityRequirements"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| esc(&r["schemes"].to_string()))
-        .collect();
-    html.push_str(&list_section("Security requirements", requirements));
+        .collect()
+}
+
+/// The capabilities, yes or no, then the extensions.
+fn capabilities(v: &Value) -> Vec<String> {
     let caps = &v["capabilities"];
-    let mut capabilities: Vec<String> = ["streaming", "pushNotifications", "extendedAgentCard"]
+    let mut out: Vec<String> = ["streaming", "pushNotifications", "extendedAgentCard"]
         .iter()
         .map(|f| {
-            format!(
-                "{f}: {}",
-                if caps[*f].as_bool() == Some(true) {
-                    "yes"
-                } else {
-                    "no"
-                }
-            )
+            let yes = caps[*f].as_bool() == Some(true);
+            format!("{f}: {}", if yes { "yes" } else { "no" })
         })
         .collect();
     for ext in caps["extensions"].as_array().into_iter().flatten() {
-        capabilities.push(format!(
-            "extension {}{}",
-            link(str_of(ext, "uri"), str_of(ext, "uri")),
-            if ext["required"].as_bool() == Some(true) {
-                " (required)"
-            } else {
-                ""
-            }
+        let required = if ext["required"].as_bool() == Some(true) {
+            " (required)"
+        } else {
+            ""
+        };
+        out.push(format!(
+            "extension {}{required}",
+            link(str_of(ext, "uri"), str_of(ext, "uri"))
         ));
     }
-    html.push_str(&list_section("Capabilities", capabilities));
-    let pretty = serde_json::to_string_pretty(&v).unwrap_or_default();
+    out
+}
+
+/// The commands to fetch and verify the card, and its JSON with a copy button.
+fn check_it_yourself(e: &Entry, v: &Value) -> String {
+    let pretty = serde_json::to_string_pretty(v).unwrap_or_default();
     let jwks_url = e
         .placement
         .url
         .replace("/.well-known/agent-card.json", "/.well-known/jwks.json");
-    html.push_str(&format!(
-        "<section><h2>Check it yourself</h2><pre class=\"cmd\"><code>curl {url}\nagentcard-operator verify {url} --jwks {jwks}</code></pre></section>",
+    format!(
+        "<section><h2>Check it yourself</h2><pre class=\"cmd\"><code>curl {url}\nagentcard-operator verify {url} --jwks {jwks}</code></pre></section><section><h2>Card JSON</h2><button type=\"button\" class=\"copy\" data-copy=\"card-json\" hidden>Copy JSON</button><pre id=\"card-json\" class=\"json\" tabindex=\"0\"><code>{json}</code></pre></section>",
         url = esc(&e.placement.url),
-        jwks = esc(&jwks_url)
-    ));
-    html.push_str(&format!(
-        "<section><h2>Card JSON</h2><button type=\"button\" class=\"copy\" data-copy=\"card-json\" hidden>Copy JSON</button><pre id=\"card-json\" class=\"json\" tabindex=\"0\"><code>{}</code></pre></section>",
-        esc(&pretty)
-    ));
-    layout(title, site, &html)
+        jwks = esc(&jwks_url),
+        json = esc(&pretty)
+    )
 }
 
 #[cfg(test)]

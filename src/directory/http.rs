@@ -24,7 +24,7 @@ use super::access::Authorizer;
 use super::ard::{self, FacetKey};
 use super::entry::Field;
 use super::native;
-use super::query::Visibility;
+use super::query::{Catalog, Visibility};
 use super::site::Site;
 use super::token;
 use super::ApiError;
@@ -109,24 +109,12 @@ fn route(
     let params = params(query);
     let get = method == Method::GET || method == Method::HEAD;
     let post = method == Method::POST;
-    let manifest_paths = ["/.well-known/ai-catalog.json", "/.well-known/ard.json"];
-    if manifest_paths.contains(&path)
-        || path
-            .strip_prefix(site.prefix.as_str())
-            .is_some_and(|p| !site.prefix.is_empty() && manifest_paths.contains(&p))
-    {
-        return match get {
-            true => {
-                no_params(&params)?;
-                let entries = site
-                    .catalog
-                    .entries()
-                    .iter()
-                    .filter(|e| visible.is_none_or(|v| v.contains(&e.placement.namespace)));
-                Ok(ard::manifest(&site.info(), entries.map(|e| e.as_ref())))
-            }
-            false => Err(method_error()),
-        };
+    if is_manifest_path(site, path) {
+        if !get {
+            return Err(method_error());
+        }
+        no_params(&params)?;
+        return Ok(manifest(site, visible));
     }
     let Some(rest) = path.strip_prefix(site.prefix.as_str()) else {
         return Err(ApiError::not_found(format!("nothing at {path}")));
@@ -135,96 +123,13 @@ fn route(
     match (rest, get, post) {
         ("/search", _, true) => {
             no_params(&params)?;
-            let s = ard::search_request(body)?;
-            let ranked = catalog.search(&s.query, visible);
-            let source = format!("{}/search", site.info().base_url);
-            let results: Vec<Value> = ranked
-                .hits
-                .iter()
-                .skip(s.offset)
-                .take(s.page_size)
-                .map(|(e, score)| {
-                    let mut m = ard::catalog_entry(e);
-                    m.insert("score".into(), json!(score));
-                    m.insert("source".into(), json!(source));
-                    Value::Object(m)
-                })
-                .collect();
-            let mut out = json!({"results": results});
-            let end = s.offset.saturating_add(s.page_size);
-            if ranked.hits.len() > end {
-                out["pageToken"] = json!(token::encode_offset(end));
-            }
-            Ok(out)
+            search(site, body, visible)
         }
         ("/explore", _, true) => {
             no_params(&params)?;
-            let x = ard::explore_request(body)?;
-            let fields: Vec<Field> = x
-                .facets
-                .iter()
-                .filter_map(|(_, k, _, _)| match k {
-                    FacetKey::Field(f) => Some(*f),
-                    FacetKey::Type => None,
-                })
-                .collect();
-            let (counts, total) = catalog.facets_with_total(&x.query, visible, &fields);
-            let mut facets = serde_json::Map::new();
-            for (path, key, limit, min_count) in &x.facets {
-                let buckets: Vec<(String, usize)> = match key {
-                    FacetKey::Type => vec![(ard::TYPE_A2A.to_string(), total)],
-                    FacetKey::Field(f) => counts.get(f).cloned().unwrap_or_default(),
-                };
-                let kept: Vec<&(String, usize)> = buckets
-                    .iter()
-                    .filter(|(_, c)| c >= min_count && *c > 0)
-                    .collect();
-                let shown: Vec<Value> = kept
-                    .iter()
-                    .take(*limit)
-                    .map(|(v, c)| json!({"value": v, "count": c}))
-                    .collect();
-                let other: usize = kept.iter().skip(*limit).map(|(_, c)| c).sum();
-                let mut result = json!({"buckets": shown});
-                if other > 0 {
-                    result["otherCount"] = json!(other);
-                }
-                facets.insert(path.clone(), result);
-            }
-            Ok(json!({"resultType": "facets", "facets": facets}))
+            explore(catalog, body, visible)
         }
-        ("/agents", true, _) => {
-            let l = ard::list_request(&params)?;
-            // In identifier order only the page's entries are needed; another order needs all.
-            let end = l.offset.saturating_add(l.page_size);
-            let wanted = if l.order.is_some() { usize::MAX } else { end };
-            let page = catalog.list(&l.query, visible, None, wanted);
-            let mut items = page.items;
-            if let Some((field, desc)) = &l.order {
-                items.sort_by_cached_key(|e| {
-                    let key = match field.as_str() {
-                        "displayName" => e.display_name.to_lowercase(),
-                        "updatedAt" => e.placement.updated_at.clone(),
-                        _ => e.identifier.clone(),
-                    };
-                    (key, e.identifier.clone())
-                });
-                if *desc {
-                    items.reverse();
-                }
-            }
-            let shown: Vec<Value> = items
-                .iter()
-                .skip(l.offset)
-                .take(l.page_size)
-                .map(|e| Value::Object(ard::catalog_entry(e)))
-                .collect();
-            let mut out = json!({"items": shown, "total": page.total});
-            if page.total > end {
-                out["pageToken"] = json!(token::encode_offset(end));
-            }
-            Ok(out)
-        }
+        ("/agents", true, _) => list(catalog, &params, visible),
         ("/v1/agents", true, _) => {
             let r = native::request(&params, true)?;
             let page = catalog.list(&r.query, visible, r.after.as_deref(), r.limit);
@@ -238,26 +143,163 @@ fn route(
         ("/search" | "/explore", true, _) => Err(method_error()),
         (other, true, _) => {
             no_params(&params)?;
-            if let Some(id) = other.strip_prefix("/agents/") {
-                let id = percent_decode(id);
-                let e = catalog
-                    .get(&id, visible)
-                    .ok_or_else(|| ApiError::not_found(format!("no agent {id}")))?;
-                return Ok(Value::Object(ard::catalog_entry(&e)));
-            }
-            if let Some(rest) = other.strip_prefix("/v1/agents/") {
-                if let Some((ns, name)) = rest.split_once('/') {
-                    let (ns, name) = (percent_decode(ns), percent_decode(name));
-                    let e = catalog
-                        .get_card(&ns, &name, visible)
-                        .ok_or_else(|| ApiError::not_found(format!("no agent {ns}/{name}")))?;
-                    return Ok(native::item(&e));
-                }
-            }
-            Err(ApiError::not_found(format!("nothing at {path}")))
+            one_agent(catalog, other, visible)
+                .unwrap_or_else(|| Err(ApiError::not_found(format!("nothing at {path}"))))
         }
         _ => Err(method_error()),
     }
+}
+
+/// Whether `path` is the AI Catalog / ARD manifest (at the host's root, or under the
+/// directory's prefix).
+fn is_manifest_path(site: &Site, path: &str) -> bool {
+    let manifest_paths = ["/.well-known/ai-catalog.json", "/.well-known/ard.json"];
+    manifest_paths.contains(&path)
+        || path
+            .strip_prefix(site.prefix.as_str())
+            .is_some_and(|p| !site.prefix.is_empty() && manifest_paths.contains(&p))
+}
+
+/// The manifest of what the caller sees.
+fn manifest(site: &Site, visible: Visibility<'_>) -> Value {
+    let entries = site
+        .catalog
+        .entries()
+        .iter()
+        .filter(|e| visible.is_none_or(|v| v.contains(&e.placement.namespace)));
+    ard::manifest(&site.info(), entries.map(|e| e.as_ref()))
+}
+
+/// `POST /search` (ARD): ranked catalog entries, paged by offset tokens.
+fn search(site: &Site, body: &[u8], visible: Visibility<'_>) -> Result<Value, ApiError> {
+    let s = ard::search_request(body)?;
+    let ranked = site.catalog.search(&s.query, visible);
+    let source = format!("{}/search", site.info().base_url);
+    let results: Vec<Value> = ranked
+        .hits
+        .iter()
+        .skip(s.offset)
+        .take(s.page_size)
+        .map(|(e, score)| {
+            let mut m = ard::catalog_entry(e);
+            m.insert("score".into(), json!(score));
+            m.insert("source".into(), json!(source));
+            Value::Object(m)
+        })
+        .collect();
+    let mut out = json!({"results": results});
+    let end = s.offset.saturating_add(s.page_size);
+    if ranked.hits.len() > end {
+        out["pageToken"] = json!(token::encode_offset(end));
+    }
+    Ok(out)
+}
+
+/// `POST /explore` (ARD): facet buckets over what a query selects.
+fn explore(catalog: &Catalog, body: &[u8], visible: Visibility<'_>) -> Result<Value, ApiError> {
+    let x = ard::explore_request(body)?;
+    let fields: Vec<Field> = x
+        .facets
+        .iter()
+        .filter_map(|(_, k, _, _)| match k {
+            FacetKey::Field(f) => Some(*f),
+            FacetKey::Type => None,
+        })
+        .collect();
+    let (counts, total) = catalog.facets_with_total(&x.query, visible, &fields);
+    let mut facets = serde_json::Map::new();
+    for (path, key, limit, min_count) in &x.facets {
+        let buckets: Vec<(String, usize)> = match key {
+            FacetKey::Type => vec![(ard::TYPE_A2A.to_string(), total)],
+            FacetKey::Field(f) => counts.get(f).cloned().unwrap_or_default(),
+        };
+        facets.insert(path.clone(), facet_result(&buckets, *limit, *min_count));
+    }
+    Ok(json!({"resultType": "facets", "facets": facets}))
+}
+
+/// One facet's buckets: those with at least `min_count`, the first `limit` shown, the rest
+/// counted as `otherCount`.
+fn facet_result(buckets: &[(String, usize)], limit: usize, min_count: usize) -> Value {
+    let kept: Vec<&(String, usize)> = buckets
+        .iter()
+        .filter(|(_, c)| *c >= min_count && *c > 0)
+        .collect();
+    let shown: Vec<Value> = kept
+        .iter()
+        .take(limit)
+        .map(|(v, c)| json!({"value": v, "count": c}))
+        .collect();
+    let other: usize = kept.iter().skip(limit).map(|(_, c)| c).sum();
+    let mut result = json!({"buckets": shown});
+    if other > 0 {
+        result["otherCount"] = json!(other);
+    }
+    result
+}
+
+/// `GET /agents` (ARD): catalog entries filtered, ordered and paged.
+fn list(
+    catalog: &Catalog,
+    params: &BTreeMap<String, Vec<String>>,
+    visible: Visibility<'_>,
+) -> Result<Value, ApiError> {
+    let l = ard::list_request(params)?;
+    // In identifier order only the page's entries are needed; another order needs all.
+    let end = l.offset.saturating_add(l.page_size);
+    let wanted = if l.order.is_some() { usize::MAX } else { end };
+    let page = catalog.list(&l.query, visible, None, wanted);
+    let mut items = page.items;
+    if let Some((field, desc)) = &l.order {
+        items.sort_by_cached_key(|e| {
+            let key = match field.as_str() {
+                "displayName" => e.display_name.to_lowercase(),
+                "updatedAt" => e.placement.updated_at.clone(),
+                _ => e.identifier.clone(),
+            };
+            (key, e.identifier.clone())
+        });
+        if *desc {
+            items.reverse();
+        }
+    }
+    let shown: Vec<Value> = items
+        .iter()
+        .skip(l.offset)
+        .take(l.page_size)
+        .map(|e| Value::Object(ard::catalog_entry(e)))
+        .collect();
+    let mut out = json!({"items": shown, "total": page.total});
+    if page.total > end {
+        out["pageToken"] = json!(token::encode_offset(end));
+    }
+    Ok(out)
+}
+
+/// `GET /agents/{identifier}` (ARD) or `GET /v1/agents/{namespace}/{name}` (native); `None`
+/// when `path` is neither.
+fn one_agent(
+    catalog: &Catalog,
+    path: &str,
+    visible: Visibility<'_>,
+) -> Option<Result<Value, ApiError>> {
+    if let Some(id) = path.strip_prefix("/agents/") {
+        let id = percent_decode(id);
+        return Some(
+            catalog
+                .get(&id, visible)
+                .map(|e| Value::Object(ard::catalog_entry(&e)))
+                .ok_or_else(|| ApiError::not_found(format!("no agent {id}"))),
+        );
+    }
+    let (ns, name) = path.strip_prefix("/v1/agents/")?.split_once('/')?;
+    let (ns, name) = (percent_decode(ns), percent_decode(name));
+    Some(
+        catalog
+            .get_card(&ns, &name, visible)
+            .map(|e| native::item(&e))
+            .ok_or_else(|| ApiError::not_found(format!("no agent {ns}/{name}"))),
+    )
 }
 
 fn method_error() -> ApiError {
@@ -388,7 +430,8 @@ pub fn response(
 }
 
 /// Answer one request to a directory host: read the body (at most `max_body` bytes), check
-/// the caller in Kubernetes mode, then [`answer`] and [`response`].
+/// the caller in Kubernetes mode, then [`answer`] and [`response`] (or, for a browser, the web
+/// page).
 pub async fn handle<B>(
     site: Arc<Site>,
     authorizer: Option<Arc<Authorizer>>,
@@ -408,29 +451,8 @@ where
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
     let path = parts.uri.path();
     let rest = path.strip_prefix(site.prefix.as_str()).unwrap_or(path);
-    if get {
-        if let Some(asset) = rest.strip_prefix("/assets/") {
-            let found = match asset {
-                "style.css" => Some(("text/css; charset=utf-8", super::html::STYLE)),
-                "app.js" => Some(("text/javascript; charset=utf-8", super::html::SCRIPT)),
-                _ => None,
-            };
-            if let Some((content_type, text)) = found {
-                return (
-                    Route::Directory,
-                    page_response(
-                        Answer {
-                            status: 200,
-                            body: text.as_bytes().to_vec(),
-                        },
-                        content_type,
-                        &parts.method,
-                        &parts.headers,
-                        AccessMode::Public,
-                    ),
-                );
-            }
-        }
+    if let Some(resp) = get.then(|| asset(rest, &parts)).flatten() {
+        return (Route::Directory, resp);
     }
     let html = get
         && wants_html(&parts.headers)
@@ -442,80 +464,114 @@ where
         )
     };
     let bytes = if parts.method == Method::POST {
-        match Limited::new(body, max_body).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                let e = ApiError {
-                    status: 413,
-                    code: "INVALID_ARGUMENT",
-                    message: format!(
-                        "request body: larger than {max_body} bytes or unreadable ({e})"
-                    ),
-                };
-                return fail(e);
-            }
+        match read_body(body, max_body).await {
+            Ok(b) => b,
+            Err(e) => return fail(e),
         }
     } else {
         Bytes::new()
     };
-    let visible = match mode {
-        AccessMode::Public => None,
-        AccessMode::Kubernetes => {
-            let Some(authorizer) = authorizer else {
-                return fail(ApiError::internal(
-                    "this server cannot check Kubernetes identities",
-                ));
-            };
-            let auth = parts
-                .headers
-                .get(AUTHORIZATION)
-                .and_then(|v| v.to_str().ok());
-            match authorizer.visible(auth, &site.namespaces).await {
-                Ok(v) => Some(v),
-                Err(e) => return fail(e),
-            }
-        }
+    let visible = match caller_visibility(&site, authorizer.as_deref(), &parts.headers).await {
+        Ok(v) => v,
+        Err(e) => return fail(e),
     };
-    if html {
-        let visible = visible.as_ref();
-        let page = match html_card_path(rest) {
-            Some((ns, name)) => match site.catalog.get_card(&ns, &name, visible) {
-                Some(e) => Ok(super::html::card(&site, &e, jwks.as_deref())),
-                None => Err(ApiError::not_found(format!("no agent {ns}/{name}"))),
-            },
-            None => super::html::catalog(&site, &params(parts.uri.query()), visible),
-        };
-        let answer = match page {
-            Ok(doc) => Answer {
-                status: 200,
-                body: doc.into_bytes(),
-            },
-            Err(e) => Answer {
-                status: e.status,
-                body: super::html::error(&site, &e).into_bytes(),
-            },
-        };
-        return (
-            Route::Directory,
-            page_response(
-                answer,
-                "text/html; charset=utf-8",
-                &parts.method,
-                &parts.headers,
-                mode,
-            ),
+    let resp = if html {
+        let answer = web_page(&site, rest, parts.uri.query(), visible.as_ref(), jwks);
+        let html_type = "text/html; charset=utf-8";
+        page_response(answer, html_type, &parts.method, &parts.headers, mode)
+    } else {
+        let a = answer(
+            &site,
+            &parts.method,
+            parts.uri.path(),
+            parts.uri.query(),
+            &bytes,
+            visible.as_ref(),
         );
-    }
-    let a = answer(
-        &site,
+        response(a, &parts.method, &parts.headers, mode)
+    };
+    (Route::Directory, resp)
+}
+
+/// The web page's embedded assets (`<prefix>/assets/style.css`, `app.js`), when `rest` names
+/// one.
+fn asset(rest: &str, parts: &http::request::Parts) -> Option<Response<Body>> {
+    let (content_type, text) = match rest.strip_prefix("/assets/")? {
+        "style.css" => ("text/css; charset=utf-8", super::html::STYLE),
+        "app.js" => ("text/javascript; charset=utf-8", super::html::SCRIPT),
+        _ => return None,
+    };
+    let answer = Answer {
+        status: 200,
+        body: text.as_bytes().to_vec(),
+    };
+    Some(page_response(
+        answer,
+        content_type,
         &parts.method,
-        parts.uri.path(),
-        parts.uri.query(),
-        &bytes,
-        visible.as_ref(),
-    );
-    (
-        Route::Directory,
-        response(a, &parts.method, &parts.headers, mode),
-    )
+        &parts.headers,
+        AccessMode::Public,
+    ))
+}
+
+/// A request body of at most `max_body` bytes.
+async fn read_body<B>(body: B, max_body: usize) -> Result<Bytes, ApiError>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match Limited::new(body, max_body).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) => Err(ApiError {
+            status: 413,
+            code: "INVALID_ARGUMENT",
+            message: format!("request body: larger than {max_body} bytes or unreadable ({e})"),
+        }),
+    }
+}
+
+/// The namespaces the caller may see: every one in Public mode (`None`), those its RBAC
+/// allows in Kubernetes mode (its bearer token checked).
+async fn caller_visibility(
+    site: &Site,
+    authorizer: Option<&Authorizer>,
+    headers: &HeaderMap,
+) -> Result<Option<std::collections::HashSet<String>>, ApiError> {
+    match site.mode {
+        AccessMode::Public => Ok(None),
+        AccessMode::Kubernetes => {
+            let authorizer = authorizer.ok_or_else(|| {
+                ApiError::internal("this server cannot check Kubernetes identities")
+            })?;
+            let auth = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+            authorizer.visible(auth, &site.namespaces).await.map(Some)
+        }
+    }
+}
+
+/// The web page for a browser: the catalog, or one card's page.
+fn web_page(
+    site: &Site,
+    rest: &str,
+    query: Option<&str>,
+    visible: Visibility<'_>,
+    jwks: Option<Bytes>,
+) -> Answer {
+    let page = match html_card_path(rest) {
+        Some((ns, name)) => match site.catalog.get_card(&ns, &name, visible) {
+            Some(e) => Ok(super::html::card(site, &e, jwks.as_deref())),
+            None => Err(ApiError::not_found(format!("no agent {ns}/{name}"))),
+        },
+        None => super::html::catalog(site, &params(query), visible),
+    };
+    match page {
+        Ok(doc) => Answer {
+            status: 200,
+            body: doc.into_bytes(),
+        },
+        Err(e) => Answer {
+            status: e.status,
+            body: super::html::error(site, &e).into_bytes(),
+        },
+    }
 }

@@ -20,7 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use super::http::{request_host, respond, too_large, Route};
+use super::http::{request_host, respond, too_large, Body, Route};
 use super::metrics::HttpMetrics;
 use crate::directory::access::Authorizer;
 use crate::index::Index;
@@ -157,97 +157,122 @@ pub async fn serve_public(
         // then; a new one, and one taken from the accept queue while closing, serves its
         // request (its response says close).
         let close_when_idle = (!closing).then(|| shutdown.closed());
-        let index = index.clone();
-        let metrics = metrics.clone();
-        let authorizer = authorizer.clone();
-        let draining = shutdown.clone();
-        tokio::spawn(async move {
-            metrics.connections.inc();
-            let gauge = metrics.connections.clone();
-            // Requests this connection has received: one that has had none yet is not idle
-            // but about to send (it connected to be served), so closing lets it.
-            let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let counted = received.clone();
-            let svc = service_fn(move |req: hyper::Request<Incoming>| {
-                counted.fetch_add(1, Ordering::Relaxed);
-                let index = index.clone();
-                let metrics = metrics.clone();
-                let authorizer = authorizer.clone();
-                let draining = draining.clone();
-                async move {
-                    let declared = req
-                        .headers()
-                        .get(::http::header::CONTENT_LENGTH)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .unwrap_or(0);
-                    let host = request_host(req.uri(), req.headers());
-                    let site = host.as_deref().and_then(|h| index.site(h));
-                    let (route, resp) = if declared > limits.max_body_bytes {
-                        (Route::TooLarge, too_large())
-                    } else if let Some(site) = site {
-                        let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
-                        let jwks = index.jwks().map(|j| j.body.clone());
-                        crate::directory::http::handle(site, authorizer, jwks, req, max).await
-                    } else {
-                        respond(
-                            &index,
-                            host.as_deref(),
-                            req.method(),
-                            req.uri(),
-                            req.headers(),
-                        )
-                    };
-                    metrics.observe(route, resp.status().as_u16());
-                    let mut resp = resp;
-                    if draining.is_draining() {
-                        // Shutting down: clients close this connection after the response.
-                        resp.headers_mut().insert(
-                            ::http::header::CONNECTION,
-                            ::http::HeaderValue::from_static("close"),
-                        );
-                    }
-                    Ok::<_, Infallible>(resp)
-                }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .max_buf_size(limits.max_header_bytes.max(8192))
-                .max_headers(limits.max_headers);
-            let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
-            stream.set_write_timeout(Some(limits.write_timeout));
-            let conn = builder.serve_connection(TokioIo::new(Box::pin(stream)), svc);
-            let serve = async move {
-                tokio::pin!(conn);
-                match close_when_idle {
-                    Some(closed) => {
-                        tokio::select! {
-                            _ = conn.as_mut() => {}
-                            () = closed => {
-                                if received.load(Ordering::Relaxed) > 0 {
-                                    conn.as_mut().graceful_shutdown();
-                                }
-                                let _ = conn.await;
-                            }
-                        }
-                    }
-                    None => {
-                        let _ = conn.await;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(limits.max_connection_age, serve).await;
-            gauge.dec();
-            drop(permit);
-        });
+        let shared = Shared {
+            index: index.clone(),
+            metrics: metrics.clone(),
+            authorizer: authorizer.clone(),
+            draining: shutdown.clone(),
+            limits,
+        };
+        tokio::spawn(serve_connection(stream, shared, close_when_idle, permit));
     }
     drop(listener);
     // Every connection holds a slot: all of them back means all are done.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(CLOSE_GRACE, slots.acquire_many(all)).await;
     Ok(())
+}
+
+/// What every connection of the public port shares.
+#[derive(Clone)]
+struct Shared {
+    index: Arc<Index>,
+    metrics: Arc<HttpMetrics>,
+    authorizer: Option<Arc<Authorizer>>,
+    draining: Arc<Shutdown>,
+    limits: Limits,
+}
+
+/// Serve one connection until it ends, its age limit passes, or (when `close_when_idle`
+/// resolves) it is idle after a request; then give its slot back.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    shared: Shared,
+    close_when_idle: Option<impl std::future::Future<Output = ()>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let limits = shared.limits;
+    shared.metrics.connections.inc();
+    let gauge = shared.metrics.connections.clone();
+    // Requests this connection has received: one that has had none yet is not idle but about
+    // to send (it connected to be served), so closing lets it.
+    let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = received.clone();
+    let svc = service_fn(move |req: hyper::Request<Incoming>| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(answer_request(req, &shared).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .max_headers(limits.max_headers);
+    let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+    stream.set_write_timeout(Some(limits.write_timeout));
+    let conn = builder.serve_connection(TokioIo::new(Box::pin(stream)), svc);
+    let serve = async move {
+        tokio::pin!(conn);
+        match close_when_idle {
+            Some(closed) => {
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    () = closed => {
+                        if received.load(Ordering::Relaxed) > 0 {
+                            conn.as_mut().graceful_shutdown();
+                        }
+                        let _ = conn.await;
+                    }
+                }
+            }
+            None => {
+                let _ = conn.await;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(limits.max_connection_age, serve).await;
+    gauge.dec();
+    drop(permit);
+}
+
+/// One request: too large, a directory host's, or a card's; counted; marked `Connection:
+/// close` while draining.
+async fn answer_request(req: hyper::Request<Incoming>, shared: &Shared) -> hyper::Response<Body> {
+    let limits = &shared.limits;
+    let declared = req
+        .headers()
+        .get(::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let host = request_host(req.uri(), req.headers());
+    let site = host.as_deref().and_then(|h| shared.index.site(h));
+    let (route, mut resp) = if declared > limits.max_body_bytes {
+        (Route::TooLarge, too_large())
+    } else if let Some(site) = site {
+        let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
+        let jwks = shared.index.jwks().map(|j| j.body.clone());
+        let authorizer = shared.authorizer.clone();
+        crate::directory::http::handle(site, authorizer, jwks, req, max).await
+    } else {
+        respond(
+            &shared.index,
+            host.as_deref(),
+            req.method(),
+            req.uri(),
+            req.headers(),
+        )
+    };
+    shared.metrics.observe(route, resp.status().as_u16());
+    if shared.draining.is_draining() {
+        // Shutting down: clients close this connection after the response.
+        resp.headers_mut().insert(
+            ::http::header::CONNECTION,
+            ::http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
 }
 
 /// Bind `workers` listening sockets on `addr` with `SO_REUSEPORT`, so the kernel spreads
