@@ -120,6 +120,9 @@ pub struct RunArgs {
     /// Lease holder identity (default: $POD_NAME, else host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Limits on clients of the public port.
+    #[command(flatten)]
+    server: server::ServerFlags,
 }
 
 fn default_identity() -> String {
@@ -208,7 +211,7 @@ async fn bind_servers(
         registry,
         vec![controllers_ok],
         vec![refresh],
-        server::Limits::default(),
+        args.server.limits(),
     )
     .await?
     .with_authorizer(Arc::new(crate::directory::access::Authorizer::new(

@@ -891,3 +891,165 @@ fn a_client_requesting_through_sigterm_is_answered_until_the_drain_ends_and_neve
         "the clients did not run through the drain"
     );
 }
+
+/// Send `raw` as it is on a fresh connection and read until the server closes or 5 s pass;
+/// the status of the first response (0 when none came).
+fn raw_status(addr: std::net::SocketAddr, raw: &[u8]) -> u16 {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(raw).unwrap();
+    let mut buf = Vec::new();
+    let _ = c.read_to_end(&mut buf);
+    if buf.is_empty() {
+        return 0;
+    }
+    support::http::parse(&buf, false).status
+}
+
+#[test]
+fn requests_are_read_as_rfc_9110_and_9112_say_on_card_and_directory_hosts() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--directory-host", "registry.example.org"]);
+    let close = "Connection: close\r\n\r\n";
+    let cases: &[(&str, String, u16)] = &[
+        ("a plain request", format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 200),
+        ("two Host headers", format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\nHost: {HOST}\r\n{close}"), 400),
+        ("two different Host headers", format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\nHost: other.example.org\r\n{close}"), 400),
+        ("HTTP/1.1 without Host", format!("GET {CARD} HTTP/1.1\r\n{close}"), 400),
+        ("HTTP/1.0 without Host", format!("GET {CARD} HTTP/1.0\r\n\r\n"), 404),
+        ("absolute form, no Host", format!("GET http://{HOST}{CARD} HTTP/1.1\r\n{close}"), 200),
+        ("absolute form, the same Host", format!("GET http://{HOST}{CARD} HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 200),
+        ("absolute form names the host", format!("GET http://{HOST}{CARD} HTTP/1.1\r\nHost: other.example.org\r\n{close}"), 400),
+        ("absolute form, a host with no card", format!("GET http://unknown.example.org{CARD} HTTP/1.1\r\n{close}"), 404),
+        ("an escaped unreserved character", format!("GET /.well%2Dknown/agent%2dcard.json HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 200),
+        ("dot segments", format!("GET /x/y/../../.well-known/./agent-card.json HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 200),
+        ("an escaped slash stays a character", format!("GET /.well-known%2Fagent-card.json HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 404),
+        ("a fragment", format!("GET {CARD}#x HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 400),
+        ("a malformed escape", format!("GET /.well-known/agent%zzcard.json HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 400),
+        ("an invalid character", format!("GET /.well-known/agent<card>.json HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 400),
+        ("a bare CR in the request line", format!("GET {CARD}\r HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 400),
+        ("an invalid Host", format!("GET {CARD} HTTP/1.1\r\nHost: a b\r\n{close}"), 400),
+        ("the directory, escaped", "GET /v1/%61gents HTTP/1.1\r\nHost: registry.example.org\r\nConnection: close\r\n\r\n".into(), 200),
+        ("the directory, dot segments", "GET /x/../.well-known/ard.json HTTP/1.1\r\nHost: registry.example.org\r\nConnection: close\r\n\r\n".into(), 200),
+        ("the directory, two Host headers", "GET /v1/agents HTTP/1.1\r\nHost: registry.example.org\r\nHost: registry.example.org\r\nConnection: close\r\n\r\n".into(), 400),
+        ("the directory, absolute form", "GET http://registry.example.org/v1/agents HTTP/1.1\r\nConnection: close\r\n\r\n".into(), 200),
+        ("the directory, a fragment", "GET /v1/agents#x HTTP/1.1\r\nHost: registry.example.org\r\nConnection: close\r\n\r\n".into(), 400),
+    ];
+    let mut wrong = Vec::new();
+    for (what, raw, want) in cases {
+        let got = raw_status(s.addr, raw.as_bytes());
+        if got != *want {
+            wrong.push(format!("{what}: {got}, want {want}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_started_head_has_its_own_timeout_and_idle_connections_keep_theirs() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--head-timeout", "2"]);
+    // A client sending its head a header at a time is cut off once the head timeout passes.
+    let mut slow = TcpStream::connect(s.addr).unwrap();
+    slow.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    slow.write_all(format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n").as_bytes())
+        .unwrap();
+    // An idle connection (nothing sent yet) is kept.
+    let mut idle = TcpStream::connect(s.addr).unwrap();
+    let mut closed_at = None;
+    let started = std::time::Instant::now();
+    for i in 0..20 {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut buf = [0u8; 64];
+        match slow.read(&mut buf) {
+            Ok(0) => {
+                closed_at = Some(started.elapsed());
+                break;
+            }
+            Ok(_) => panic!("the slow client got an answer"),
+            Err(_) => {}
+        }
+        if slow
+            .write_all(format!("X-Slow-{i}: 1\r\n").as_bytes())
+            .is_err()
+        {
+            closed_at = Some(started.elapsed());
+            break;
+        }
+    }
+    let closed_at = closed_at.expect("the slow head was never cut off");
+    assert!(closed_at < Duration::from_secs(6), "{closed_at:?}");
+    // The idle connection, older than the head timeout, still serves a request.
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    idle.write_all(
+        format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut buf = Vec::new();
+    let _ = idle.read_to_end(&mut buf);
+    assert_eq!(support::http::parse(&buf, false).status, 200);
+}
+
+#[test]
+fn a_client_holds_a_bounded_number_of_connections() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--max-connections-per-client", "3"]);
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(s.addr).unwrap())
+        .collect();
+    // Accepted in order: the fourth connection of this address is closed at once.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fourth = TcpStream::connect(s.addr).unwrap();
+    fourth
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let _ = fourth.write_all(format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes());
+    let mut buf = [0u8; 64];
+    assert!(
+        matches!(fourth.read(&mut buf), Ok(0) | Err(_)),
+        "a fourth connection was served"
+    );
+    drop(held);
+    let plain = format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    let ok = eventually(Duration::from_secs(5), || {
+        (raw_status(s.addr, plain.as_bytes()) == 200).then_some(())
+    });
+    assert!(ok.is_some(), "connections given back are usable again");
+}
+
+#[test]
+fn past_the_concurrent_request_bound_requests_get_503_and_retry_after() {
+    let dir = card_dir();
+    let s = serve(
+        dir.path(),
+        &[
+            "--directory-host",
+            "registry.example.org",
+            "--max-concurrent-requests",
+            "1",
+        ],
+    );
+    // A search whose body trickles in holds the one request slot.
+    let mut holder = TcpStream::connect(s.addr).unwrap();
+    holder
+        .write_all(b"POST /search HTTP/1.1\r\nHost: registry.example.org\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\r\n{\"query\":")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let r = request(s.addr, "GET", CARD, &[("Host", HOST)]);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Once it is answered, the slot is free again.
+    holder
+        .write_all(b"{\"text\":\"x\"}}")
+        .unwrap();
+    holder
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let _ = holder.read(&mut buf);
+    let ok = eventually(Duration::from_secs(5), || {
+        (request(s.addr, "GET", CARD, &[("Host", HOST)]).status == 200).then_some(())
+    });
+    assert!(ok.is_some());
+}

@@ -429,14 +429,15 @@ pub fn response(
     resp
 }
 
-/// Answer one request to a directory host: read the body (at most `max_body` bytes), check
-/// the caller in Kubernetes mode, then [`answer`] and [`response`] (or, for a browser, the web
-/// page).
+/// Answer one request to a directory host for `path` (normalised: see
+/// [`crate::serve::target`]): read the body (at most `max_body` bytes), check the caller in
+/// Kubernetes mode, then [`answer`] and [`response`] (or, for a browser, the web page).
 pub async fn handle<B>(
     site: Arc<Site>,
     authorizer: Option<Arc<Authorizer>>,
     jwks: Option<Bytes>,
     req: http::Request<B>,
+    path: &str,
     max_body: usize,
 ) -> (Route, Response<Body>)
 where
@@ -449,7 +450,6 @@ where
     }
     let mode = site.mode;
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
-    let path = parts.uri.path();
     let rest = path.strip_prefix(site.prefix.as_str()).unwrap_or(path);
     if let Some(resp) = get.then(|| asset(rest, &parts)).flatten() {
         return (Route::Directory, resp);
@@ -483,7 +483,7 @@ where
         let a = answer(
             &site,
             &parts.method,
-            parts.uri.path(),
+            path,
             parts.uri.query(),
             &bytes,
             visible.as_ref(),

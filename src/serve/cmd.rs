@@ -32,17 +32,9 @@ pub struct ServeArgs {
     /// Also serve files at the legacy /.well-known/agent.json (with --from-dir).
     #[arg(long)]
     legacy_path: bool,
-    /// Most concurrent client connections.
-    #[arg(long, default_value_t = 10_000)]
-    max_connections: usize,
-    /// Seconds a client has to send its request headers; also how long an idle keep-alive
-    /// connection stays open.
-    #[arg(long, default_value_t = 75)]
-    header_read_timeout: u64,
-    /// Seconds a response write may wait for a client that does not read before the
-    /// connection is closed.
-    #[arg(long, default_value_t = 30)]
-    write_timeout: u64,
+    /// Limits on clients.
+    #[command(flatten)]
+    server: crate::serve::server::ServerFlags,
     /// Seconds to keep answering after SIGTERM (`/readyz` 503, `Connection: close`) before
     /// exiting, so load balancers stop sending first.
     #[arg(long, default_value_t = 10)]
@@ -66,7 +58,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     use std::sync::Arc;
 
     use crate::index::Index;
-    use crate::serve::{server, source_cluster, source_dir, Servers};
+    use crate::serve::{source_cluster, source_dir, Servers};
 
     crate::process::init_tracing();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -109,12 +101,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 ))
             }
         };
-        let limits = server::Limits {
-            max_connections: args.max_connections,
-            header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout),
-            write_timeout: std::time::Duration::from_secs(args.write_timeout.max(1)),
-            ..Default::default()
-        };
+        let limits = args.server.limits();
         let registry = prometheus_client::registry::Registry::default();
         let mut servers = Servers::bind(
             args.listen,

@@ -10,9 +10,9 @@ use http::header::{
     ACCEPT_ENCODING, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
     ACCESS_CONTROL_REQUEST_HEADERS, ALLOW, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH,
-    CONTENT_TYPE, ETAG, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VARY,
+    CONTENT_TYPE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VARY,
 };
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::index::{Hit, Index, Published};
@@ -37,6 +37,10 @@ pub enum Route {
     TooLarge,
     /// A directory's registry API or manifest.
     Directory,
+    /// A malformed request (400).
+    BadRequest,
+    /// Refused while the process answers as many requests as it may (503).
+    Busy,
 }
 
 impl Route {
@@ -50,6 +54,8 @@ impl Route {
             Route::MethodNotAllowed => "method_not_allowed",
             Route::TooLarge => "too_large",
             Route::Directory => "directory",
+            Route::BadRequest => "bad_request",
+            Route::Busy => "busy",
         }
     }
 }
@@ -57,31 +63,16 @@ impl Route {
 const ALLOWED: &str = "GET, HEAD, OPTIONS";
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
-/// The host a request is for: `Host` header (or the URI authority), lower case, no port.
-pub fn request_host(uri: &Uri, headers: &HeaderMap) -> Option<String> {
-    let raw = headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| uri.authority().map(|a| a.as_str()))?;
-    let host = if let Some(rest) = raw.strip_prefix('[') {
-        // [v6]:port
-        rest.split(']').next().unwrap_or_default()
-    } else {
-        raw.rsplit_once(':').map_or(raw, |(h, _)| h)
-    };
-    let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
-    (!host.is_empty()).then_some(host)
-}
-
-/// Answer one request for `host` (its [`request_host`], found once per request).
+/// Answer one request for `host` and `path` (its [`super::target::Target`], read once per
+/// request).
 pub fn respond(
     index: &Index,
     host: Option<&str>,
     method: &Method,
-    uri: &Uri,
+    path: &str,
     headers: &HeaderMap,
 ) -> (Route, Response<Body>) {
-    let hit = host.and_then(|h| index.lookup(h, uri.path()));
+    let hit = host.and_then(|h| index.lookup(h, path));
     match (method, hit) {
         (&Method::GET | &Method::HEAD, Some(hit)) => {
             let (route, doc) = match hit {
@@ -93,7 +84,7 @@ pub fn respond(
         (&Method::OPTIONS, Some(_)) => (Route::Preflight, preflight(headers)),
         (&Method::GET | &Method::HEAD | &Method::OPTIONS, None) => (
             Route::NotFound,
-            not_found(host, uri.path(), method == Method::HEAD),
+            not_found(host, path, method == Method::HEAD),
         ),
         _ => (Route::MethodNotAllowed, method_not_allowed()),
     }
@@ -252,6 +243,27 @@ fn not_found(host: Option<&str>, path: &str, head: bool) -> Response<Body> {
     json_error(StatusCode::NOT_FOUND, &message, head)
 }
 
+/// 400 for a malformed request, saying `why`.
+pub fn bad_request(why: &str) -> Response<Body> {
+    json_error(
+        StatusCode::BAD_REQUEST,
+        &format!("bad request: {why}"),
+        false,
+    )
+}
+
+/// 503 while the process answers as many requests as it may: try again in a second.
+pub fn busy() -> Response<Body> {
+    let mut resp = json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too many requests in flight: try again",
+        false,
+    );
+    resp.headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
 fn method_not_allowed() -> Response<Body> {
     let mut resp = json_error(
         StatusCode::METHOD_NOT_ALLOWED,
@@ -298,7 +310,7 @@ mod tests {
         path: &str,
         headers: &[(&str, &str)],
     ) -> (Route, Response<Body>) {
-        let uri: Uri = path.parse().unwrap();
+        let uri: http::Uri = path.parse().unwrap();
         let mut h = HeaderMap::new();
         for (k, v) in headers {
             h.append(
@@ -306,7 +318,8 @@ mod tests {
                 HeaderValue::from_str(v).unwrap(),
             );
         }
-        respond(idx, request_host(&uri, &h).as_deref(), &method, &uri, &h)
+        let target = super::super::target::of(http::Version::HTTP_11, &uri, &h).unwrap();
+        respond(idx, target.host.as_deref(), &method, &target.path, &h)
     }
 
     #[test]

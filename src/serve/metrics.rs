@@ -26,6 +26,10 @@ pub enum RouteLabel {
     too_large,
     /// A directory's registry API or manifest.
     directory,
+    /// A malformed request.
+    bad_request,
+    /// Refused while the process answers as many requests as it may.
+    busy,
 }
 
 impl From<Route> for RouteLabel {
@@ -38,6 +42,8 @@ impl From<Route> for RouteLabel {
             Route::MethodNotAllowed => RouteLabel::method_not_allowed,
             Route::TooLarge => RouteLabel::too_large,
             Route::Directory => RouteLabel::directory,
+            Route::BadRequest => RouteLabel::bad_request,
+            Route::Busy => RouteLabel::busy,
         }
     }
 }

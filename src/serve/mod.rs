@@ -8,11 +8,13 @@
 
 pub mod admin;
 pub mod cmd;
+pub mod conn;
 pub mod http;
 pub mod metrics;
 pub mod server;
 pub mod source_cluster;
 pub mod source_dir;
+pub mod target;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -20,8 +20,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use super::http::{request_host, respond, too_large, Body, Route};
+use super::conn::{ClientSlot, HeadGuard, HeadVerdict, PerClient};
+use super::http::{bad_request, busy, respond, too_large, Body, Route};
 use super::metrics::HttpMetrics;
+use super::target::{self, Target};
 use crate::directory::access::Authorizer;
 use crate::index::Index;
 
@@ -86,6 +88,55 @@ pub struct Limits {
     /// How long a response write may wait for a client that does not read: a slow reader
     /// loses its connection instead of holding a slot and a buffer.
     pub write_timeout: Duration,
+    /// How long a request head that has started may take to arrive in full (a client sending
+    /// it a header at a time holds its connection no longer).
+    pub head_timeout: Duration,
+    /// Connections one client address may hold at once (0: any number).
+    pub max_connections_per_client: usize,
+    /// Requests answered at once by the process; past it, 503 with `Retry-After`. (An
+    /// HTTP/1.1 connection carries one request at a time.)
+    pub max_concurrent_requests: usize,
+}
+
+/// The flags setting [`Limits`], shared by `run` and `serve`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServerFlags {
+    /// Most concurrent client connections.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Seconds an idle keep-alive connection stays open waiting for its next request (also
+    /// the most a client waits between opening a connection and starting a request).
+    #[arg(long, default_value_t = 75)]
+    pub header_read_timeout: u64,
+    /// Seconds a request head that has started may take to arrive in full.
+    #[arg(long, default_value_t = 10)]
+    pub head_timeout: u64,
+    /// Seconds a response write may wait for a client that does not read before the
+    /// connection is closed.
+    #[arg(long, default_value_t = 30)]
+    pub write_timeout: u64,
+    /// Most connections one client address holds at once (0: any number); more are closed
+    /// at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections_per_client: usize,
+    /// Most requests answered at once by the process; past it, 503 with `Retry-After`.
+    #[arg(long, default_value_t = 4096)]
+    pub max_concurrent_requests: usize,
+}
+
+impl ServerFlags {
+    /// The limits these flags set.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.max_connections,
+            header_read_timeout: Duration::from_secs(self.header_read_timeout),
+            head_timeout: Duration::from_secs(self.head_timeout.max(1)),
+            write_timeout: Duration::from_secs(self.write_timeout.max(1)),
+            max_connections_per_client: self.max_connections_per_client,
+            max_concurrent_requests: self.max_concurrent_requests.max(1),
+            ..Limits::default()
+        }
+    }
 }
 
 impl Default for Limits {
@@ -100,6 +151,9 @@ impl Default for Limits {
             max_body_bytes: 16 * 1024,
             max_connection_age: Duration::from_secs(600),
             write_timeout: Duration::from_secs(30),
+            head_timeout: Duration::from_secs(10),
+            max_connections_per_client: 256,
+            max_concurrent_requests: 4096,
         }
     }
 }
@@ -113,6 +167,7 @@ pub async fn serve_public(
     limits: Limits,
     authorizer: Option<Arc<Authorizer>>,
     shutdown: Arc<Shutdown>,
+    guards: Guards,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut accept_backoff = Duration::from_millis(5);
@@ -126,12 +181,12 @@ pub async fn serve_public(
         let accepted = if closing {
             // What waits in the accept queue is served; then the listener closes.
             match futures::FutureExt::now_or_never(listener.accept()) {
-                Some(Ok((stream, _))) => Ok(stream),
+                Some(Ok(accepted)) => Ok(accepted),
                 _ => break,
             }
         } else {
             tokio::select! {
-                r = listener.accept() => r.map(|(stream, _)| stream),
+                r = listener.accept() => r,
                 () = &mut closed => {
                     closing = true;
                     drop(permit);
@@ -139,10 +194,10 @@ pub async fn serve_public(
                 }
             }
         };
-        let stream = match accepted {
-            Ok(stream) => {
+        let (stream, peer) = match accepted {
+            Ok(accepted) => {
                 accept_backoff = Duration::from_millis(5);
-                stream
+                accepted
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -151,6 +206,10 @@ pub async fn serve_public(
                 accept_backoff = (accept_backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
+        };
+        // A client at its share of connections gets no more (closed at once).
+        let Some(client_slot) = guards.per_client.take(peer.ip()) else {
+            continue;
         };
         let _ = stream.set_nodelay(true);
         // A connection from before closing that is idle after a request when it comes is closed
@@ -163,8 +222,15 @@ pub async fn serve_public(
             authorizer: authorizer.clone(),
             draining: shutdown.clone(),
             limits,
+            in_flight: guards.in_flight.clone(),
+            verdicts: crate::serve::conn::Verdicts::default(),
         };
-        tokio::spawn(serve_connection(stream, shared, close_when_idle, permit));
+        tokio::spawn(serve_connection(
+            stream,
+            shared,
+            close_when_idle,
+            (permit, client_slot),
+        ));
     }
     drop(listener);
     // Every connection holds a slot: all of them back means all are done.
@@ -173,7 +239,26 @@ pub async fn serve_public(
     Ok(())
 }
 
-/// What every connection of the public port shares.
+/// What bounds clients across every listener of the process.
+#[derive(Clone)]
+pub struct Guards {
+    /// Connections per client address.
+    pub per_client: Arc<PerClient>,
+    /// Requests answered at once.
+    pub in_flight: Arc<Semaphore>,
+}
+
+impl Guards {
+    /// The bounds of `limits`.
+    pub fn new(limits: &Limits) -> Guards {
+        Guards {
+            per_client: PerClient::new(limits.max_connections_per_client),
+            in_flight: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
+        }
+    }
+}
+
+/// What a connection of the public port and its requests share.
 #[derive(Clone)]
 struct Shared {
     index: Arc<Index>,
@@ -181,6 +266,9 @@ struct Shared {
     authorizer: Option<Arc<Authorizer>>,
     draining: Arc<Shutdown>,
     limits: Limits,
+    in_flight: Arc<Semaphore>,
+    /// What the connection layer found in each request head.
+    verdicts: crate::serve::conn::Verdicts,
 }
 
 /// Serve one connection until it ends, its age limit passes, or (when `close_when_idle`
@@ -189,9 +277,10 @@ async fn serve_connection(
     stream: tokio::net::TcpStream,
     shared: Shared,
     close_when_idle: Option<impl std::future::Future<Output = ()>>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    slots: (tokio::sync::OwnedSemaphorePermit, ClientSlot),
 ) {
     let limits = shared.limits;
+    let verdicts = shared.verdicts.clone();
     shared.metrics.connections.inc();
     let gauge = shared.metrics.connections.clone();
     // Requests this connection has received: one that has had none yet is not idle but about
@@ -211,7 +300,8 @@ async fn serve_connection(
         .max_headers(limits.max_headers);
     let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
     stream.set_write_timeout(Some(limits.write_timeout));
-    let conn = builder.serve_connection(TokioIo::new(Box::pin(stream)), svc);
+    let stream = HeadGuard::new(Box::pin(stream), limits.head_timeout, verdicts);
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
     let serve = async move {
         tokio::pin!(conn);
         match close_when_idle {
@@ -233,36 +323,15 @@ async fn serve_connection(
     };
     let _ = tokio::time::timeout(limits.max_connection_age, serve).await;
     gauge.dec();
-    drop(permit);
+    drop(slots);
 }
 
-/// One request: too large, a directory host's, or a card's; counted; marked `Connection:
-/// close` while draining.
+/// One request: malformed (400), over the process's concurrency (503), too large, a
+/// directory host's, or a card's; counted; marked `Connection: close` while draining.
 async fn answer_request(req: hyper::Request<Incoming>, shared: &Shared) -> hyper::Response<Body> {
-    let limits = &shared.limits;
-    let declared = req
-        .headers()
-        .get(::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    let host = request_host(req.uri(), req.headers());
-    let site = host.as_deref().and_then(|h| shared.index.site(h));
-    let (route, mut resp) = if declared > limits.max_body_bytes {
-        (Route::TooLarge, too_large())
-    } else if let Some(site) = site {
-        let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
-        let jwks = shared.index.jwks().map(|j| j.body.clone());
-        let authorizer = shared.authorizer.clone();
-        crate::directory::http::handle(site, authorizer, jwks, req, max).await
-    } else {
-        respond(
-            &shared.index,
-            host.as_deref(),
-            req.method(),
-            req.uri(),
-            req.headers(),
-        )
+    let (route, mut resp) = match admit(&req, shared) {
+        Err(refused) => refused,
+        Ok((target, _request_slot)) => dispatch(req, &target, shared).await,
     };
     shared.metrics.observe(route, resp.status().as_u16());
     if shared.draining.is_draining() {
@@ -273,6 +342,61 @@ async fn answer_request(req: hyper::Request<Incoming>, shared: &Shared) -> hyper
         );
     }
     resp
+}
+
+/// The request's target, and a slot among the requests answered at once; or the answer that
+/// refuses it.
+fn admit(
+    req: &hyper::Request<Incoming>,
+    shared: &Shared,
+) -> Result<(Target, tokio::sync::OwnedSemaphorePermit), (Route, hyper::Response<Body>)> {
+    if shared.verdicts.next() == HeadVerdict::Fragment {
+        return Err((
+            Route::BadRequest,
+            bad_request("a request-target carries no fragment"),
+        ));
+    }
+    let target = target::of(req.version(), req.uri(), req.headers())
+        .map_err(|why| (Route::BadRequest, bad_request(why)))?;
+    let slot = shared
+        .in_flight
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| (Route::Busy, busy()))?;
+    Ok((target, slot))
+}
+
+/// Route an admitted request: too large, a directory host's, or a card's.
+async fn dispatch(
+    req: hyper::Request<Incoming>,
+    target: &Target,
+    shared: &Shared,
+) -> (Route, hyper::Response<Body>) {
+    let limits = &shared.limits;
+    let declared = req
+        .headers()
+        .get(::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let host = target.host.as_deref();
+    if declared > limits.max_body_bytes {
+        return (Route::TooLarge, too_large());
+    }
+    if let Some(site) = host.and_then(|h| shared.index.site(h)) {
+        let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
+        let jwks = shared.index.jwks().map(|j| j.body.clone());
+        let authorizer = shared.authorizer.clone();
+        return crate::directory::http::handle(site, authorizer, jwks, req, &target.path, max)
+            .await;
+    }
+    respond(
+        &shared.index,
+        host,
+        req.method(),
+        &target.path,
+        req.headers(),
+    )
 }
 
 /// Bind `workers` listening sockets on `addr` with `SO_REUSEPORT`, so the kernel spreads
@@ -319,10 +443,13 @@ pub async fn serve_public_per_core(
         max_connections: (limits.max_connections / listeners.len().max(1)).max(1),
         ..limits
     };
+    // Per-client and concurrency bounds are the process's, across its listeners.
+    let guards = Guards::new(&limits);
     for (i, listener) in listeners.into_iter().enumerate() {
         let (index, metrics, failed) = (index.clone(), metrics.clone(), failed_tx.clone());
         let authorizer = authorizer.clone();
         let shutdown = shutdown.clone();
+        let guards = guards.clone();
         std::thread::Builder::new()
             .name(format!("http-{i}"))
             .spawn(move || {
@@ -338,7 +465,10 @@ pub async fn serve_public_per_core(
                 };
                 let result = rt.block_on(async move {
                     let listener = TcpListener::from_std(listener)?;
-                    serve_public(listener, index, metrics, per_worker, authorizer, shutdown).await
+                    serve_public(
+                        listener, index, metrics, per_worker, authorizer, shutdown, guards,
+                    )
+                    .await
                 });
                 // A worker ends without an error only when the shutdown closed it.
                 if let Err(e) = result {

@@ -1,0 +1,312 @@
+//! The connection layer under HTTP: what hyper's parser does not enforce.
+//!
+//! - [`HeadGuard`] wraps a client's byte stream: once the first byte of a request head
+//!   arrives, the whole head (up to the blank line) must arrive within the head timeout, or
+//!   the connection is closed (hyper's own header timer also runs while a connection is idle
+//!   between requests, where the much longer keep-alive time applies). It also reads each
+//!   request line as sent, before hyper drops what it does not keep: a request-target with a
+//!   fragment is recorded, and the service answers that request 400.
+//! - [`PerClient`] bounds the connections one client address holds at once.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+/// The longest request line read for checks (longer ones are judged by hyper's limits).
+const MAX_LINE: usize = 8 * 1024;
+
+/// What the connection layer found in one request head, in the order heads arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadVerdict {
+    /// Nothing wrong at this layer.
+    Fine,
+    /// The request-target carries a fragment (`#...`).
+    Fragment,
+}
+
+/// The verdicts of a connection's heads, shared between its [`HeadGuard`] and its service.
+#[derive(Clone, Default)]
+pub struct Verdicts(Arc<Mutex<VecDeque<HeadVerdict>>>);
+
+impl Verdicts {
+    /// The verdict of the next request the service handles (`Fine` when none was recorded,
+    /// as for a head hyper read ahead while an earlier request was answered).
+    pub fn next(&self) -> HeadVerdict {
+        self.lock().pop_front().unwrap_or(HeadVerdict::Fine)
+    }
+
+    fn push(&self, v: HeadVerdict) {
+        self.lock().push_back(v);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<HeadVerdict>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+enum Phase {
+    /// Between requests (or before the first): the keep-alive time applies.
+    Idle,
+    /// A head has started: `line` holds its request line so far, `tail` the last bytes
+    /// seen (to find the blank line across reads).
+    Head {
+        line: Vec<u8>,
+        line_done: bool,
+        tail: u32,
+    },
+    /// The head is complete: body bytes or a request read ahead, until a response is written.
+    Request,
+}
+
+/// A client's byte stream under the head timeout and the request-line checks (see the
+/// module doc).
+pub struct HeadGuard<S> {
+    inner: S,
+    phase: Phase,
+    timeout: Duration,
+    deadline: Option<Pin<Box<Sleep>>>,
+    verdicts: Verdicts,
+}
+
+impl<S> HeadGuard<S> {
+    /// Guard `inner`: a started head has `timeout` to arrive; verdicts go to `verdicts`.
+    pub fn new(inner: S, timeout: Duration, verdicts: Verdicts) -> Self {
+        HeadGuard {
+            inner,
+            phase: Phase::Idle,
+            timeout,
+            deadline: None,
+            verdicts,
+        }
+    }
+
+    /// Follow the bytes just read through the head state machine.
+    fn saw(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if matches!(self.phase, Phase::Idle) {
+                self.deadline = Some(Box::pin(tokio::time::sleep(self.timeout)));
+                self.phase = Phase::Head {
+                    line: Vec::new(),
+                    line_done: false,
+                    tail: 0,
+                };
+            }
+            if matches!(self.phase, Phase::Head { .. }) {
+                self.head_byte(b);
+            }
+        }
+    }
+
+    fn head_byte(&mut self, b: u8) {
+        let Phase::Head {
+            line,
+            line_done,
+            tail,
+        } = &mut self.phase
+        else {
+            return;
+        };
+        if !*line_done {
+            if b == b'\n' {
+                *line_done = true;
+            } else if line.len() < MAX_LINE {
+                line.push(b);
+            }
+        }
+        *tail = (*tail << 8) | u32::from(b);
+        // The blank line ending the head: CRLF CRLF (or a bare LF LF, which hyper accepts).
+        if *tail == 0x0d0a_0d0a || *tail & 0xffff == 0x0a0a {
+            let verdict = verdict_of(line);
+            self.verdicts.push(verdict);
+            self.phase = Phase::Request;
+            self.deadline = None;
+        }
+    }
+}
+
+/// What the request line `line` (without its line end) says at this layer.
+fn verdict_of(line: &[u8]) -> HeadVerdict {
+    let target = line.split(|b| *b == b' ').nth(1).unwrap_or_default();
+    if target.contains(&b'#') {
+        HeadVerdict::Fragment
+    } else {
+        HeadVerdict::Fine
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for HeadGuard<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(deadline) = self.deadline.as_mut() {
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the request head did not arrive in time",
+                )));
+            }
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &polled {
+            let new = buf.filled()[before..].to_vec();
+            self.saw(&new);
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for HeadGuard<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        // A response: the next bytes from the client start a new head.
+        if matches!(self.phase, Phase::Request) {
+            self.phase = Phase::Idle;
+        }
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if matches!(self.phase, Phase::Request) {
+            self.phase = Phase::Idle;
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Connections held per client address, bounded.
+pub struct PerClient {
+    limit: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection of a client, given back when dropped.
+pub struct ClientSlot {
+    owner: Arc<PerClient>,
+    addr: IpAddr,
+}
+
+impl PerClient {
+    /// At most `limit` connections per address (0: any number).
+    pub fn new(limit: usize) -> Arc<PerClient> {
+        Arc::new(PerClient {
+            limit,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A slot for one more connection of `addr`, unless it holds the limit already.
+    pub fn take(self: &Arc<Self>, addr: IpAddr) -> Option<ClientSlot> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(addr).or_insert(0);
+        if self.limit > 0 && *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            owner: self.clone(),
+            addr,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut held = self.owner.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.addr) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.addr);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn fragments_are_found_in_the_request_line() {
+        assert_eq!(verdict_of(b"GET /a#b HTTP/1.1\r"), HeadVerdict::Fragment);
+        assert_eq!(verdict_of(b"GET /a?x=#y HTTP/1.1\r"), HeadVerdict::Fragment);
+        assert_eq!(verdict_of(b"GET /a HTTP/1.1\r"), HeadVerdict::Fine);
+    }
+
+    #[test]
+    fn a_client_holds_at_most_its_share_of_connections() {
+        let limiter = PerClient::new(2);
+        let a: IpAddr = "198.51.100.1".parse().unwrap();
+        let b: IpAddr = "198.51.100.2".parse().unwrap();
+        let one = limiter.take(a).unwrap();
+        let _two = limiter.take(a).unwrap();
+        assert!(limiter.take(a).is_none());
+        assert!(limiter.take(b).is_some(), "another client is not held back");
+        drop(one);
+        assert!(
+            limiter.take(a).is_some(),
+            "a slot comes back with its connection"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_started_head_must_arrive_in_time_but_idle_time_is_not_counted() {
+        let (client, server) = tokio::io::duplex(1024);
+        let verdicts = Verdicts::default();
+        let mut guard = HeadGuard::new(server, Duration::from_secs(10), verdicts.clone());
+        let (mut rd, mut wr) = tokio::io::split(client);
+        // Idle for a minute: nothing started, nothing times out.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        wr.write_all(b"GET /a#x HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 128];
+        let n = guard.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        assert_eq!(verdicts.next(), HeadVerdict::Fragment);
+        // The response, then a head that starts and never ends.
+        guard
+            .write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            .await
+            .unwrap();
+        let mut resp = [0u8; 64];
+        let _ = rd.read(&mut resp).await.unwrap();
+        wr.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+        let _ = guard.read(&mut buf).await.unwrap();
+        let late = tokio::time::timeout(Duration::from_secs(11), guard.read(&mut buf)).await;
+        match late {
+            Ok(Err(e)) => assert_eq!(e.kind(), io::ErrorKind::TimedOut),
+            other => panic!("the unfinished head was not cut off: {other:?}"),
+        }
+    }
+}
