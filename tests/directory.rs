@@ -851,3 +851,144 @@ async fn in_kubernetes_mode_each_caller_sees_what_its_rbac_allows() {
     );
     assert_eq!(get(&p, &dhost, "/", &[("Accept", "text/html")]).status, 401);
 }
+
+/// Token reviews the operator has asked for so far (its own API request counts).
+fn token_reviews(p: &Platform) -> f64 {
+    agentcard_operator::controller::api_calls::read_counts(&p.op.metrics())
+        .get(&("create".to_string(), "tokenreviews".to_string()))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// A random bearer token no API server issued.
+fn random_token(i: usize) -> String {
+    format!("Bearer flood-{}-{i}-{}", rand_tag(), rand_tag())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_unknown_tokens_costs_one_review_each_and_leaves_known_callers_alone() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let a = Tenant::new(&p, &format!("flood-{t}")).await;
+    a.apply(&rich_card(
+        "alpha",
+        &format!("alpha-{t}.open.test"),
+        "one",
+        &["x"],
+        "Acme",
+    ))
+    .await
+    .unwrap();
+    wait_card(&p, &a.ns, "alpha", "Ready", ready).await;
+    let dhost = format!("fdir-{t}.open.test");
+    let selector = json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [a.ns]}]},
+        "access": {"mode": "Kubernetes"}});
+    apply_directory(&p, &directory(&format!("fdir-{t}"), &dhost, selector)).await;
+    wait_directory(&p, &format!("fdir-{t}"), "Ready with 1 card", dir_ready(1)).await;
+    let known = format!(
+        "Bearer {}",
+        service_account_token(&p, &a.ns, "reader", &[&a.ns]).await
+    );
+    let addr = p.op.server.addr;
+    let ask = move |auth: &str| {
+        support::http::request(
+            addr,
+            "GET",
+            "/v1/agents",
+            &[("Host", &dhost), ("Authorization", auth)],
+        )
+        .status
+    };
+    wait_for(Duration::from_secs(15), || {
+        std::future::ready(ask(&known) == 200)
+    })
+    .await
+    .expect("the known caller is served");
+
+    // One new token asked about by 100 requests at once: one review; asked again within the
+    // rejection period: none.
+    let before = token_reviews(&p);
+    let burst = random_token(0);
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..100).map(|_| s.spawn(|| ask(&burst))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    assert_eq!(token_reviews(&p) - before, 1.0, "one review for one token");
+    assert_eq!(ask(&burst), 401);
+    assert_eq!(
+        token_reviews(&p) - before,
+        1.0,
+        "a rejected token is remembered"
+    );
+
+    // 5,000 requests with random tokens, 32 at a time, while the known caller keeps asking.
+    let (rss_before, reviews_before) = (p.op.rss_kib(), token_reviews(&p));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (flood, latencies) = std::thread::scope(|s| {
+        let caller = s.spawn(|| {
+            let mut seen = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let started = std::time::Instant::now();
+                let status = ask(&known);
+                seen.push((status, started.elapsed()));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            seen
+        });
+        let workers: Vec<_> = (0..32)
+            .map(|w| {
+                let ask = &ask;
+                s.spawn(move || {
+                    (0..5000 / 32 + 1)
+                        .map(|i| ask(&random_token(w * 1000 + i)))
+                        .collect::<Vec<u16>>()
+                })
+            })
+            .collect();
+        let flood: Vec<u16> = workers
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (flood, caller.join().unwrap())
+    });
+    let reviews = token_reviews(&p) - reviews_before;
+    let rss_after = p.op.rss_kib();
+    assert!(
+        flood.iter().all(|s| *s == 401 || *s == 503),
+        "a random token got in: {:?}",
+        flood
+            .iter()
+            .filter(|s| **s != 401 && **s != 503)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        reviews <= flood.len() as f64,
+        "{reviews} reviews for {} tokens",
+        flood.len()
+    );
+    assert!(
+        latencies.iter().all(|(s, _)| *s == 200),
+        "the known caller was refused during the flood: {:?}",
+        latencies.iter().filter(|(s, _)| *s != 200).count()
+    );
+    let mut times: Vec<Duration> = latencies.iter().map(|(_, d)| *d).collect();
+    times.sort();
+    let pct = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+    let shed = flood.iter().filter(|s| **s == 503).count();
+    eprintln!(
+        "token flood: {} requests, {reviews} token reviews, {shed} shed with 503; known caller: {} requests, p50 {:?}, p99 {:?}; operator RSS {} -> {} KiB",
+        flood.len(),
+        latencies.len(),
+        pct(0.5),
+        pct(0.99),
+        rss_before,
+        rss_after
+    );
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "memory grew by {} KiB",
+        rss_after.saturating_sub(rss_before)
+    );
+}

@@ -1040,9 +1040,7 @@ fn past_the_concurrent_request_bound_requests_get_503_and_retry_after() {
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), Some("1"));
     // Once it is answered, the slot is free again.
-    holder
-        .write_all(b"{\"text\":\"x\"}}")
-        .unwrap();
+    holder.write_all(b"{\"text\":\"x\"}}").unwrap();
     holder
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();

@@ -1,12 +1,19 @@
 //! Kubernetes access mode: who is calling (a TokenReview of the bearer token) and which
 //! namespaces' cards it may see (a SubjectAccessReview for `get` on `agentcards.agentcard.dev`
-//! per namespace). Decisions are cached briefly, in bounded maps, so a busy client costs the
-//! API server a few reviews per cache period, not one per request. Reviews are bounded too:
-//! at most [`MAX_REVIEWS`] in flight, each given [`REVIEW_TIMEOUT`]; a lost API server makes
-//! requests answer 503 rather than hang. Locks are never held across an `.await`.
+//! per namespace).
+//!
+//! What a caller costs the API server is bounded, whoever calls: each distinct token is
+//! reviewed at most once per cache period (concurrent requests with one new token share one
+//! review); accepted tokens are kept [`TTL`], rejected ones [`REJECTED_TTL`], in caches of
+//! their own, so a flood of random tokens never pushes out the callers already known; token
+//! reviews and access reviews each have their own slots ([`MAX_TOKEN_REVIEWS`],
+//! [`MAX_ACCESS_REVIEWS`]), and at most [`MAX_WAITING`] requests wait for one (the others
+//! get 503 at once). Every cache is bounded. A lost API server makes requests answer 503
+//! rather than hang. Locks are never held across an `.await`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -18,25 +25,80 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 use kube::Client;
+use tokio::sync::{OnceCell, Semaphore};
 
 use super::ApiError;
 
-/// How long a decision is reused.
-const TTL: Duration = Duration::from_secs(10);
-/// Most cached decisions of each kind (expired ones go first when full).
+/// How long an accepted token and an access decision are reused.
+pub const TTL: Duration = Duration::from_secs(10);
+/// How long a rejected token is answered 401 without asking again.
+pub const REJECTED_TTL: Duration = Duration::from_secs(2);
+/// Most entries of each cache (expired ones go first when full, then the oldest).
 const MAX_CACHED: usize = 10_000;
-/// Most reviews in flight at once, across callers.
-const MAX_REVIEWS: usize = 32;
+/// Most token reviews in flight at once.
+pub const MAX_TOKEN_REVIEWS: usize = 16;
+/// Most access reviews in flight at once.
+pub const MAX_ACCESS_REVIEWS: usize = 16;
+/// Most requests waiting for a review slot; more get 503 at once.
+pub const MAX_WAITING: usize = 256;
 /// How long a review (waiting for a slot included) may take before the request gets 503.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A bounded map whose entries expire.
+struct Cache<K, V> {
+    ttl: Duration,
+    entries: HashMap<K, (Instant, V)>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
+    fn new(ttl: Duration) -> Self {
+        Cache {
+            ttl,
+            entries: HashMap::new(),
+        }
+    }
+
+    fn get(&self, key: &K) -> Option<V> {
+        self.entries
+            .get(key)
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn put(&mut self, key: K, value: V) {
+        if self.entries.len() >= MAX_CACHED {
+            let ttl = self.ttl;
+            self.entries.retain(|_, (at, _)| at.elapsed() < ttl);
+        }
+        if self.entries.len() >= MAX_CACHED {
+            // Every entry is fresh: the older half goes.
+            let mut ages: Vec<Instant> = self.entries.values().map(|(at, _)| *at).collect();
+            ages.sort_unstable();
+            let cut = ages[ages.len() / 2];
+            self.entries.retain(|_, (at, _)| *at > cut);
+        }
+        self.entries.insert(key, (Instant::now(), value));
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// One token review, shared by every request that asks about the same token meanwhile.
+type Review = Arc<OnceCell<Result<Option<UserInfo>, ApiError>>>;
 
 /// Checks callers against the API server.
 pub struct Authorizer {
     client: Client,
     audiences: Vec<String>,
-    users: Mutex<HashMap<String, (Instant, Option<UserInfo>)>>,
-    grants: Mutex<HashMap<(String, String), (Instant, bool)>>,
-    reviews: tokio::sync::Semaphore,
+    users: Mutex<Cache<String, UserInfo>>,
+    rejected: Mutex<Cache<String, ()>>,
+    reviewing: Mutex<HashMap<String, Review>>,
+    grants: Mutex<Cache<(String, String), bool>>,
+    token_slots: Semaphore,
+    access_slots: Semaphore,
+    waiting: AtomicUsize,
 }
 
 /// Everything a SubjectAccessReview is asked with: two callers share a decision only when
@@ -51,26 +113,8 @@ fn user_key(u: &UserInfo) -> String {
     )
 }
 
-fn cached<K: std::hash::Hash + Eq + Clone, V: Clone>(
-    map: &Mutex<HashMap<K, (Instant, V)>>,
-    key: &K,
-) -> Option<V> {
-    let map = map.lock().unwrap_or_else(|e| e.into_inner());
-    map.get(key)
-        .filter(|(at, _)| at.elapsed() < TTL)
-        .map(|(_, v)| v.clone())
-}
-
-fn remember<K: std::hash::Hash + Eq, V>(map: &Mutex<HashMap<K, (Instant, V)>>, key: K, value: V) {
-    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    if map.len() >= MAX_CACHED {
-        map.retain(|_, (at, _)| at.elapsed() < TTL);
-    }
-    if map.len() >= MAX_CACHED {
-        // Every entry is fresh: more callers than the cache holds within one TTL.
-        map.clear();
-    }
-    map.insert(key, (Instant::now(), value));
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The user a TokenReview answer authenticates, if it does. An authenticator that ignores
@@ -85,18 +129,24 @@ fn accepted(status: Option<TokenReviewStatus>, audiences: &[String]) -> Option<U
         .and_then(|s| s.user)
 }
 
-/// Ask the API server `call` with a slot of `slots` and within [`REVIEW_TIMEOUT`]; `what`
-/// names the review in errors.
+/// Ask the API server `call` with a slot of `slots` and within [`REVIEW_TIMEOUT`]; at most
+/// [`MAX_WAITING`] requests wait for a slot (`waiting` counts them). `what` names the review in
+/// errors.
 async fn review<T>(
-    slots: &tokio::sync::Semaphore,
+    slots: &Semaphore,
+    waiting: &AtomicUsize,
     what: &str,
     call: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, ApiError> {
-    let asked = async {
-        let _slot = slots
-            .acquire()
-            .await
-            .map_err(|_| ApiError::unavailable(format!("{what}: closed")))?;
+    let waiter = Waiter::enter(waiting).ok_or_else(|| {
+        ApiError::unavailable(format!(
+            "{what}: too many requests waiting for a review; try again"
+        ))
+    })?;
+    let asked = async move {
+        let slot = slots.acquire().await;
+        drop(waiter);
+        let _slot = slot.map_err(|_| ApiError::unavailable(format!("{what}: closed")))?;
         call.await
             .map_err(|e| ApiError::unavailable(format!("{what} failed: {e}")))
     };
@@ -109,6 +159,26 @@ async fn review<T>(
         })
 }
 
+/// A place among the requests waiting for a review slot, given back when dropped (the slot
+/// taken, or the request given up).
+struct Waiter<'a>(&'a AtomicUsize);
+
+impl<'a> Waiter<'a> {
+    fn enter(waiting: &'a AtomicUsize) -> Option<Waiter<'a>> {
+        if waiting.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING {
+            waiting.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Waiter(waiting))
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Authorizer {
     /// An authorizer asking the API server of `client`; `audiences` restrict the tokens
     /// accepted (empty: the API server's own).
@@ -116,42 +186,80 @@ impl Authorizer {
         Authorizer {
             client,
             audiences,
-            users: Mutex::new(HashMap::new()),
-            grants: Mutex::new(HashMap::new()),
-            reviews: tokio::sync::Semaphore::new(MAX_REVIEWS),
+            users: Mutex::new(Cache::new(TTL)),
+            rejected: Mutex::new(Cache::new(REJECTED_TTL)),
+            reviewing: Mutex::new(HashMap::new()),
+            grants: Mutex::new(Cache::new(TTL)),
+            token_slots: Semaphore::new(MAX_TOKEN_REVIEWS),
+            access_slots: Semaphore::new(MAX_ACCESS_REVIEWS),
+            waiting: AtomicUsize::new(0),
         }
     }
 
+    /// How many tokens and decisions are cached (accepted, rejected, decisions).
+    pub fn cached(&self) -> (usize, usize, usize) {
+        (
+            lock(&self.users).len(),
+            lock(&self.rejected).len(),
+            lock(&self.grants).len(),
+        )
+    }
+
     async fn user(&self, token: &str) -> Result<UserInfo, ApiError> {
+        let rejected = || ApiError::unauthenticated("the bearer token was not accepted");
         let key = crate::contract::content_hash(token.as_bytes());
-        let known = match cached(&self.users, &key) {
-            Some(known) => known,
-            None => {
-                let review = TokenReview {
-                    spec: TokenReviewSpec {
-                        token: Some(token.to_string()),
-                        audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
-                    },
-                    ..Default::default()
-                };
-                let api = Api::<TokenReview>::all(self.client.clone());
-                let answer = self::review(
-                    &self.reviews,
-                    "token review",
-                    api.create(&PostParams::default(), &review),
-                )
-                .await?;
-                let user = accepted(answer.status, &self.audiences);
-                remember(&self.users, key, user.clone());
-                user
+        if let Some(user) = lock(&self.users).get(&key) {
+            return Ok(user);
+        }
+        if lock(&self.rejected).get(&key).is_some() {
+            return Err(rejected());
+        }
+        // One review per token at a time: later requests wait for the first one's answer.
+        let shared = lock(&self.reviewing)
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(OnceCell::new()))
+            .clone();
+        let answer = shared
+            .get_or_init(|| self.review_token(token, &key))
+            .await
+            .clone();
+        {
+            let mut reviewing = lock(&self.reviewing);
+            if reviewing.get(&key).is_some_and(|r| Arc::ptr_eq(r, &shared)) {
+                reviewing.remove(&key);
             }
+        }
+        answer?.ok_or_else(rejected)
+    }
+
+    /// Ask the API server about `token` (its hash `key`) and remember the answer.
+    async fn review_token(&self, token: &str, key: &str) -> Result<Option<UserInfo>, ApiError> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
+            },
+            ..Default::default()
         };
-        known.ok_or_else(|| ApiError::unauthenticated("the bearer token was not accepted"))
+        let api = Api::<TokenReview>::all(self.client.clone());
+        let answer = self::review(
+            &self.token_slots,
+            &self.waiting,
+            "token review",
+            api.create(&PostParams::default(), &review),
+        )
+        .await?;
+        let user = accepted(answer.status, &self.audiences);
+        match &user {
+            Some(u) => lock(&self.users).put(key.to_string(), u.clone()),
+            None => lock(&self.rejected).put(key.to_string(), ()),
+        }
+        Ok(user)
     }
 
     async fn may_get(&self, user: &UserInfo, namespace: &str) -> Result<bool, ApiError> {
         let key = (user_key(user), namespace.to_string());
-        if let Some(allowed) = cached(&self.grants, &key) {
+        if let Some(allowed) = lock(&self.grants).get(&key) {
             return Ok(allowed);
         }
         let review = SubjectAccessReview {
@@ -173,13 +281,14 @@ impl Authorizer {
         };
         let api = Api::<SubjectAccessReview>::all(self.client.clone());
         let answer = self::review(
-            &self.reviews,
+            &self.access_slots,
+            &self.waiting,
             "access review",
             api.create(&PostParams::default(), &review),
         )
         .await?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
-        remember(&self.grants, key, allowed);
+        lock(&self.grants).put(key, allowed);
         Ok(allowed)
     }
 
@@ -249,6 +358,22 @@ mod tests {
         assert!(accepted(status(false, Some(vec!["agentcard-directory"])), &ours).is_none());
         // Without audiences asked for, the API server's own judgement stands.
         assert!(accepted(status(true, None), &[]).is_some());
+    }
+
+    #[test]
+    fn a_full_cache_drops_its_oldest_half_and_expired_entries_first() {
+        let mut c: Cache<usize, ()> = Cache::new(Duration::from_secs(60));
+        for i in 0..MAX_CACHED {
+            c.put(i, ());
+        }
+        assert_eq!(c.len(), MAX_CACHED);
+        c.put(MAX_CACHED, ());
+        assert!(c.len() <= MAX_CACHED / 2 + 1, "{}", c.len());
+        assert!(c.get(&MAX_CACHED).is_some(), "the newest is kept");
+        assert!(c.get(&0).is_none(), "the oldest went");
+        let mut short: Cache<usize, ()> = Cache::new(Duration::ZERO);
+        short.put(1, ());
+        assert!(short.get(&1).is_none(), "expired");
     }
 
     #[test]

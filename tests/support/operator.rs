@@ -102,6 +102,27 @@ impl Operator {
         super::wait_exit(&mut self.child, timeout)
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its `/metrics` scrape.
+    pub fn metrics(&self) -> String {
+        let r = super::http::request(self.server.admin, "GET", "/metrics", &[("Host", "admin")]);
+        String::from_utf8_lossy(&r.body).into_owned()
+    }
+
+    /// Its resident memory now, in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Its log so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
