@@ -117,6 +117,15 @@ pub struct RunArgs {
     /// Largest signed card published, in bytes; larger ones report `CardTooLarge`.
     #[arg(long, default_value_t = 256 * 1024, value_parser = clap::value_parser!(u64).range(1024..=crate::a2a::validate::MAX_CARD_BYTES as u64))]
     max_card_bytes: u64,
+    /// Also import from endpoint addresses that are not a Pod of the card's namespace
+    /// (selector-less Services, e.g. in front of VMs). Off by default: a tenant writes its own
+    /// EndpointSlices, so this lets it make the operator send GETs to any address it can name
+    /// outside the cluster's Pods, and read whether they answered. Even then never the API
+    /// server's, a node's, a Service range's, the operator's own, another namespace's Pod's or
+    /// a special-purpose address, nor one inside a node's Pod range that no Pod of the card's
+    /// namespace holds.
+    #[arg(long)]
+    source_allow_unmanaged_endpoints: bool,
     /// Lease holder identity (default: $POD_NAME, else host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -180,6 +189,7 @@ fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Confi
         jwks_max_age: args.jwks_max_age,
         max_cards_per_namespace: args.max_cards_per_namespace,
         max_card_bytes: usize::try_from(args.max_card_bytes).unwrap_or(usize::MAX),
+        source_allow_unmanaged_endpoints: args.source_allow_unmanaged_endpoints,
     })
 }
 

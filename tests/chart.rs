@@ -530,6 +530,11 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
         .await
     );
     assert!(!can(&client, id, "update", "", "services", Some(&tenant_ns)).await);
+    // The Pods imported endpoints name, by name; listing Pods and Nodes only with
+    // operator.sourceAllowUnmanagedEndpoints.
+    assert!(can(&client, id, "get", "", "pods", Some(&tenant_ns)).await);
+    assert!(!can(&client, id, "list", "", "pods", None).await);
+    assert!(!can(&client, id, "list", "", "nodes", None).await);
     assert!(
         !can(
             &client,

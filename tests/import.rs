@@ -8,30 +8,33 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentcard_operator::contract::{content_hash, PATH_CARD, PATH_JWKS};
 use agentcard_operator::crd::AgentCard;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 use support::netns;
 use support::operator::{wait_card, Operator};
 use support::plane::{client_for, dedicated_kubeconfig, install_crds};
-use support::{condition, ready, Sdk};
+use support::{condition, ready, requests_answered, Sdk};
 
 const AGENT_PORT: u16 = 19100;
+/// The operator's public port, on every address of the namespace (a hostile slice names it).
+const OPERATOR_PORT: u16 = 18080;
+/// The path hostile sources fetch, so the agent's log tells their requests from the team's.
+const PROBE_PATH: &str = "/hostile-probe";
 const HOST: &str = "echo.agents.test";
+const DONE: &str =
+    "imported: v1.0 and v0.3, refreshed, kept through garbage and outage, hostile sources and endpoints refused";
 
 #[test]
 fn an_agent_built_with_the_python_sdk_is_imported_signed_refreshed_and_kept() {
-    netns::run_inside(
-        "inside_a_private_network_namespace",
-        "imported: v1.0 and v0.3, refreshed, kept through garbage and outage, hostile sources refused",
-        &[],
-    );
+    netns::run_inside("inside_a_private_network_namespace", DONE, &[]);
 }
 
 fn source_reachable(c: &AgentCard) -> Option<(String, String, String)> {
@@ -60,14 +63,193 @@ fn imported(name: &str, host: &str, service: &str) -> Value {
     })
 }
 
-fn start_agent(control: &std::path::Path) -> netns::Proc {
+/// The operator watching every namespace, its public port on every address.
+fn start_operator(kubeconfig: &Path, opns: &str, extra: &[&str]) -> Operator {
+    let listen = format!("0.0.0.0:{OPERATOR_PORT}");
+    let mut args = vec![
+        "--ingress-tls",
+        "none",
+        "--listen",
+        &listen,
+        "--admin-listen",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    Operator::start_on(kubeconfig, opns, None, &args)
+}
+
+/// The Pod `ns/name` holding `ip`, as kubelet would report it (no kubelet runs on this plane).
+async fn agent_pod(client: &Client, ns: &str, name: &str, ip: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "echo"}},
+        "spec": {"containers": [{"name": "agent", "image": "example.org/echo:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Requests `PROBE_PATH` got at the agent so far.
+fn probes(requests: &Path) -> usize {
+    std::fs::read_to_string(requests)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| *l == PROBE_PATH)
+        .count()
+}
+
+/// Hand-made EndpointSlices naming addresses that are not the card's namespace's Pods: each
+/// refused with `EndpointNotAllowed` naming the address, and no request sent there (the agent
+/// logs its requests; the operator counts those it answers). With
+/// `--source-allow-unmanaged-endpoints`, a selector-less Service in front of the team's own
+/// address imports; the hostile ones stay refused.
+async fn hostile_endpoints(
+    client: &Client,
+    op: &mut Operator,
+    kubeconfig: &Path,
+    opns: &str,
+    requests: &Path,
+) {
+    let (team, evil) = ("team", "evil");
+    // (namespace, card, address, port, targetRef, what the refusal says)
+    let cases: [(&str, &str, &str, u16, Option<(&str, &str)>, &str); 4] = [
+        (
+            evil,
+            "other-pod",
+            netns::PEER_ADDR,
+            AGENT_PORT,
+            Some((team, "echo-0")),
+            "its targetRef is Pod team/echo-0, not a Pod of this namespace",
+        ),
+        (
+            evil,
+            "no-pod",
+            netns::PEER_ADDR,
+            AGENT_PORT,
+            None,
+            "the endpoint names no Pod",
+        ),
+        (
+            evil,
+            "operator",
+            netns::ADDR,
+            OPERATOR_PORT,
+            None,
+            "the operator's own address",
+        ),
+        (
+            team,
+            "vm",
+            netns::PEER_ADDR,
+            AGENT_PORT,
+            None,
+            "the endpoint names no Pod",
+        ),
+    ];
+    let before = (probes(requests), requests_answered(&op.metrics()));
+    for (ns, name, address, port, pod, _) in cases {
+        service(
+            client,
+            ns,
+            json!({"metadata": {"name": name},
+                   "spec": {"ports": [{"name": "http", "port": 80, "targetPort": port}]}}),
+        )
+        .await;
+        let slice_name = format!("{name}-hand-made");
+        let slice = netns::Slice {
+            name: &slice_name,
+            address,
+            pod,
+        };
+        slice.create(client, ns, name, "http", port).await;
+        let mut card = imported(name, &format!("{name}.{ns}.test"), name);
+        if ns == evil {
+            card["spec"]["source"]["path"] = json!(PROBE_PATH);
+        }
+        Api::<AgentCard>::namespaced(client.clone(), ns)
+            .patch(
+                name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&card),
+            )
+            .await
+            .unwrap();
+    }
+    let refused = |c: &AgentCard| {
+        source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == "EndpointNotAllowed")
+    };
+    for (ns, name, address, port, _, why) in cases {
+        let cards = Api::<AgentCard>::namespaced(client.clone(), ns);
+        let c = wait_card(&cards, name, op, "EndpointNotAllowed", refused).await;
+        let (_, _, message) = source_reachable(&c).unwrap();
+        assert!(
+            message.contains(&format!("endpoint {address}:{port} of Service {ns}/{name}"))
+                && message.contains(why)
+                && message.contains("--source-allow-unmanaged-endpoints") == why.contains("Pod"),
+            "{name}: {message}"
+        );
+        assert!(
+            !ready(&c) && c.status.unwrap().url.is_none(),
+            "{name} is published"
+        );
+    }
+    // Refused sources are retried within seconds: give them several tries.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = (probes(requests), requests_answered(&op.metrics()));
+    assert_eq!(
+        after, before,
+        "requests reached refused endpoints (agent, operator)"
+    );
+
+    // The opt-in: the team's selector-less Service imports; the hostile ones stay refused
+    // (another namespace's Pod holds the address, or it is the operator's).
+    op.kill();
+    *op = start_operator(kubeconfig, opns, &["--source-allow-unmanaged-endpoints"]);
+    let team_cards = Api::<AgentCard>::namespaced(client.clone(), team);
+    wait_card(&team_cards, "vm", op, "Ready with the opt-in", |c| {
+        ready(c) && source_reachable(c).is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    let before = (probes(requests), requests_answered(&op.metrics()));
+    let evil_cards = Api::<AgentCard>::namespaced(client.clone(), evil);
+    for (name, why) in [
+        ("other-pod", "the address of a Pod of another namespace"),
+        ("no-pod", "the address of a Pod of another namespace"),
+        ("operator", "the operator's own address"),
+    ] {
+        let c = wait_card(&evil_cards, name, op, why, |c| {
+            refused(c) && source_reachable(c).is_some_and(|(_, _, m)| m.contains(why))
+        })
+        .await;
+        assert!(!ready(&c), "{name} is published with the opt-in");
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        (probes(requests), requests_answered(&op.metrics())),
+        before,
+        "requests reached refused endpoints with the opt-in"
+    );
+}
+
+/// The agent, in its own network namespace (the operator never fetches from its own
+/// addresses), appending each request it gets to `requests`.
+fn start_agent(peer: &netns::Peer, control: &Path, requests: &Path) -> netns::Proc {
     let python = support::oracle().join("venv/bin/python");
     netns::Proc(
-        Command::new(python)
+        peer.command(python)
             .arg(support::root().join("tests/oracle/py_agent.py"))
             .args(["--port", &AGENT_PORT.to_string()])
             .arg("--control")
             .arg(control)
+            .arg("--requests")
+            .arg(requests)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -75,7 +257,7 @@ fn start_agent(control: &std::path::Path) -> netns::Proc {
     )
 }
 
-fn set_mode(control: &std::path::Path, mode: &str, version: &str) {
+fn set_mode(control: &Path, mode: &str, version: &str) {
     std::fs::write(
         control,
         json!({"mode": mode, "version": version}).to_string(),
@@ -139,15 +321,20 @@ async fn inside_a_private_network_namespace() {
     install_crds(&client).await;
     let opns = "agentcard-system";
     support::cluster::create_namespace(&client, opns, json!({})).await;
-    let mut op = Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
+    let mut op = start_operator(kubeconfig, opns, &[]);
 
-    // The agent, its Service and the EndpointSlice pointing at this namespace's address.
+    // The agent, its Pod, its Service and the EndpointSlice naming the Pod. No kubelet runs
+    // on this plane: the test writes the Pod's status as a kubelet would, giving it the
+    // agent's address.
     let dir = tempfile::tempdir().unwrap();
     let control = dir.path().join("control.json");
+    let requests = dir.path().join("requests.log");
     set_mode(&control, "v1", "1.0.0");
-    let mut agent = Some(start_agent(&control));
+    let peer = netns::Peer::start();
+    let mut agent = Some(start_agent(&peer, &control, &requests));
     let team = "team";
     support::cluster::create_namespace(&client, team, json!({})).await;
+    agent_pod(&client, team, "echo-0", netns::PEER_ADDR).await;
     service(
         &client,
         team,
@@ -155,7 +342,14 @@ async fn inside_a_private_network_namespace() {
                "spec": {"ports": [{"name": "http", "port": 80, "targetPort": AGENT_PORT}]}}),
     )
     .await;
-    netns::endpoint_slice(&client, team, "echo", "http", AGENT_PORT).await;
+    let slice = netns::Slice {
+        name: "echo-test",
+        address: netns::PEER_ADDR,
+        pod: Some((team, "echo-0")),
+    };
+    slice
+        .create(&client, team, "echo", "http", AGENT_PORT)
+        .await;
 
     // Published: signed, on the public host, interface moved to the backend's public path,
     // overrides applied; the official SDKs verify it.
@@ -294,7 +488,7 @@ async fn inside_a_private_network_namespace() {
     // An operator restarted while the agent is still gone has nothing in memory: the last good
     // card, read back from its ConfigMap, stays published with the same bytes.
     op.kill();
-    let op = Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
+    let mut op = start_operator(kubeconfig, opns, &[]);
     let c = wait_card(&cards, "echo", &op, "Unreachable after a restart", |c| {
         ready(c) && source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == "Unreachable")
     })
@@ -315,7 +509,7 @@ async fn inside_a_private_network_namespace() {
 
     // The agent is back: the card is fetched again.
     set_mode(&control, "v1", "4.0.0");
-    agent = Some(start_agent(&control));
+    agent = Some(start_agent(&peer, &control, &requests));
     served_when(&op, &cards, Duration::from_secs(30), |v| {
         v["version"] == "4.0.0"
     })
@@ -384,8 +578,7 @@ async fn inside_a_private_network_namespace() {
         err.to_string().contains("exactly one of card and source"),
         "{err}"
     );
+    hostile_endpoints(&client, &mut op, kubeconfig, opns, &requests).await;
     drop(agent);
-    println!(
-        "imported: v1.0 and v0.3, refreshed, kept through garbage and outage, hostile sources refused"
-    );
+    println!("{DONE}");
 }

@@ -36,6 +36,8 @@ const NS: &str = "agentcard-system";
 const RELEASE: &str = "rel";
 const SERVICE: &str = "rel-agentcard-operator";
 const TENANT: &str = "team";
+/// A tenant naming others' addresses in its EndpointSlices.
+const HOSTILE: &str = "mallory";
 const HOST: &str = "echo.agents.test";
 const TRAEFIK: &str = "127.0.0.1:18000";
 const DONE: &str = "node: installed, hardened, served, failed over, upgraded, uninstalled";
@@ -316,6 +318,89 @@ async fn start_agent(client: &Client, image: &str) {
         .unwrap();
 }
 
+/// The API server's address and port, from the `default/kubernetes` EndpointSlice.
+async fn api_server_endpoint(client: &Client) -> (String, u16) {
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await
+        .unwrap();
+    let slice = &slices.items[0];
+    let address = slice.endpoints[0].addresses[0].clone();
+    let port = slice.ports.as_ref().unwrap()[0].port.unwrap();
+    (address, u16::try_from(port).unwrap())
+}
+
+/// Requests the card server at `ip` answered (its admin port's `/metrics`).
+fn answered_by(ip: &str) -> f64 {
+    let addr = format!("{ip}:8081").parse().unwrap();
+    let r = support::http::request(addr, "GET", "/metrics", &[("Host", "admin")]);
+    assert_eq!(r.status, 200, "{ip}'s metrics");
+    support::requests_answered(&String::from_utf8_lossy(&r.body))
+}
+
+/// A selector-less Service `ns/name` whose hand-made slice has one endpoint, `address:port`
+/// (naming `pod` as its targetRef when given), and an AgentCard importing from it.
+async fn hand_made_source(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    address: &str,
+    port: u16,
+    pod: Option<(&str, &str)>,
+) {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": port}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    let slice = support::netns::Slice {
+        name: &format!("{name}-hand-made"),
+        address,
+        pod,
+    };
+    slice.create(client, ns, name, "http", port).await;
+    let card = json!({
+        "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"service": {"name": name, "port": 80}, "refreshSeconds": 10},
+            "publish": {"host": format!("{name}.{ns}.agents.test")}
+        }
+    });
+    Api::<AgentCard>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&card),
+        )
+        .await
+        .unwrap();
+}
+
+/// Wait for `ns/name` to report `EndpointNotAllowed` saying `why`; its message.
+async fn wait_refused(client: &Client, ns: &str, name: &str, why: &str) -> String {
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), ns);
+    let message = || async {
+        let c = cards.get(name).await.ok()?;
+        let (s, r, m) = condition(&c, "SourceReachable")?;
+        (s == "False" && r == "EndpointNotAllowed" && m.contains(why) && !ready(&c)).then_some(m)
+    };
+    let refused = wait_for(Duration::from_secs(60), || async {
+        message().await.is_some()
+    })
+    .await;
+    assert!(
+        refused.is_ok(),
+        "{ns}/{name} is not refused with \"{why}\": {:?}",
+        cards.get(name).await.unwrap().status
+    );
+    message().await.unwrap()
+}
+
 /// The addresses of `service`'s EndpointSlices, after asserting the endpointslice controller
 /// made every one of them.
 async fn slice_addresses(client: &Client, ns: &str, service: &str) -> BTreeSet<String> {
@@ -572,6 +657,89 @@ async fn inside_the_node() {
             .map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned()))
     );
 
+    // 4b. Import fetches only from the card's namespace's own Pods: a hostile tenant's
+    //     hand-made slices naming the agent's Pod (another namespace's), the lease holder's Pod
+    //     and the API server are refused, naming the address, and nothing is sent (the agent
+    //     and the holder count the requests they answer). The team's selector-less Service in
+    //     front of its own Pod waits for the opt-in (step 6).
+    let agent_ip = pod_ips(&agent_pods).into_iter().next().unwrap();
+    let agent_pod = agent_pods[0].metadata.name.clone().unwrap();
+    let holder_ip = pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(holder.as_str()))
+        .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+        .unwrap();
+    let (api_ip, api_port) = api_server_endpoint(&client).await;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": HOSTILE}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let counted = [agent_ip.clone(), holder_ip.clone()];
+    let answered = || {
+        counted
+            .iter()
+            .map(|ip| answered_by(ip))
+            .collect::<Vec<f64>>()
+    };
+    let before = answered();
+    let cases = [
+        (
+            HOSTILE,
+            "other-pod",
+            agent_ip.clone(),
+            8080,
+            Some((TENANT, agent_pod.as_str())),
+            format!("its targetRef is Pod {TENANT}/{agent_pod}, not a Pod of this namespace"),
+        ),
+        (
+            HOSTILE,
+            "operator",
+            holder_ip.clone(),
+            8080,
+            None,
+            "the operator's own address".to_string(),
+        ),
+        (
+            HOSTILE,
+            "api",
+            api_ip.clone(),
+            api_port,
+            None,
+            "the Kubernetes API server's address".to_string(),
+        ),
+        (
+            TENANT,
+            "vm",
+            agent_ip.clone(),
+            8080,
+            None,
+            "the endpoint names no Pod".to_string(),
+        ),
+    ];
+    for (ns, name, address, port, pod, _) in &cases {
+        hand_made_source(&client, ns, name, address, *port, *pod).await;
+    }
+    for (ns, name, address, port, _, why) in &cases {
+        let message = wait_refused(&client, ns, name, why).await;
+        assert!(
+            message.contains(&format!("endpoint {address}:{port} of Service {ns}/{name}")),
+            "{name}: {message}"
+        );
+    }
+    // Refused sources are retried within seconds: give them several tries.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        answered(),
+        before,
+        "requests reached the agent or the operator"
+    );
+    println!(
+        "hostile endpoints refused without a request: another namespace's Pod {agent_ip}, the lease holder {holder_ip}, the API server {api_ip}:{api_port}"
+    );
+
     // 5. Failover: the lease holder's Pod is deleted while a client fetches the card through
     //    Traefik every 20 ms.
     let probe = Prober::start(hash.clone());
@@ -624,6 +792,8 @@ async fn inside_the_node() {
             "--reuse-values",
             "--set",
             &format!("image.tag={tag}-upgrade"),
+            "--set",
+            "operator.sourceAllowUnmanagedEndpoints=true",
         ],
     );
     let upgraded = wait_rollout(&client, 2, &upgrade, Duration::from_secs(240)).await;
@@ -640,6 +810,33 @@ async fn inside_the_node() {
         failed.len()
     );
     assert!(failed.is_empty(), "failed during the upgrade: {failed:#?}");
+    // With the opt-in the team's selector-less Service imports; another namespace's Pod and
+    // the API server stay refused, and nothing reaches the agent from the hostile tenant.
+    let before = answered_by(&agent_ip);
+    let team_cards: Api<AgentCard> = Api::namespaced(client.clone(), TENANT);
+    let vm = wait_for(Duration::from_secs(60), || async {
+        team_cards.get("vm").await.is_ok_and(|c| {
+            ready(&c) && condition(&c, "SourceReachable").is_some_and(|(s, _, _)| s == "True")
+        })
+    })
+    .await;
+    assert!(
+        vm.is_ok(),
+        "the selector-less source with the opt-in: {:?}",
+        team_cards.get("vm").await.unwrap().status
+    );
+    for (name, why) in [
+        ("other-pod", "the address of a Pod of another namespace"),
+        ("api", "the Kubernetes API server's address"),
+    ] {
+        wait_refused(&client, HOSTILE, name, why).await;
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        answered_by(&agent_ip) - before,
+        0.0,
+        "the hostile tenant reached the agent with the opt-in"
+    );
 
     // 7. helm uninstall: the Pods terminate within their grace period and the lease is given up.
     let grace = upgraded[0]

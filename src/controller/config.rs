@@ -46,4 +46,6 @@ pub struct Config {
     pub max_cards_per_namespace: usize,
     /// Largest signed card published, in bytes.
     pub max_card_bytes: usize,
+    /// Import also from endpoint addresses that are not a Pod of the card's namespace.
+    pub source_allow_unmanaged_endpoints: bool,
 }

@@ -93,7 +93,7 @@ pub async fn run(
             max_card_bytes: config.max_card_bytes,
         },
         backoff: Backoff::default(),
-        sources: Sources::new(client.clone())
+        sources: Sources::new(client.clone(), config.source_allow_unmanaged_endpoints)
             .map_err(|e| Error::Internal(format!("building the source HTTP client: {e}")))?,
         client,
         recorder: keys.recorder,

@@ -8,9 +8,10 @@ A control file (JSON, re-read on every request) says what the agent serves:
                                         writes the v0.3 fields beside the v1.0 ones)
   {"mode": "v03", ...}                  the same card as a pure v0.3 card (the SDK's converter)
   {"mode": "garbage"}                   a broken body
-`version` changes the card, so a refresh sees a new one.
+`version` changes the card, so a refresh sees a new one. With --requests FILE, each request
+appends its path to FILE as a line (tests count the requests an agent received).
 
-Usage: py_agent.py --port PORT --control FILE [--internal-url URL]
+Usage: py_agent.py --port PORT --control FILE [--internal-url URL] [--requests FILE]
 """
 
 import argparse
@@ -71,6 +72,7 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--control", required=True)
     ap.add_argument("--internal-url", default="http://echo.team.svc:9999/")
+    ap.add_argument("--requests")
     args = ap.parse_args()
 
     async def modifier(card):
@@ -84,6 +86,9 @@ def main():
 
     class Modes(BaseHTTPMiddleware):
         async def dispatch(self, request, call_next):
+            if args.requests:
+                with open(args.requests, "a") as f:
+                    f.write(request.url.path + "\n")
             c = control(args.control)
             mode = c.get("mode", "v1")
             if mode == "garbage":

@@ -34,6 +34,15 @@ pub fn ready(c: &agentcard_operator::crd::AgentCard) -> bool {
         && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
 }
 
+/// Requests a card server answered, from its `/metrics` (`agentcard_http_requests_total`).
+pub fn requests_answered(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("agentcard_http_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

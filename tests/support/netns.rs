@@ -81,20 +81,114 @@ impl Drop for Proc {
 
 /// An EndpointSlice of Service `ns/service` with one endpoint, [`ADDR`]:`port`.
 pub async fn endpoint_slice(client: &Client, ns: &str, service: &str, port_name: &str, port: u16) {
-    let slice: EndpointSlice = serde_json::from_value(json!({
-        "metadata": {"name": format!("{service}-test"), "labels": {
-            "kubernetes.io/service-name": service,
-            "endpointslice.kubernetes.io/managed-by": "agentcard-tests",
-        }},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ADDR], "conditions": {"ready": true}}],
-        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
-    }))
-    .unwrap();
-    Api::<EndpointSlice>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &slice)
-        .await
+    let slice = Slice {
+        name: &format!("{service}-test"),
+        address: ADDR,
+        pod: None,
+    };
+    slice.create(client, ns, service, port_name, port).await;
+}
+
+/// A hand-made EndpointSlice with one ready endpoint: `address`, and a `targetRef` to the Pod
+/// `(namespace, name)` when given.
+pub struct Slice<'a> {
+    /// The slice's name.
+    pub name: &'a str,
+    /// The endpoint's address.
+    pub address: &'a str,
+    /// The Pod the endpoint says it is.
+    pub pod: Option<(&'a str, &'a str)>,
+}
+
+impl Slice<'_> {
+    /// Create it for Service `ns/service`, its port `port_name` at `port`.
+    pub async fn create(
+        &self,
+        client: &Client,
+        ns: &str,
+        service: &str,
+        port_name: &str,
+        port: u16,
+    ) {
+        let mut endpoint = json!({"addresses": [self.address], "conditions": {"ready": true}});
+        if let Some((pod_ns, pod)) = self.pod {
+            endpoint["targetRef"] = json!({"kind": "Pod", "namespace": pod_ns, "name": pod});
+        }
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": self.name, "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": "agentcard-tests",
+            }},
+            "addressType": "IPv4",
+            "endpoints": [endpoint],
+            "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+        }))
         .unwrap();
+        Api::<EndpointSlice>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &slice)
+            .await
+            .unwrap();
+    }
+}
+
+/// The address of [`Peer`]'s network namespace.
+pub const PEER_ADDR: &str = "192.0.2.20";
+
+/// A second network namespace inside this one, linked to it by a veth pair (this side
+/// 192.0.2.1/24, the peer [`PEER_ADDR`]/24): for a process that must not share the operator's
+/// addresses, as an agent Pod does not. Gone when dropped.
+pub struct Peer {
+    holder: Proc,
+}
+
+impl Peer {
+    /// Make the namespace and the link.
+    pub fn start() -> Peer {
+        let holder = Proc(
+            Command::new("unshare")
+                .args(["--net", "--", "sleep", "infinity"])
+                .spawn()
+                .expect("unshare"),
+        );
+        let pid = holder.0.id().to_string();
+        let ns_of = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).ok();
+        let started = std::time::Instant::now();
+        while ns_of(&pid) == ns_of("self") || ns_of(&pid).is_none() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "unshare did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let peer = Peer { holder };
+        ip(&[
+            "link", "add", "vpeer0", "type", "veth", "peer", "name", "vpeer1", "netns", &pid,
+        ]);
+        ip(&["addr", "add", "192.0.2.1/24", "dev", "vpeer0"]);
+        ip(&["link", "set", "vpeer0", "up"]);
+        for args in [
+            vec!["link", "set", "lo", "up"],
+            vec!["addr", "add", "192.0.2.20/24", "dev", "vpeer1"],
+            vec!["link", "set", "vpeer1", "up"],
+        ] {
+            let st = peer.command("ip").args(&args).status().unwrap();
+            assert!(st.success(), "ip {args:?} in the peer failed");
+        }
+        peer
+    }
+
+    /// `program`, to run inside the peer's namespace.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.args(["-t", &self.holder.0.id().to_string(), "-n", "--"])
+            .arg(program);
+        cmd
+    }
+}
+
+fn ip(args: &[&str]) {
+    let st = Command::new("ip").args(args).status().unwrap();
+    assert!(st.success(), "ip {args:?} failed");
 }
 
 /// A stand-in agent: a static HTTP server on `port` answering `/a2a/v1` with `body`.

@@ -15,6 +15,7 @@ pub mod apply;
 pub mod build;
 pub mod card;
 pub mod claim;
+pub mod reach;
 pub mod source;
 pub mod status;
 pub mod validate;

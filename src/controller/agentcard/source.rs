@@ -21,6 +21,7 @@ use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 
 use super::card::effective_card;
+use super::reach::{Candidate, Reach};
 use crate::a2a::card::AgentCard as A2aCard;
 use crate::a2a::import::{import, CardVersion, Imported};
 use crate::a2a::parse::{card_from_value, Strictness};
@@ -219,14 +220,15 @@ pub fn address_allowed(ip: IpAddr) -> bool {
     }
 }
 
-/// One ready, allowed endpoint address of `service`'s `port` (pure: from the Service and its
-/// slices). The lowest address is taken, so repeated fetches go to the same endpoint.
-pub fn pick_endpoint(
+/// The ready endpoint addresses of `service`'s `port`, lowest first, each once (pure: from the
+/// Service and its slices), so repeated fetches go to the same endpoint. Whether one may be
+/// fetched is [`Reach`]'s to say.
+pub fn candidates(
     namespace: &str,
     service: &Service,
     port: i32,
     slices: &[EndpointSlice],
-) -> Result<Target, SourceError> {
+) -> Result<Vec<Candidate>, SourceError> {
     let name = service.metadata.name.clone().unwrap_or_default();
     let spec = service.spec.clone().unwrap_or_default();
     if spec.type_.as_deref() == Some("ExternalName") {
@@ -247,7 +249,7 @@ pub fn pick_endpoint(
             )
         })?;
     let port_name = service_port.name.unwrap_or_default();
-    let mut candidates: Vec<(IpAddr, i32)> = Vec::new();
+    let mut found: Vec<Candidate> = Vec::new();
     for slice in slices {
         let Some(target_port) = slice
             .ports
@@ -265,33 +267,84 @@ pub fn pick_endpoint(
             }
             for addr in &ep.addresses {
                 if let Ok(ip) = addr.parse::<IpAddr>() {
-                    if address_allowed(ip) {
-                        candidates.push((ip, target_port));
-                    }
+                    found.push(Candidate {
+                        ip,
+                        port: target_port,
+                        target_ref: ep.target_ref.clone(),
+                    });
                 }
             }
         }
     }
-    candidates.sort();
-    let (ip, target_port) = candidates.first().copied().ok_or_else(|| {
+    found.sort_by(|a, b| (a.ip, a.port).cmp(&(b.ip, b.port)));
+    found.dedup_by(|a, b| (a.ip, a.port) == (b.ip, b.port));
+    if found.is_empty() {
+        return Err(SourceError::new(
+            "NoEndpoints",
+            format!("Service {namespace}/{name} has no ready endpoint for port {port}"),
+        ));
+    }
+    Ok(found)
+}
+
+/// Most endpoint addresses checked per look (each check may ask the API about a Pod).
+pub const MAX_CHECKED: usize = 8;
+
+/// The first of `candidates` that `reach` allows, as a fetch target; `EndpointNotAllowed`
+/// naming the first refused address (and how many more were) when none is.
+async fn first_allowed(
+    reach: &Reach,
+    namespace: &str,
+    name: &str,
+    port: i32,
+    candidates: Vec<Candidate>,
+) -> Result<Target, SourceError> {
+    let mut first_refused = None;
+    let total = candidates.len();
+    for c in candidates.into_iter().take(MAX_CHECKED) {
+        match reach.check(namespace, &c).await {
+            Ok(()) => {
+                let host = match c.ip {
+                    IpAddr::V4(v4) => v4.to_string(),
+                    IpAddr::V6(v6) => format!("[{v6}]"),
+                };
+                return Ok(Target {
+                    base: format!("http://{host}:{}", c.port),
+                    service_url: format!("http://{name}.{namespace}.svc:{port}"),
+                });
+            }
+            Err(why) => {
+                first_refused.get_or_insert((c, why));
+            }
+        }
+    }
+    let (c, why) = first_refused.ok_or_else(|| {
         SourceError::new(
             "NoEndpoints",
             format!("Service {namespace}/{name} has no ready endpoint for port {port}"),
         )
     })?;
-    let host = match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => format!("[{v6}]"),
+    let more = match total - 1 {
+        0 => String::new(),
+        n => format!(" ({n} more endpoint address(es) not used)"),
     };
-    Ok(Target {
-        base: format!("http://{host}:{target_port}"),
-        service_url: format!("http://{name}.{namespace}.svc:{port}"),
-    })
+    let addr = match c.ip {
+        IpAddr::V4(v4) => format!("{v4}:{}", c.port),
+        IpAddr::V6(v6) => format!("[{v6}]:{}", c.port),
+    };
+    Err(SourceError::new(
+        "EndpointNotAllowed",
+        format!(
+            "spec.source.service: endpoint {addr} of Service {namespace}/{name} is not fetched: {why}{more}{}",
+            reach.hint(&why)
+        ),
+    ))
 }
 
-/// Resolve `source` in `namespace` to an endpoint.
+/// Resolve `source` in `namespace` to an endpoint `reach` allows.
 pub async fn target(
     client: &kube::Client,
+    reach: &Reach,
     namespace: &str,
     source: &Source,
 ) -> Result<Target, SourceError> {
@@ -322,7 +375,8 @@ pub async fn target(
                 format!("listing the EndpointSlices of {namespace}/{name}: {e}"),
             )
         })?;
-    pick_endpoint(namespace, &service, source.service.port, &list.items)
+    let found = candidates(namespace, &service, source.service.port, &list.items)?;
+    first_allowed(reach, namespace, name, source.service.port, found).await
 }
 
 /// The HTTP client for sources: no redirects (a redirect could lead anywhere), timeouts.
@@ -456,12 +510,16 @@ pub struct Sources {
     pub http: reqwest::Client,
     /// The last good imported card of each card with `spec.source`.
     pub cache: SourceCache,
+    /// Which endpoint addresses may be fetched.
+    pub reach: Reach,
 }
 
 impl Sources {
-    /// Ready to fetch with `client` for the API.
-    pub fn new(client: kube::Client) -> Result<Sources, reqwest::Error> {
+    /// Ready to fetch with `client` for the API; `allow_unmanaged` from
+    /// `--source-allow-unmanaged-endpoints` (see [`Reach`]).
+    pub fn new(client: kube::Client, allow_unmanaged: bool) -> Result<Sources, reqwest::Error> {
         Ok(Sources {
+            reach: Reach::new(client.clone(), allow_unmanaged),
             client,
             http: http_client()?,
             cache: SourceCache::default(),
@@ -520,7 +578,7 @@ async fn fetch_and_read(
         notes: cached_notes.clone(),
         not_modified: false,
     };
-    let target = match target(&sources.client, &ns, source).await {
+    let target = match target(&sources.client, &sources.reach, &ns, source).await {
         Ok(t) => t,
         Err(e) => return (fail(e, status), cached.clone()),
     };
@@ -593,12 +651,33 @@ fn bounded_notes(url: &str, notes: &[crate::a2a::Problem]) -> Vec<String> {
 }
 
 /// Parse and convert the fetched `body`, and check the card it would publish: an invalid one
-/// is refused like an unreachable source (the last good card stays).
+/// is refused like an unreachable source (the last good card stays). A body that is not a
+/// card is described by its length and where parsing stopped, never by its bytes: the status
+/// is readable by the tenant, and the endpoint may not be the tenant's agent.
 fn read(card: &AgentCard, url: &str, body: &[u8]) -> Result<Imported, SourceError> {
     let invalid = |what: String| SourceError::new("InvalidCard", format!("{url}: {what}"));
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| invalid(format!("not JSON ({e})")))?;
-    let imported = import(&value).map_err(|p| invalid(format!("not an Agent Card: {p}")))?;
+    let len = body.len();
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        invalid(format!(
+            "not an Agent Card: {len} bytes, not JSON (parsing stopped at line {} column {})",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    if !looks_like_card(&value) {
+        return Err(invalid(format!(
+            "not an Agent Card: {len} bytes of JSON without the string fields name, description and version and the array skills"
+        )));
+    }
+    let imported = import(&value).map_err(|p| {
+        let at =
+            p.0.first()
+                .map(|p| p.path.as_str())
+                .filter(|path| schema_path(path))
+                .map(|path| format!(" (parsing stopped at {path})"))
+                .unwrap_or_default();
+        invalid(format!("not an Agent Card: {len} bytes of JSON{at}"))
+    })?;
     let mut resolved = card.clone();
     resolved.spec.card = Some(imported.card.clone());
     let errors = validate(&effective_card(&resolved));
@@ -609,6 +688,26 @@ fn read(card: &AgentCard, url: &str, body: &[u8]) -> Result<Imported, SourceErro
         )));
     }
     Ok(imported)
+}
+
+/// Whether `value` is recognisably an Agent Card (any version): an object with the string
+/// fields `name`, `description` and `version` and the array `skills`. Only then are its
+/// problems shown with their values.
+fn looks_like_card(value: &serde_json::Value) -> bool {
+    ["name", "description", "version"]
+        .iter()
+        .all(|k| value.get(k).is_some_and(serde_json::Value::is_string))
+        && value.get("skills").is_some_and(serde_json::Value::is_array)
+}
+
+/// Whether `path` is a short path of field names and indices (`skills[2].id`): where a parse
+/// stopped, safe to show; anything else might be a key of a response that is not a card.
+fn schema_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.len() <= 64
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"[]._".contains(&b))
 }
 
 /// The card the operator serves for `card` (its own ConfigMap, read back after a restart),
@@ -651,7 +750,7 @@ mod tests {
     }
 
     #[test]
-    fn the_lowest_ready_allowed_address_of_the_named_port_is_taken() {
+    fn the_ready_addresses_of_the_named_port_are_candidates_lowest_first() {
         let slices = [slice(
             &[
                 ("10.0.0.9", Some(true)),
@@ -661,9 +760,10 @@ mod tests {
             ],
             "http",
         )];
-        let t = pick_endpoint("team", &service("ClusterIP"), 80, &slices).unwrap();
-        assert_eq!(t.base, "http://10.0.0.5:9999");
-        assert_eq!(t.service_url, "http://echo.team.svc:80");
+        let found = candidates("team", &service("ClusterIP"), 80, &slices).unwrap();
+        let ips: Vec<String> = found.iter().map(|c| c.ip.to_string()).collect();
+        assert_eq!(ips, ["10.0.0.5", "10.0.0.9", "169.254.169.254"]);
+        assert!(found.iter().all(|c| c.port == 9999));
     }
 
     #[test]
@@ -694,20 +794,45 @@ mod tests {
     #[test]
     fn external_names_unknown_ports_and_special_addresses_are_refused() {
         let ok = [slice(&[("10.0.0.5", Some(true))], "http")];
-        let e = pick_endpoint("team", &service("ExternalName"), 80, &ok).unwrap_err();
+        let e = candidates("team", &service("ExternalName"), 80, &ok).unwrap_err();
         assert_eq!(e.reason, "ServiceNotAllowed");
-        let e = pick_endpoint("team", &service("ClusterIP"), 81, &ok).unwrap_err();
+        let e = candidates("team", &service("ClusterIP"), 81, &ok).unwrap_err();
         assert!(e.message.contains("no port 81"), "{e:?}");
-        let special = [slice(
-            &[("127.0.0.1", Some(true)), ("0.0.0.0", Some(true))],
-            "http",
-        )];
-        let e = pick_endpoint("team", &service("ClusterIP"), 80, &special).unwrap_err();
-        assert_eq!(e.reason, "NoEndpoints");
         let other_port = [slice(&[("10.0.0.5", Some(true))], "metrics")];
-        assert!(pick_endpoint("team", &service("ClusterIP"), 80, &other_port).is_err());
+        let e = candidates("team", &service("ClusterIP"), 80, &other_port).unwrap_err();
+        assert_eq!(e.reason, "NoEndpoints");
         assert!(!address_allowed("::ffff:127.0.0.1".parse().unwrap()));
         assert!(!address_allowed("fe80::1".parse().unwrap()));
         assert!(address_allowed("192.0.2.10".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_body_that_is_not_a_card_is_described_by_length_and_position_only() {
+        let card: AgentCard = serde_json::from_value(json!({
+            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+            "metadata": {"name": "echo", "namespace": "team"},
+            "spec": {"source": {"service": {"name": "echo", "port": 80}}, "publish": {"host": "a.example.com"}}
+        }))
+        .unwrap();
+        let url = "http://echo.team.svc:80/.well-known/agent-card.json";
+        let bodies: [&[u8]; 5] = [
+            b"SECRET=hunter2\n",
+            br#"{"token": "hunter2", "items": ["hunter2"]}"#,
+            br#"{"name": {"hunter2": "hunter2"}, "description": "hunter2"}"#,
+            br#"["hunter2"]"#,
+            br#"{"hunter2": 1, "skills": "hunter2"}"#,
+        ];
+        for body in bodies {
+            let e = read(&card, url, body).unwrap_err();
+            assert_eq!(e.reason, "InvalidCard");
+            assert!(!e.message.contains("hunter2"), "{}", e.message);
+            assert!(
+                e.message.contains(&format!("{} bytes", body.len())),
+                "{}",
+                e.message
+            );
+        }
+        let e = read(&card, url, b"{\"a\": tru").unwrap_err();
+        assert!(e.message.contains("line 1 column"), "{}", e.message);
     }
 }
