@@ -737,6 +737,7 @@ async fn writes_floor(
                         routing: settings.routing.kind,
                         routed: None,
                         now: stamp,
+                        operator: &settings.operator_namespace,
                     });
                     agentcard_operator::controller::apply_status(&cards, name, &status).await?;
                     events.publish(&event, &applied.object_ref(&())).await?;

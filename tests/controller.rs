@@ -1133,3 +1133,168 @@ async fn a_lease_given_up_is_taken_over_before_it_would_have_expired() {
         Some("op-b")
     );
 }
+
+/// Every write to `ns`'s AgentCards and ConfigMaps from now on, as `kind/name@resourceVersion`
+/// (a watch from the current list: what exists now is not counted).
+async fn count_writes(
+    client: &Client,
+    ns: &str,
+) -> (
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    agentcard_operator::process::AbortOnDrop,
+) {
+    use futures::StreamExt;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), ns);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let rv_cards = cards
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let rv_cms = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        let wp = kube::api::WatchParams::default().timeout(290);
+        let mut card_events = cards.watch(&wp, &rv_cards).await.unwrap().boxed();
+        let mut cm_events = cms.watch(&wp, &rv_cms).await.unwrap().boxed();
+        loop {
+            let entry = tokio::select! {
+                Some(Ok(kube::api::WatchEvent::Modified(c) | kube::api::WatchEvent::Added(c))) = card_events.next() =>
+                    format!("AgentCard/{}@{}", c.name_any(), c.resource_version().unwrap_or_default()),
+                Some(Ok(kube::api::WatchEvent::Modified(c) | kube::api::WatchEvent::Added(c))) = cm_events.next() =>
+                    format!("ConfigMap/{}@{}", c.name_any(), c.resource_version().unwrap_or_default()),
+                else => break,
+            };
+            record.lock().unwrap().insert(entry);
+        }
+    });
+    (seen, agentcard_operator::process::AbortOnDrop(task))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_installations_with_different_keys_hold_a_shared_card_instead_of_fighting() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "contest").await;
+    let (ns_a, ns_b) = (
+        TestNamespace::new(&client, "contest-a").await,
+        TestNamespace::new(&client, "contest-b").await,
+    );
+    // Installation A publishes two cards with its own key.
+    let mut a = Operator::start(&ns_a.name, &ns.name, &["--lease-duration", "6"]);
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), &ns.name);
+    let names = ["one", "two"];
+    for n in names {
+        apply(&cards, &example(n, &host(n, &ns.name)))
+            .await
+            .unwrap();
+    }
+    let mut key_a = String::new();
+    for n in names {
+        let c = wait_card(&cards, n, &a, "Ready", ready).await;
+        let status = c.status.unwrap();
+        assert_eq!(status.operator.as_deref(), Some(ns_a.name.as_str()));
+        key_a = status.key_id.unwrap();
+    }
+    let served_before: Vec<_> =
+        futures::future::join_all(names.iter().map(|n| served_bytes(&client, &ns.name, n))).await;
+
+    // Installation B, with another key, watches the same namespace for a minute.
+    let (writes, _watch) = count_writes(&client, &ns.name).await;
+    let b = Operator::start(&ns_b.name, &ns.name, &["--lease-duration", "6"]);
+    let contended = |c: &AgentCard| {
+        c.status.as_ref().is_some_and(|s| {
+            let mut both = vec![ns_a.name.clone(), ns_b.name.clone()];
+            both.sort();
+            s.contenders == both
+        }) && condition(c, "Conflict").is_some_and(|(s, r, m)| {
+            s == "True" && r == "Conflict" && m.contains(&ns_a.name) && m.contains(&ns_b.name)
+        })
+    };
+    for n in names {
+        wait_card(&cards, n, &b, "Conflict", contended).await;
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let during: Vec<String> = writes.lock().unwrap().iter().cloned().collect();
+    eprintln!(
+        "two installations, one minute: {} writes to the 2 contested cards and their ConfigMaps: {during:?}",
+        during.len()
+    );
+    for n in names {
+        let c = cards.get(n).await.unwrap();
+        assert!(contended(&c), "{n}: {:?}", c.status);
+        assert!(ready(&c), "{n} is no longer served: {:?}", c.status);
+        assert_eq!(c.status.unwrap().key_id.as_deref(), Some(key_a.as_str()));
+    }
+    // Held: one status write per card, the served bytes untouched, A still serves them.
+    assert!(
+        during.iter().all(|w| w.starts_with("AgentCard/")) && during.len() <= 2 * names.len(),
+        "{during:#?}"
+    );
+    let served_after: Vec<_> =
+        futures::future::join_all(names.iter().map(|n| served_bytes(&client, &ns.name, n))).await;
+    assert_eq!(
+        served_after, served_before,
+        "a contested card was rewritten"
+    );
+    assert_eq!(a.get(&host("one", &ns.name), PATH_CARD).status, 200);
+    // One Warning Event per card, and both installations count the conflict.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let conflict_events = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Conflict"))
+        .count();
+    assert_eq!(conflict_events, names.len(), "one Conflict Event per card");
+    for o in [&a, &b] {
+        assert!(
+            o.metrics()
+                .contains("agentcard_reconcile_failures_total{category=\"operator_conflict\"}"),
+            "{}",
+            o.metrics()
+        );
+    }
+
+    // A stops: B takes the cards over, signs them with its key, and the conflict is over.
+    a.terminate();
+    a.wait_exit(Duration::from_secs(30));
+    let stopped = std::time::Instant::now();
+    // B looks again within its backoff (at most a minute).
+    let taken_over = |c: &AgentCard| {
+        ready(c)
+            && c.status.as_ref().is_some_and(|s| {
+                s.operator.as_deref() == Some(ns_b.name.as_str())
+                    && s.contenders.is_empty()
+                    && s.key_id.as_ref().is_some_and(|k| *k != key_a)
+            })
+            && condition(c, "Conflict").is_none()
+    };
+    let over = wait_for(Duration::from_secs(90), || async {
+        futures::future::join_all(names.iter().map(|n| cards.get(n)))
+            .await
+            .iter()
+            .all(|c| c.as_ref().is_ok_and(taken_over))
+    })
+    .await;
+    assert!(
+        over.is_ok(),
+        "B did not take over: {:?}\n{}",
+        cards.get("one").await.unwrap().status,
+        b.logs()
+    );
+    eprintln!(
+        "installation A stopped: B published both cards with its key after {:?}",
+        stopped.elapsed()
+    );
+}

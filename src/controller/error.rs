@@ -83,6 +83,15 @@ pub enum Error {
     /// An object could not be assembled (a bug, not a user error).
     #[error("internal: {0}")]
     Internal(String),
+    /// Another operator installation reconciles the card too (see
+    /// [`crate::controller::agentcard::contest`]).
+    #[error("the card is reconciled by more than one agentcard-operator installation (namespaces {}), each signing with its own keys; none writes it while more than one runs, and it stays as last published{}. Uninstall all but one, or give each its own namespaces (--watch-namespace)", installations.join(", "), if publisher.is_empty() { String::new() } else { format!(" by {publisher}") })]
+    OperatorConflict {
+        /// The installations (operator namespaces) running and reconciling it, sorted.
+        installations: Vec<String>,
+        /// The one that last published it (`status.operator`).
+        publisher: String,
+    },
     /// A call to the API server failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -106,6 +115,7 @@ impl Error {
             Error::SourceUnavailable(_) => "source_unavailable",
             Error::Signing(_) => "signing",
             Error::Internal(_) => "internal",
+            Error::OperatorConflict { .. } => "operator_conflict",
             Error::Kube(_) => "kube_api",
             Error::Finalizer(e) => match e.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(inner)
@@ -129,6 +139,7 @@ impl Error {
             Error::SourceUnavailable(_) => "SourceUnavailable",
             Error::Signing(_) => "SigningFailed",
             Error::Internal(_) => "InternalError",
+            Error::OperatorConflict { .. } => "Conflict",
             Error::Kube(_) | Error::Finalizer(_) => "WriteFailed",
         }
     }

@@ -228,6 +228,13 @@ pub struct AgentCardStatus {
     /// With `spec.source`: where the card was fetched and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Box<SourceStatus>>,
+    /// The operator installation (its namespace) that wrote this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    /// Operator installations found reconciling the card at once (condition `Conflict`);
+    /// empty while one alone does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contenders: Vec<String>,
 }
 
 /// The last fetches of an imported card.

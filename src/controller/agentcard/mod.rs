@@ -15,6 +15,7 @@ pub mod apply;
 pub mod build;
 pub mod card;
 pub mod claim;
+pub mod contest;
 pub mod reach;
 pub mod source;
 pub mod status;
@@ -99,6 +100,9 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
     // Triggered before the watch showed this card's last status write (another object's
     // event came first), the store holds the status from before it: read our own write.
     let card = ctx.written.with_own_status(card);
+    if let Some(action) = hold_if_contested(&card, ctx).await? {
+        return Ok(action);
+    }
     let previous = ctx.written.configmap(&card);
     let (existing, routed) = existing_routes(&card, ctx, previous.as_deref());
     // An imported card: fetch it (or keep the last good one), then the same pipeline.
@@ -130,9 +134,53 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         routing: ctx.settings.routing.kind,
         routed,
         now: Time(jiff::Timestamp::now()),
+        operator: &ctx.settings.operator_namespace,
     });
     report_outcome(&card, ctx, &outcome, &next, &existing).await?;
     next_action(&card, ctx, outcome)
+}
+
+/// When another operator installation reconciles `card` too and is running: hold the card as
+/// it is (see [`contest`]), saying so once, and look again later.
+async fn hold_if_contested(card: &AgentCard, ctx: &Context) -> Result<Option<Action>, Error> {
+    let me = &ctx.settings.operator_namespace;
+    let key = format!("contest/{}", card::card_key(card));
+    let others = contest::others(card, me);
+    let live = if others.is_empty() {
+        others
+    } else {
+        contest::alive(&ctx.client, &others).await?
+    };
+    if live.is_empty() {
+        ctx.backoff.reset(&key);
+        return Ok(None);
+    }
+    let error = contest::conflict_error(card, me, &live);
+    count_failure(ctx, &error);
+    let held = contest::held_status(card, &error, &Time(jiff::Timestamp::now()));
+    let news = !card
+        .status
+        .as_ref()
+        .is_some_and(|s| s.contenders.contains(me));
+    let api: Api<AgentCard> =
+        Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
+    status::write(&api, card, &held, &ctx.written.statuses).await?;
+    if news {
+        tracing::warn!(card = %card::card_key(card), error = %error, "another operator installation reconciles this card");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: error.reason().into(),
+            note: Some(truncate(&error.to_string(), 1000)),
+            action: "Publish".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &card.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not record an Event");
+        }
+    }
+    Ok(Some(Action::requeue(
+        ctx.backoff.next(&key).min(contest::MAX_RECHECK),
+    )))
 }
 
 /// What the operator wrote for `card` as last seen, and with HTTPRoute routing what the

@@ -44,6 +44,8 @@ pub struct Found<'a> {
     pub routed: Option<(String, String, String)>,
     /// The time of this reconcile.
     pub now: Time,
+    /// This operator installation (its namespace), named in the status it writes.
+    pub operator: &'a str,
 }
 
 /// The status after a reconcile that found `found` (pure).
@@ -59,6 +61,12 @@ pub fn next(found: &Found<'_>) -> AgentCardStatus {
         set_retired_signature(&mut status, found);
     }
     set_routing(&mut status, found);
+    // Written by this installation alone: any conflict is over.
+    status.operator = Some(found.operator.to_string());
+    status.contenders.clear();
+    status
+        .conditions
+        .retain(|c| c.type_ != super::contest::CONFLICT);
     status
 }
 
@@ -358,6 +366,7 @@ mod tests {
             routing: RouteKind::Ingress,
             routed: None,
             now: Time("2026-12-02T00:00:00Z".parse().unwrap()),
+            operator: "agentcard-system",
         }
     }
 
@@ -435,5 +444,20 @@ mod tests {
             condition_of(&next(&f), SIGNED).reason,
             "SignedWithRetiredKey"
         );
+    }
+
+    #[test]
+    fn a_status_written_by_one_installation_alone_names_it_and_no_conflict() {
+        let mut held = served();
+        held["operator"] = json!("other-system");
+        held["contenders"] = json!(["agentcard-system", "other-system"]);
+        held["conditions"] = json!([{"type": "Conflict", "status": "True", "reason": "Conflict",
+            "message": "two", "lastTransitionTime": "2026-12-01T00:00:00Z"}]);
+        let c = card(held);
+        let outcome = Err(Error::InvalidSpec(crate::a2a::Problems(vec![])));
+        let s = next(&found(&c, &outcome));
+        assert_eq!(s.operator.as_deref(), Some("agentcard-system"));
+        assert!(s.contenders.is_empty());
+        assert!(s.conditions.iter().all(|c| c.type_ != "Conflict"), "{s:?}");
     }
 }
