@@ -368,7 +368,8 @@ async fn hand_made_source(
         "metadata": {"name": name},
         "spec": {
             "source": {"service": {"name": name, "port": 80}, "refreshSeconds": 10},
-            "publish": {"host": format!("{name}.{ns}.agents.test")}
+            "publish": {"host": format!("{name}.{ns}.agents.test")},
+            "backend": {"serviceName": name, "port": 80}
         }
     });
     Api::<AgentCard>::namespaced(client.clone(), ns)
