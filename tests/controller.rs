@@ -1134,6 +1134,15 @@ async fn a_lease_given_up_is_taken_over_before_it_would_have_expired() {
     );
 }
 
+/// The resource version of a list of `api` now (a watch from it sees only later writes).
+async fn list_version<K>(api: &Api<K>) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list_metadata(&ListParams::default()).await.unwrap();
+    list.metadata.resource_version.unwrap()
+}
+
 /// Every write to `ns`'s AgentCards and ConfigMaps from now on, as `kind/name@resourceVersion`
 /// (a watch from the current list: what exists now is not counted).
 async fn count_writes(
@@ -1147,20 +1156,7 @@ async fn count_writes(
     let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
     let cards: Api<AgentCard> = Api::namespaced(client.clone(), ns);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let rv_cards = cards
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let rv_cms = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let (rv_cards, rv_cms) = (list_version(&cards).await, list_version(&cms).await);
     let record = seen.clone();
     let task = tokio::spawn(async move {
         let wp = kube::api::WatchParams::default().timeout(290);

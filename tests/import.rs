@@ -173,14 +173,7 @@ async fn hostile_endpoints(
         if ns == evil {
             card["spec"]["source"]["path"] = json!(PROBE_PATH);
         }
-        Api::<AgentCard>::namespaced(client.clone(), ns)
-            .patch(
-                name,
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&card),
-            )
-            .await
-            .unwrap();
+        support::apply_card(client, ns, &card).await;
     }
     let refused = |c: &AgentCard| {
         source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == "EndpointNotAllowed")

@@ -372,14 +372,7 @@ async fn hand_made_source(
             "backend": {"serviceName": name, "port": 80}
         }
     });
-    Api::<AgentCard>::namespaced(client.clone(), ns)
-        .patch(
-            name,
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&card),
-        )
-        .await
-        .unwrap();
+    support::apply_card(client, ns, &card).await;
 }
 
 /// Wait for `ns/name` to report `EndpointNotAllowed` saying `why`; its message.

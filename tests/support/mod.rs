@@ -34,6 +34,19 @@ pub fn ready(c: &agentcard_operator::crd::AgentCard) -> bool {
         && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
 }
 
+/// Server-side apply `card` (an AgentCard manifest with its name) in `ns`, as a user would.
+pub async fn apply_card(client: &kube::Client, ns: &str, card: &serde_json::Value) {
+    let name = card["metadata"]["name"].as_str().expect("a named card");
+    kube::Api::<agentcard_operator::crd::AgentCard>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(card),
+        )
+        .await
+        .unwrap();
+}
+
 /// Requests a card server answered, from its `/metrics` (`agentcard_http_requests_total`).
 pub fn requests_answered(metrics: &str) -> f64 {
     metrics
