@@ -6,6 +6,12 @@
 //! after a holder gives the lease up (a rolling update, a deleted Pod) that is up to a whole
 //! lease duration later. So a waiting replica also watches the Lease itself, and when it sees it
 //! released starts a fresh manager, which takes the free lease at once.
+//!
+//! The manager's channel only changes after a call to the API server succeeds: a holder whose
+//! renewals fail or hang (the API server lost) would go on believing it leads while another
+//! replica takes the expired lease. So the holder also watches its Lease and counts as lost
+//! when it has not seen its own renewal for a lease duration less a margin, before any other
+//! replica may take it over; it then waits for a fresh manager that has read the Lease again.
 
 use std::time::Duration;
 
@@ -29,6 +35,9 @@ pub struct Election {
     duration: u64,
     leader: watch::Receiver<bool>,
     task: JoinHandle<kube_lease_manager::Result<LeaseManager>>,
+    /// The manager may believe it leads without the Lease saying so (its renewals were not
+    /// seen in time): it does not count until a fresh one has read the Lease.
+    stale: bool,
 }
 
 impl Election {
@@ -48,41 +57,84 @@ impl Election {
             duration,
             leader,
             task,
+            stale: false,
         })
     }
 
     /// Whether this process holds the lease now.
     pub fn leading(&mut self) -> bool {
-        *self.leader.borrow_and_update()
+        !self.stale && *self.leader.borrow_and_update()
     }
 
     /// Wait until this process holds the lease.
     pub async fn acquired(&mut self) -> Result<()> {
-        let mut released = std::pin::pin!(released(&self.client, &self.namespace));
+        let mut holders = std::pin::pin!(holders(&self.client, &self.namespace));
+        let mut retry = Duration::from_secs(1);
         while !self.leading() {
+            if self.stale {
+                // The API server may be unreachable: keep trying, never fail the replica.
+                if self.renew_manager().await {
+                    retry = Duration::from_secs(1);
+                } else {
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(Duration::from_secs(30));
+                }
+                continue;
+            }
             tokio::select! {
                 changed = self.leader.changed() => changed.context("lease watch ended")?,
-                Some(()) = released.next() => {
+                Some(holder) = holders.next() => {
                     // Free now: a fresh manager reads it as it is instead of sleeping until the
-                    // previous holder's expiry.
-                    let (leader, task) =
-                        manager(&self.client, &self.namespace, &self.identity, self.duration)
-                            .await?;
-                    let old = std::mem::replace(&mut self.task, task);
-                    self.leader = leader;
-                    old.abort();
+                    // previous holder's expiry. A failure only leaves the old one waiting.
+                    if holder.is_empty() {
+                        self.renew_manager().await;
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// Wait until this process no longer holds the lease.
+    /// Wait until this process no longer holds the lease: the manager says so, or its own
+    /// renewal has not been seen for the lease duration less a margin (see the module doc).
     pub async fn lost(&mut self) -> Result<()> {
+        let margin = Duration::from_secs((self.duration / 6).max(1));
+        let window = Duration::from_secs(self.duration).saturating_sub(margin);
+        let mut deadline = tokio::time::Instant::now() + window;
+        let mut holders = std::pin::pin!(holders(&self.client, &self.namespace));
         while self.leading() {
-            self.leader.changed().await.context("lease watch ended")?;
+            tokio::select! {
+                changed = self.leader.changed() => changed.context("lease watch ended")?,
+                Some(holder) = holders.next() => {
+                    if holder == self.identity {
+                        deadline = tokio::time::Instant::now() + window;
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(window = ?window, "the lease was not seen renewed in time: no longer leading");
+                    self.stale = true;
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Replace the manager by a fresh one that reads the Lease as it is; false (the old one
+    /// kept) when it cannot be built.
+    async fn renew_manager(&mut self) -> bool {
+        match manager(&self.client, &self.namespace, &self.identity, self.duration).await {
+            Ok((leader, task)) => {
+                let old = std::mem::replace(&mut self.task, task);
+                self.leader = leader;
+                self.stale = false;
+                old.abort();
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not start a lease manager; retrying");
+                false
+            }
+        }
     }
 
     /// Give the lease up, if held: closing the channel makes the manager release it (bounded
@@ -116,21 +168,15 @@ async fn manager(
     Ok(manager.watch().await)
 }
 
-/// An item each time the Lease is seen with no holder (given up, or never taken). Watch errors
-/// are retried with backoff inside the stream: this only ever speeds a takeover up, the
-/// manager's own timing still applies without it.
-fn released(client: &kube::Client, namespace: &str) -> impl Stream<Item = ()> {
+/// The Lease's holder (empty when given up or never taken) each time it is seen changed: a
+/// renewal is a change. Watch errors are retried with backoff inside the stream.
+fn holders(client: &kube::Client, namespace: &str) -> impl Stream<Item = String> {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={LEASE_NAME}"));
     watcher(api, config)
         .default_backoff()
         .applied_objects()
-        .filter_map(|lease| async move {
-            let lease = lease.ok()?;
-            let holder = lease
-                .spec
-                .and_then(|s| s.holder_identity)
-                .unwrap_or_default();
-            holder.is_empty().then_some(())
-        })
+        .filter_map(
+            |lease| async move { Some(lease.ok()?.spec?.holder_identity.unwrap_or_default()) },
+        )
 }

@@ -205,3 +205,65 @@ async fn the_lease_holder_killed_during_a_bulk_apply_the_other_finishes() {
         nothing_lost(&client, &a).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_renew_stops_leading_before_its_lease_ends_then_leads_again() {
+    let _serial = serial();
+    let plane = OwnPlane::start();
+    let client = prepare(&plane).await;
+    let op = Operator::start_on(
+        &plane.kubeconfig(),
+        OPNS,
+        Some(NS),
+        &["--lease-duration", "6", "--identity", "op-a"],
+    );
+    assert_eq!(support::operator::lease_holder(&client, OPNS).await, "op-a");
+    // The API server is gone for twice the lease duration: another replica could take the
+    // lease after 6 s, so this one must have stopped its controllers by then.
+    let started = Instant::now();
+    let killed = plane.kill("kube-apiserver");
+    let stepped_down = support::plane::wait_for(Duration::from_secs(10), || {
+        std::future::ready(op.logs().contains("no longer leading"))
+    })
+    .await;
+    assert!(
+        stepped_down.is_ok(),
+        "still leading without renewing:\n{}",
+        op.logs()
+    );
+    eprintln!(
+        "stepped down {:?} after the API server went",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(started.elapsed())).await;
+    plane.revive(killed);
+    // Back: it reads the Lease again, leads, and publishes.
+    let client = client_for(&plane.kubeconfig()).await;
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), NS);
+    let card = support::cluster::card("after", &host(0), "");
+    let applied = support::plane::wait_for(Duration::from_secs(60), || async {
+        cards
+            .patch(
+                "after",
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&card),
+            )
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(applied.is_ok(), "the API server did not come back");
+    support::operator::wait_card(
+        &cards,
+        "after",
+        &op,
+        "Ready after the outage",
+        support::ready,
+    )
+    .await;
+    assert!(
+        op.logs().matches("acquired the lease").count() >= 2,
+        "{}",
+        op.logs()
+    );
+}

@@ -103,6 +103,12 @@ pub struct OwnPlane {
     pub dir: tempfile::TempDir,
 }
 
+/// A component [`OwnPlane::kill`] stopped: its name and command line.
+pub struct Killed {
+    component: String,
+    args: Vec<String>,
+}
+
 impl OwnPlane {
     /// Start a plane in a fresh directory.
     pub fn start() -> OwnPlane {
@@ -128,6 +134,13 @@ impl OwnPlane {
     /// Stop one component (`etcd`, `kube-apiserver`) for `down`, then start it again with the
     /// same command line (same ports, certificates and data), as a crash and restart would.
     pub fn restart(&self, component: &str, down: std::time::Duration) {
+        let stopped = self.kill(component);
+        std::thread::sleep(down);
+        self.revive(stopped);
+    }
+
+    /// Kill one component (`etcd`, `kube-apiserver`); what [`OwnPlane::revive`] starts again.
+    pub fn kill(&self, component: &str) -> Killed {
         let pidfile = self.dir.path().join(format!("pids/{component}.pid"));
         let pid: i32 = std::fs::read_to_string(&pidfile)
             .unwrap()
@@ -155,7 +168,15 @@ impl OwnPlane {
             );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        std::thread::sleep(down);
+        Killed {
+            component: component.to_string(),
+            args,
+        }
+    }
+
+    /// Start a killed component again with its command line.
+    pub fn revive(&self, killed: Killed) {
+        let Killed { component, args } = killed;
         let log = std::fs::OpenOptions::new()
             .append(true)
             .create(true)
@@ -168,6 +189,7 @@ impl OwnPlane {
             .stderr(log)
             .spawn()
             .unwrap();
+        let pidfile = self.dir.path().join(format!("pids/{component}.pid"));
         std::fs::write(&pidfile, format!("{}\n", child.id())).unwrap();
         // Not waited for here: ./stop ends it with the rest of the plane.
         std::mem::forget(child);
