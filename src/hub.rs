@@ -40,6 +40,7 @@ struct Subscribers<K> {
 pub struct Hub<K: kube::Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     subscribers: Arc<Mutex<Subscribers<K>>>,
+    listed: tokio::sync::watch::Receiver<bool>,
     _task: AbortOnDrop,
 }
 
@@ -64,6 +65,7 @@ where
         let feed = watcher(api, config).default_backoff().modify(compact);
         let forward = subscribers.clone();
         let reader = store.clone();
+        let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             futures::pin_mut!(feed);
             // The objects of a relist, forwarded once the store holds them (at its end).
@@ -104,6 +106,7 @@ where
                 for event in shared {
                     if matches!(event, Event::InitDone) {
                         subs.synced = true;
+                        listed_tx.send_replace(true);
                     }
                     subs.senders
                         .retain(|tx| tx.unbounded_send(event.clone()).is_ok());
@@ -113,8 +116,15 @@ where
         Hub {
             store,
             subscribers,
+            listed,
             _task: AbortOnDrop(task),
         }
+    }
+
+    /// True once the store holds a first full list. Any number of tasks may wait on it (a
+    /// store's own `wait_until_ready` wakes only its latest waiter in kube-runtime 5).
+    pub fn listed(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.listed.clone()
     }
 
     /// The store every reader shares.

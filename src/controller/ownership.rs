@@ -44,6 +44,8 @@ pub struct Ownership {
     /// store: a store's `wait_until_ready` wakes only its latest waiter (kube-runtime 5), so
     /// concurrent reconciles waiting on it could wait forever.
     directories_listed: tokio::sync::watch::Receiver<bool>,
+    /// True once the cards are listed (see `directories_listed`).
+    cards_listed: tokio::sync::watch::Receiver<bool>,
 }
 
 /// What [`Ownership`] reads and where it sends the peers it re-checks.
@@ -64,6 +66,8 @@ pub struct OwnershipInputs {
     pub directories_wait: Option<Duration>,
     /// See [`Ownership`].
     pub directories_listed: tokio::sync::watch::Receiver<bool>,
+    /// True once the cards are listed.
+    pub cards_listed: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Ownership {
@@ -79,6 +83,7 @@ impl Ownership {
             directory_peers: inputs.directory_peers,
             directories_wait: inputs.directories_wait,
             directories_listed: inputs.directories_listed,
+            cards_listed: inputs.cards_listed,
         }
     }
 
@@ -133,7 +138,7 @@ impl Ownership {
         {
             return;
         }
-        let _ = self.cards.wait_until_ready().await;
+        let _ = self.cards_listed.clone().wait_for(|l| *l).await;
         // Without the AgentDirectory CRD its store never fills, and cards must not wait.
         let mut listed = self.directories_listed.clone();
         let listed = listed.wait_for(|l| *l);

@@ -74,6 +74,7 @@ pub async fn run(
         directory_peers: dir_peers,
         directories_wait: directories_wait(&client).await,
         directories_listed,
+        cards_listed: hubs.cards.listed(),
     });
     let written = Written {
         operator_namespace: config.settings.operator_namespace.clone(),
