@@ -67,6 +67,8 @@ pub struct PodFacts {
     pub ips: Vec<IpAddr>,
     /// It uses the host's network (its addresses are the node's).
     pub host_network: bool,
+    /// Its phase is `Succeeded` or `Failed`: its address may already be another Pod's.
+    pub finished: bool,
 }
 
 /// What the cluster says about one address.
@@ -102,6 +104,8 @@ pub enum Refusal {
     HostNetwork(String),
     /// The Pod named does not hold the address.
     NotPodAddress(String),
+    /// The Pod named has finished (its address may be another Pod's now).
+    PodFinished(String),
     /// A Pod of another namespace holds it.
     OtherNamespacePod,
     /// Inside a node's Pod range, and no Pod of this namespace holds it.
@@ -133,6 +137,10 @@ impl fmt::Display for Refusal {
             Refusal::NotPodAddress(name) => {
                 write!(f, "not an address of Pod {name} (status.podIPs)")
             }
+            Refusal::PodFinished(name) => write!(
+                f,
+                "Pod {name} has finished (Succeeded or Failed): its address may be another Pod's"
+            ),
             Refusal::OtherNamespacePod => f.write_str("the address of a Pod of another namespace"),
             Refusal::PodRange => {
                 f.write_str("inside a node's Pod range, and no Pod of this namespace holds it")
@@ -151,6 +159,7 @@ impl Refusal {
                 | Refusal::Elsewhere(_)
                 | Refusal::PodMissing(_)
                 | Refusal::NotPodAddress(_)
+                | Refusal::PodFinished(_)
         )
     }
 }
@@ -195,6 +204,9 @@ fn pod_holds(ns: &str, c: &Candidate, pod: Option<&PodFacts>) -> Result<(), Refu
     };
     if pod.host_network {
         return Err(Refusal::HostNetwork(name));
+    }
+    if pod.finished {
+        return Err(Refusal::PodFinished(name));
     }
     if !pod.ips.contains(&c.ip) {
         return Err(Refusal::NotPodAddress(name));
@@ -363,7 +375,7 @@ impl Reach {
             cluster_ips
                 .iter()
                 .chain(&spec.cluster_ip)
-                .filter_map(|a| a.parse::<IpAddr>().ok()),
+                .filter_map(|a| a.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())),
         );
         let slices = Api::<EndpointSlice>::namespaced(self.client.clone(), "default")
             .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
@@ -375,7 +387,7 @@ impl Reach {
                 .iter()
                 .flat_map(|s| &s.endpoints)
                 .flat_map(|e| &e.addresses)
-                .filter_map(|a| a.parse::<IpAddr>().ok()),
+                .filter_map(|a| a.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())),
         );
         if !self.allow_unmanaged {
             return Ok(set);
@@ -390,7 +402,7 @@ impl Reach {
                 .iter()
                 .filter_map(|n| n.status.as_ref()?.addresses.as_ref())
                 .flatten()
-                .filter_map(|a| a.address.parse::<IpAddr>().ok()),
+                .filter_map(|a| a.address.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())),
         );
         set.pod_ranges.extend(
             nodes
@@ -428,8 +440,12 @@ fn pod_facts(pod: &Pod) -> PodFacts {
             .and_then(|s| s.pod_ips.as_ref())
             .into_iter()
             .flatten()
-            .filter_map(|p| p.ip.parse().ok())
+            .filter_map(|p| p.ip.parse::<IpAddr>().ok().map(|ip| ip.to_canonical()))
             .collect(),
+        finished: matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ),
         host_network: pod
             .spec
             .as_ref()
@@ -460,6 +476,7 @@ mod tests {
             name: name.into(),
             ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
             host_network,
+            finished: false,
         })
     }
 
@@ -501,6 +518,15 @@ mod tests {
                 candidate("10.1.0.5", None),
                 facts(None),
                 Err(Refusal::NoPod),
+            ),
+            // A finished Pod's address may have been handed to another Pod already.
+            (
+                candidate("10.1.0.5", agent),
+                facts(pod("agent", &["10.1.0.5"], false).map(|p| PodFacts {
+                    finished: true,
+                    ..p
+                })),
+                Err(Refusal::PodFinished("agent".into())),
             ),
             (
                 candidate("10.1.0.7", Some(("Pod", Some("other"), "victim"))),

@@ -266,7 +266,9 @@ pub fn candidates(
                 continue;
             }
             for addr in &ep.addresses {
-                if let Ok(ip) = addr.parse::<IpAddr>() {
+                // Canonical form: an IPv4-mapped IPv6 address is the IPv4 address it maps, so
+                // it is judged (and matched against the reserved sets) as that address.
+                if let Ok(ip) = addr.parse::<IpAddr>().map(|ip| ip.to_canonical()) {
                     found.push(Candidate {
                         ip,
                         port: target_port,
@@ -287,6 +289,11 @@ pub fn candidates(
     Ok(found)
 }
 
+/// `ip:port`, with brackets for IPv6.
+fn socket(c: &Candidate) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(c.ip, u16::try_from(c.port).unwrap_or(0))
+}
+
 /// Most endpoint addresses checked per look (each check may ask the API about a Pod).
 pub const MAX_CHECKED: usize = 8;
 
@@ -304,12 +311,8 @@ async fn first_allowed(
     for c in candidates.into_iter().take(MAX_CHECKED) {
         match reach.check(namespace, &c).await {
             Ok(()) => {
-                let host = match c.ip {
-                    IpAddr::V4(v4) => v4.to_string(),
-                    IpAddr::V6(v6) => format!("[{v6}]"),
-                };
                 return Ok(Target {
-                    base: format!("http://{host}:{}", c.port),
+                    base: format!("http://{}", socket(&c)),
                     service_url: format!("http://{name}.{namespace}.svc:{port}"),
                 });
             }
@@ -328,10 +331,7 @@ async fn first_allowed(
         0 => String::new(),
         n => format!(" ({n} more endpoint address(es) not used)"),
     };
-    let addr = match c.ip {
-        IpAddr::V4(v4) => format!("{v4}:{}", c.port),
-        IpAddr::V6(v6) => format!("[{v6}]:{}", c.port),
-    };
+    let addr = socket(&c);
     Err(SourceError::new(
         "EndpointNotAllowed",
         format!(
@@ -764,6 +764,29 @@ mod tests {
         let ips: Vec<String> = found.iter().map(|c| c.ip.to_string()).collect();
         assert_eq!(ips, ["10.0.0.5", "10.0.0.9", "169.254.169.254"]);
         assert!(found.iter().all(|c| c.port == 9999));
+    }
+
+    #[test]
+    fn an_ipv4_mapped_address_is_the_ipv4_address_it_maps() {
+        // Written as IPv4-mapped IPv6, an address must still meet the reserved sets and the
+        // Pod addresses it is compared with as the IPv4 address.
+        let slices = [slice(
+            &[
+                ("::ffff:10.96.0.1", Some(true)),
+                ("::ffff:10.0.0.5", Some(true)),
+            ],
+            "http",
+        )];
+        let found = candidates("team", &service("ClusterIP"), 80, &slices).unwrap();
+        let ips: Vec<std::net::IpAddr> = found.iter().map(|c| c.ip).collect();
+        assert_eq!(
+            ips,
+            [
+                "10.0.0.5".parse::<std::net::IpAddr>().unwrap(),
+                "10.96.0.1".parse().unwrap()
+            ]
+        );
+        assert_eq!(socket(&found[0]).to_string(), "10.0.0.5:9999");
     }
 
     #[test]
