@@ -11,6 +11,11 @@ pub const LABEL_CONTENT: &str = "agentcard.dev/content";
 pub const CONTENT_CARD: &str = "card";
 /// [`LABEL_CONTENT`] value of the ConfigMap holding the JWKS (in the operator's namespace).
 pub const CONTENT_JWKS: &str = "jwks";
+/// [`LABEL_CONTENT`] value of a directory's change-feed log (in the operator's namespace,
+/// written by the lease holder; its directory named by [`ANN_DIRECTORY`]).
+pub const CONTENT_FEED: &str = "feed";
+/// `binaryData` key of the change-feed log (gzip'd JSON).
+pub const KEY_FEED: &str = "feed.json.gz";
 /// Label selector for every ConfigMap the card server reads.
 pub const PUBLISHED_SELECTOR: &str =
     "app.kubernetes.io/managed-by=agentcard-operator,agentcard.dev/content";

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 
 use crate::contract::{content_hash, PATH_CARD, PATH_JWKS, PATH_LEGACY};
+use crate::directory::feed::FeedLog;
 use crate::directory::site::Site;
 
 /// One version of a served document with everything its responses need, computed once.
@@ -144,6 +145,10 @@ pub struct Index {
     state: RwLock<State>,
     /// Directory sites by host, replaced whole when rebuilt.
     sites: RwLock<Arc<HashMap<String, Arc<Site>>>>,
+    /// Each directory's persisted change-feed log, by directory name.
+    feeds: RwLock<HashMap<String, Arc<FeedLog>>>,
+    /// Bumped when sites or feed logs change (feed streams and the log writer wait on it).
+    changed: tokio::sync::watch::Sender<u64>,
     ready: AtomicBool,
     /// The host whose cards answer requests for a host with none of its own (`serve
     /// --fallback-host`: an agent serving its card by whatever name or address it is reached).
@@ -225,6 +230,53 @@ impl Index {
     /// Replace every directory site (by host).
     pub fn set_sites(&self, sites: HashMap<String, Arc<Site>>) {
         *self.sites.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(sites);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Every directory site.
+    pub fn sites(&self) -> Arc<HashMap<String, Arc<Site>>> {
+        self.sites.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Set directory `name`'s change-feed log, unless the one held is newer (same epoch, a
+    /// later last change): a log read back from the watch may trail the one just written.
+    pub fn set_feed(&self, name: &str, log: Arc<FeedLog>) {
+        let mut feeds = self.feeds.write().unwrap_or_else(|e| e.into_inner());
+        let stale = feeds
+            .get(name)
+            .is_some_and(|held| held.epoch == log.epoch && held.last_seq > log.last_seq);
+        if !stale {
+            feeds.insert(name.to_string(), log);
+            drop(feeds);
+            self.changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Forget directory `name`'s change-feed log (its ConfigMap is gone).
+    pub fn remove_feed(&self, name: &str) {
+        let removed = self
+            .feeds
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name)
+            .is_some();
+        if removed {
+            self.changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Directory `name`'s change-feed log, when one is persisted.
+    pub fn feed(&self, name: &str) -> Option<Arc<FeedLog>> {
+        self.feeds
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// A receiver that sees each change of the sites or feed logs.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// The directory site holding `host`, if any.

@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Do not create the signing Secret when it is absent.
     #[arg(long)]
     no_create_signing_secret: bool,
+    /// Deletes each directory's change feed keeps (`GET /v1/changes`); a cursor older than
+    /// the oldest kept gets 410 and re-lists.
+    #[arg(long, default_value_t = 100_000)]
+    feed_retention: usize,
     /// The Service the Ingresses route to (in front of this server).
     #[arg(long, default_value = "agentcard-operator")]
     service_name: String,
@@ -251,7 +255,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         index.clone(),
     ));
     let failed = Arc::new(AtomicBool::new(false));
-    let servers = bind_servers(&args, &client, index, &metrics, &failed).await?;
+    let servers = bind_servers(&args, &client, index.clone(), &metrics, &failed).await?;
     let config = controller_config(&args, &identity)?;
     tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
     servers.log_addresses();
@@ -264,6 +268,8 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         config,
         metrics,
         failed,
+        index,
+        feed_retention: args.feed_retention,
     }
     .lead(identity, args.namespace.clone(), args.lease_duration, stop);
     tokio::pin!(run, leading);
@@ -288,6 +294,10 @@ struct Leader {
     metrics: Arc<ControllerMetrics>,
     /// Set when the controllers end on their own while leading (`/readyz` then says so).
     failed: Arc<AtomicBool>,
+    /// What this replica serves (the directories whose change feeds the holder records).
+    index: Arc<Index>,
+    /// Tombstones each change feed keeps.
+    feed_retention: usize,
 }
 
 impl Leader {
@@ -312,12 +322,25 @@ impl Leader {
                 }
             }
             tracing::info!("acquired the lease: starting the controllers");
-            let mut controllers = tokio::spawn(controller::run(
+            let feeds = crate::controller::feedlog::run(
+                self.client.clone(),
+                self.index.clone(),
+                self.config.settings.operator_namespace.clone(),
+                self.feed_retention,
+            );
+            let reconcile = controller::run(
                 self.client.clone(),
                 self.hubs.clone(),
                 self.config.clone(),
                 self.metrics.clone(),
-            ));
+            );
+            // The change-feed writer never ends on its own: the controllers' end is the end.
+            let mut controllers = tokio::spawn(async move {
+                tokio::select! {
+                    r = reconcile => r,
+                    () = feeds => Ok(()),
+                }
+            });
             let result = tokio::select! {
                 lost = election.lost() => {
                     lost?;

@@ -4,6 +4,8 @@
 //! access mode where two ServiceAccounts with different RBAC get different answers and totals
 //! and facets leak nothing. The operator watches every namespace on a plane of this suite's own.
 
+#[path = "support/dircards.rs"]
+mod dircards;
 mod support;
 
 use std::collections::BTreeSet;
@@ -991,4 +993,463 @@ async fn a_flood_of_unknown_tokens_costs_one_review_each_and_leaves_known_caller
         "memory grew by {} KiB",
         rss_after.saturating_sub(rss_before)
     );
+}
+
+/// A client following a directory's change feed (`GET /v1/changes`) page by page: what it
+/// holds (identifier → content hash), and the last sequence number it acknowledged.
+#[derive(Default)]
+struct Follower {
+    cursor: Option<String>,
+    have: std::collections::BTreeMap<String, String>,
+    last_seq: u64,
+    namespaces: BTreeSet<String>,
+}
+
+impl Follower {
+    /// One page from the server at `addr`; returns how many changes it carried. Fails when a
+    /// change at or before one already acknowledged comes again (public mode has no view
+    /// changes, which may repeat a position).
+    fn poll(
+        &mut self,
+        addr: std::net::SocketAddr,
+        host: &str,
+        auth: Option<&str>,
+        view: bool,
+    ) -> usize {
+        let path = match &self.cursor {
+            Some(c) => format!("/v1/changes?since={c}&limit=50"),
+            None => "/v1/changes?limit=50".to_string(),
+        };
+        let mut headers = vec![("Host", host)];
+        if let Some(a) = auth {
+            headers.push(("Authorization", a));
+        }
+        let r = support::http::request(addr, "GET", &path, &headers);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.header("cache-control"), Some("no-store"));
+        let v = json_of(&r);
+        let changes = v["changes"].as_array().unwrap();
+        for c in changes {
+            let seq = c["seq"].as_u64().unwrap();
+            if !view {
+                assert!(
+                    seq > self.last_seq,
+                    "change {seq} came again (acknowledged up to {}): {c}",
+                    self.last_seq
+                );
+            }
+            self.last_seq = self.last_seq.max(seq);
+            let id = c["identifier"].as_str().unwrap().to_string();
+            self.namespaces
+                .insert(c["namespace"].as_str().unwrap().to_string());
+            match c["type"].as_str().unwrap() {
+                "upsert" => {
+                    let card = &c["card"];
+                    assert!(card.is_object(), "an upsert carries the card: {c}");
+                    self.have
+                        .insert(id, c["contentHash"].as_str().unwrap().to_string());
+                }
+                "delete" => {
+                    self.have.remove(&id);
+                }
+                other => panic!("change type {other}"),
+            }
+        }
+        self.cursor = Some(v["metadata"]["nextCursor"].as_str().unwrap().to_string());
+        changes.len()
+    }
+
+    /// Poll until a page is empty.
+    fn catch_up(&mut self, addr: std::net::SocketAddr, host: &str, auth: Option<&str>, view: bool) {
+        while self.poll(addr, host, auth, view) > 0 {}
+    }
+}
+
+/// What the directory lists (native API, every page): identifier → content hash.
+fn listing(
+    addr: std::net::SocketAddr,
+    host: &str,
+    auth: Option<&str>,
+) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/agents?limit=100&cursor={c}"),
+            None => "/v1/agents?limit=100".to_string(),
+        };
+        let mut headers = vec![("Host", host)];
+        if let Some(a) = auth {
+            headers.push(("Authorization", a));
+        }
+        let v = json_of(&support::http::request(addr, "GET", &path, &headers));
+        for a in v["agents"].as_array().unwrap() {
+            let m = &a["_meta"]["agentcard.dev/directory"];
+            out.insert(
+                m["identifier"].as_str().unwrap().to_string(),
+                m["contentHash"].as_str().unwrap().to_string(),
+            );
+        }
+        match v["metadata"]["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return out,
+        }
+    }
+}
+
+/// Follow until what the follower holds is what the directory lists (or fail after `within`).
+async fn converge(
+    f: &mut Follower,
+    addr: std::net::SocketAddr,
+    host: &str,
+    auth: Option<&str>,
+    view: bool,
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
+    let mut headers = vec![("Host", host)];
+    if let Some(a) = auth {
+        headers.push(("Authorization", a));
+    }
+    // A new directory's feed is recorded by the lease holder within a few seconds.
+    wait_for(within, || {
+        std::future::ready(
+            support::http::request(addr, "GET", "/v1/changes", &headers).status != 503,
+        )
+    })
+    .await
+    .expect("the feed is recorded");
+    loop {
+        f.catch_up(addr, host, auth, view);
+        let listed = listing(addr, host, auth);
+        if f.have == listed {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the feed did not end at what is listed:\nfeed: {:?}\nlisted: {:?}",
+            f.have,
+            listed
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_follower_ends_with_what_is_listed_across_a_restart_and_a_hand_over() {
+    let mut p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let team = Tenant::new(&p, &format!("feed-{t}")).await;
+    let dname = format!("feed-{t}");
+    let dhost = format!("feed-{t}.open.test");
+    let selector =
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ns}}});
+    apply_directory(&p, &directory(&dname, &dhost, selector)).await;
+    wait_directory(&p, &dname, "Ready", dir_ready(0)).await;
+    // A second replica: it serves, the first leads.
+    let mut second = support::operator::Operator::start_on(
+        support::cluster::kubeconfig(),
+        &p.opns,
+        None,
+        support::cluster::OPERATOR_FLAGS,
+    );
+    let mut follower = Follower::default();
+    wait_for(Duration::from_secs(15), || {
+        std::future::ready(get(&p, &dhost, "/v1/changes", &[]).status == 200)
+    })
+    .await
+    .expect("the feed is recorded");
+
+    let mut rng = dircards::Rng(0xfeed);
+    let cards: Api<agentcard_operator::crd::AgentCard> = Api::namespaced(p.admin.clone(), &team.ns);
+    let names: Vec<String> = (0..40).map(|i| format!("a{i}")).collect();
+    let mut live: BTreeSet<String> = BTreeSet::new();
+    let mut replicas = vec![p.op.server.addr, second.server.addr];
+    for op in 0..1000 {
+        let name = &names[rng.below(names.len())];
+        if live.contains(name) && rng.below(4) == 0 {
+            // It may be gone already (an apply to a card being deleted succeeds).
+            let _ = cards.delete(name, &DeleteParams::default()).await;
+            live.remove(name);
+        } else {
+            let mut c = card(name, &format!("{name}-{t}.open.test"), "");
+            c["spec"]["card"]["description"] = json!(format!("Version {op}."));
+            if team.apply(&c).await.is_ok() {
+                live.insert(name.clone());
+            }
+        }
+        if op % 25 == 0 {
+            let addr = replicas[op / 25 % replicas.len()];
+            follower.poll(addr, &dhost, None, false);
+        }
+        if op == 333 {
+            // The follower replica restarts.
+            drop(second);
+            second = support::operator::Operator::start_on(
+                support::cluster::kubeconfig(),
+                &p.opns,
+                None,
+                support::cluster::OPERATOR_FLAGS,
+            );
+            replicas = vec![p.op.server.addr, second.server.addr];
+        }
+        if op == 666 {
+            // The lease holder stops; the other replica takes over.
+            p.op.terminate();
+            assert!(
+                p.op.wait_exit(Duration::from_secs(20)).is_some(),
+                "the holder stops"
+            );
+            replicas = vec![second.server.addr];
+        }
+    }
+    converge(
+        &mut follower,
+        second.server.addr,
+        &dhost,
+        None,
+        false,
+        Duration::from_secs(120),
+    )
+    .await;
+    assert!(!follower.have.is_empty(), "something is listed at the end");
+    // A new follower from the start gets the same set.
+    let mut fresh = Follower::default();
+    fresh.catch_up(second.server.addr, &dhost, None, false);
+    assert_eq!(fresh.have, follower.have);
+}
+
+/// Read a stream of Server-Sent Events until `want` events of those types arrived (or fail
+/// after 30 s); returns `(event, id, data)` of each.
+fn read_events(
+    addr: std::net::SocketAddr,
+    path: &str,
+    host: &str,
+    last_event_id: Option<&str>,
+    want: usize,
+) -> Vec<(String, String, Value)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n");
+    if let Some(id) = last_event_id {
+        req.push_str(&format!("Last-Event-ID: {id}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut raw = String::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        let events = parse_events(&raw);
+        if events.len() >= want {
+            assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+            assert!(
+                raw.to_ascii_lowercase()
+                    .contains("content-type: text/event-stream"),
+                "{raw}"
+            );
+            return events;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} events of {want}: {raw}",
+            events.len()
+        );
+        match s.read(&mut buf) {
+            Ok(0) => panic!("stream closed: {raw}"),
+            Ok(n) => raw.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(_) => {}
+        }
+    }
+}
+
+fn parse_events(raw: &str) -> Vec<(String, String, Value)> {
+    let mut out = Vec::new();
+    let mut id = String::new();
+    let mut event = String::new();
+    for line in raw.lines() {
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = v.to_string();
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            event = v.to_string();
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            out.push((event.clone(), id.clone(), serde_json::from_str(v).unwrap()));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feed_cursors_expire_past_retention_and_streams_resume_from_the_last_event() {
+    let p = Platform::start(&["--feed-retention", "2"]).await;
+    let t = rand_tag();
+    let team = Tenant::new(&p, &format!("fr-{t}")).await;
+    let dname = format!("fr-{t}");
+    let dhost = format!("fr-{t}.open.test");
+    let selector =
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ns}}});
+    apply_directory(&p, &directory(&dname, &dhost, selector)).await;
+    for n in ["e1", "e2", "e3", "e4"] {
+        team.apply(&card(n, &format!("{n}-{t}.open.test"), ""))
+            .await
+            .unwrap();
+    }
+    wait_directory(&p, &dname, "Ready with 4 cards", dir_ready(4)).await;
+    let mut f = Follower::default();
+    converge(
+        &mut f,
+        p.op.server.addr,
+        &dhost,
+        None,
+        false,
+        Duration::from_secs(30),
+    )
+    .await;
+    let start = f.cursor.clone().unwrap();
+
+    // A stream from `start` sees the next change, then is closed.
+    let id_of = |n: &str| format!("urn:air:{n}-{t}.open.test:{}:{n}", team.ns);
+    team.apply(&card("e5", &format!("e5-{t}.open.test"), ""))
+        .await
+        .unwrap();
+    let events = read_events(
+        p.op.server.addr,
+        &format!("/v1/changes?since={start}"),
+        &dhost,
+        None,
+        1,
+    );
+    assert_eq!(events[0].0, "upsert");
+    assert_eq!(events[0].2["identifier"], id_of("e5"));
+    assert!(events[0].2["card"].is_object());
+    let resume = events[0].1.clone();
+    // Changes while it is closed arrive when it resumes with Last-Event-ID, and nothing before.
+    team.apply(&card("e6", &format!("e6-{t}.open.test"), ""))
+        .await
+        .unwrap();
+    team.delete("e1").await;
+    let events = read_events(p.op.server.addr, "/v1/changes", &dhost, Some(&resume), 2);
+    let got: BTreeSet<(String, String)> = events
+        .iter()
+        .map(|(e, _, d)| (e.clone(), d["identifier"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("delete".to_string(), id_of("e1")),
+            ("upsert".to_string(), id_of("e6"))
+        ]
+        .into()
+    );
+
+    // Bad cursors: 400 naming the parameter.
+    let r = get(&p, &dhost, "/v1/changes?since=not-a-cursor", &[]);
+    assert_eq!(r.status, 400);
+    assert!(json_of(&r)["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("since: "));
+    let r = get(&p, &dhost, "/v1/changes?limit=0", &[]);
+    assert_eq!(r.status, 400);
+    // Three more deletes leave four tombstones where two are kept: `start` has expired.
+    for n in ["e2", "e3", "e4"] {
+        team.delete(n).await;
+    }
+    let expired = wait_for(Duration::from_secs(30), || {
+        std::future::ready(
+            get(&p, &dhost, &format!("/v1/changes?since={start}"), &[]).status == 410,
+        )
+    })
+    .await;
+    let r = get(&p, &dhost, &format!("/v1/changes?since={start}"), &[]);
+    assert!(
+        expired.is_ok(),
+        "{} {}",
+        r.status,
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(json_of(&r)["error"]["code"], "CURSOR_EXPIRED");
+    // A client that re-lists and follows from the latest cursor is whole again.
+    let mut again = Follower::default();
+    converge(
+        &mut again,
+        p.op.server.addr,
+        &dhost,
+        None,
+        false,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(again.have.len(), 2, "e5 and e6: {:?}", again.have);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_kubernetes_mode_the_feed_shows_a_caller_only_the_namespaces_it_may_read() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let a = Tenant::new(&p, &format!("fk-a-{t}")).await;
+    let b = Tenant::new(&p, &format!("fk-b-{t}")).await;
+    let dname = format!("fk-{t}");
+    let dhost = format!("fk-{t}.open.test");
+    let selector = json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [a.ns, b.ns]}]},
+        "access": {"mode": "Kubernetes"}});
+    apply_directory(&p, &directory(&dname, &dhost, selector)).await;
+    let token_a = format!(
+        "Bearer {}",
+        service_account_token(&p, &a.ns, "feed-a", &[&a.ns]).await
+    );
+    let token_both = format!(
+        "Bearer {}",
+        service_account_token(&p, &b.ns, "feed-both", &[&a.ns, &b.ns]).await
+    );
+    wait_for(Duration::from_secs(15), || {
+        std::future::ready(get(&p, &dhost, "/v1/changes", &[]).status == 401)
+    })
+    .await
+    .expect("the feed asks for a token");
+    let mut fa = Follower::default();
+    let mut fboth = Follower::default();
+    for round in 0..3 {
+        for (tenant, tag) in [(&a, "a"), (&b, "b")] {
+            for i in 0..3 {
+                let name = format!("{tag}{i}");
+                let mut c = card(&name, &format!("{name}-{t}.open.test"), "");
+                c["spec"]["card"]["description"] = json!(format!("Round {round}."));
+                tenant.apply(&c).await.unwrap();
+            }
+            if round == 2 {
+                tenant.delete(&format!("{tag}0")).await;
+            }
+        }
+        fa.poll(p.op.server.addr, &dhost, Some(&token_a), true);
+        fboth.poll(p.op.server.addr, &dhost, Some(&token_both), true);
+    }
+    converge(
+        &mut fa,
+        p.op.server.addr,
+        &dhost,
+        Some(&token_a),
+        true,
+        Duration::from_secs(60),
+    )
+    .await;
+    converge(
+        &mut fboth,
+        p.op.server.addr,
+        &dhost,
+        Some(&token_both),
+        true,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        fa.namespaces,
+        [a.ns.clone()].into(),
+        "the a-only caller saw another namespace's changes"
+    );
+    assert_eq!(fa.have.len(), 2);
+    assert_eq!(fboth.namespaces, [a.ns.clone(), b.ns.clone()].into());
+    assert_eq!(fboth.have.len(), 4);
 }

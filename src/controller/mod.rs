@@ -20,6 +20,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod feedlog;
 pub mod jwks;
 pub mod keys;
 pub mod limits;

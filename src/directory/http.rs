@@ -17,11 +17,12 @@ use http::header::{
     RETRY_AFTER, VARY,
 };
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use serde_json::{json, Value};
 
 use super::access::Authorizer;
 use super::ard::{self, FacetKey};
+use super::changes::Feeds;
 use super::entry::Field;
 use super::native;
 use super::query::{Catalog, Visibility};
@@ -424,7 +425,7 @@ pub fn response(
     resp.headers_mut()
         .insert(CONTENT_LENGTH, HeaderValue::from(answer.body.len()));
     if method != Method::HEAD {
-        *resp.body_mut() = Full::new(Bytes::from(answer.body));
+        *resp.body_mut() = Body::from(Bytes::from(answer.body));
     }
     resp
 }
@@ -434,6 +435,7 @@ pub fn response(
 /// Kubernetes mode, then [`answer`] and [`response`] (or, for a browser, the web page).
 pub async fn handle<B>(
     site: Arc<Site>,
+    feeds: &Feeds,
     authorizer: Option<Arc<Authorizer>>,
     jwks: Option<Bytes>,
     req: http::Request<B>,
@@ -452,6 +454,11 @@ where
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
     let rest = path.strip_prefix(site.prefix.as_str()).unwrap_or(path);
     if let Some(resp) = get.then(|| asset(rest, &parts)).flatten() {
+        return (Route::Directory, resp);
+    }
+    if rest == "/v1/changes" && parts.method == Method::GET {
+        let params = params(parts.uri.query());
+        let resp = super::changes::handle(site, feeds, authorizer, &params, &parts.headers).await;
         return (Route::Directory, resp);
     }
     let html = get

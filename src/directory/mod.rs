@@ -10,7 +10,9 @@
 
 pub mod access;
 pub mod ard;
+pub mod changes;
 pub mod entry;
+pub mod feed;
 pub mod html;
 pub mod http;
 pub mod native;

@@ -14,6 +14,8 @@ use crate::crd::AccessMode;
 pub struct Site {
     /// Name of the AgentDirectory.
     pub name: String,
+    /// Its uid (the owner of its change-feed log).
+    pub uid: String,
     /// Host it holds.
     pub host: String,
     /// Path prefix of the registry API (`""` or `/a/b`).
@@ -32,8 +34,10 @@ pub struct Site {
 
 impl Site {
     /// Index the listed cards of a directory.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: String,
+        uid: String,
         host: String,
         prefix: String,
         display_name: Option<String>,
@@ -48,6 +52,7 @@ impl Site {
         Site {
             display_name: display_name.unwrap_or_else(|| name.clone()),
             name,
+            uid,
             host,
             prefix,
             description,

@@ -17,8 +17,58 @@ use http_body_util::Full;
 
 use crate::index::{Hit, Index, Published};
 
-/// The response body type of every handler.
-pub type Body = Full<Bytes>;
+/// The response body of every handler: whole (almost everything), or a stream of chunks (a
+/// directory's change feed as Server-Sent Events).
+pub enum Body {
+    /// The whole body at once.
+    Full(Full<Bytes>),
+    /// Chunks as they come; the body ends with the stream.
+    Stream(std::pin::Pin<Box<dyn futures::Stream<Item = Bytes> + Send>>),
+}
+
+impl Default for Body {
+    fn default() -> Self {
+        Body::Full(Full::default())
+    }
+}
+
+impl From<Bytes> for Body {
+    fn from(b: Bytes) -> Self {
+        Body::Full(Full::new(b))
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            Body::Full(full) => std::pin::Pin::new(full).poll_frame(cx),
+            Body::Stream(stream) => stream
+                .as_mut()
+                .poll_next(cx)
+                .map(|chunk| chunk.map(|b| Ok(hyper::body::Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Full(full) => full.is_end_stream(),
+            Body::Stream(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            Body::Full(full) => full.size_hint(),
+            Body::Stream(_) => hyper::body::SizeHint::default(),
+        }
+    }
+}
 
 /// Bounded route label of a request, for metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -140,7 +190,7 @@ fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
     };
     h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     if !head {
-        *resp.body_mut() = Full::new(body);
+        *resp.body_mut() = Body::from(body);
     }
     resp
 }
@@ -230,7 +280,7 @@ fn json_error(status: StatusCode, message: &str, head: bool) -> Response<Body> {
     h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     cors(h);
     if !head {
-        *resp.body_mut() = Full::new(body);
+        *resp.body_mut() = Body::from(body);
     }
     resp
 }

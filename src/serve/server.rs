@@ -25,11 +25,14 @@ use super::http::{bad_request, busy, respond, too_large, Body, Route};
 use super::metrics::HttpMetrics;
 use super::target::{self, Target};
 use crate::directory::access::Authorizer;
+use crate::directory::changes::Feeds;
 use crate::index::Index;
 
 /// The shutdown of the public port: draining first, then closing (see the module doc).
 pub struct Shutdown {
     draining: AtomicBool,
+    /// The same as `draining`, for those who wait for it (change-feed streams).
+    drain_signal: tokio::sync::watch::Sender<bool>,
     closing: tokio::sync::watch::Sender<bool>,
 }
 
@@ -37,15 +40,23 @@ impl Default for Shutdown {
     fn default() -> Self {
         Shutdown {
             draining: AtomicBool::new(false),
+            drain_signal: tokio::sync::watch::channel(false).0,
             closing: tokio::sync::watch::channel(false).0,
         }
     }
 }
 
 impl Shutdown {
-    /// Start draining: responses ask clients to close, readiness turns false.
+    /// Start draining: responses ask clients to close, readiness turns false, change-feed
+    /// streams end.
     pub fn drain(&self) {
         self.draining.store(true, Ordering::Release);
+        self.drain_signal.send_replace(true);
+    }
+
+    /// A receiver that turns true when draining starts.
+    pub fn draining(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.drain_signal.subscribe()
     }
 
     /// Whether draining has started.
@@ -96,6 +107,9 @@ pub struct Limits {
     /// Requests answered at once by the process; past it, 503 with `Retry-After`. (An
     /// HTTP/1.1 connection carries one request at a time.)
     pub max_concurrent_requests: usize,
+    /// Change-feed streams (`GET /v1/changes` as Server-Sent Events) open at once; past it,
+    /// 503 with `Retry-After`.
+    pub max_feed_streams: usize,
 }
 
 /// The flags setting [`Limits`], shared by `run` and `serve`.
@@ -122,6 +136,9 @@ pub struct ServerFlags {
     /// Most requests answered at once by the process; past it, 503 with `Retry-After`.
     #[arg(long, default_value_t = 4096)]
     pub max_concurrent_requests: usize,
+    /// Most change-feed streams (Server-Sent Events) open at once on this process.
+    #[arg(long, default_value_t = 1000)]
+    pub max_feed_streams: usize,
 }
 
 impl ServerFlags {
@@ -134,6 +151,7 @@ impl ServerFlags {
             write_timeout: Duration::from_secs(self.write_timeout.max(1)),
             max_connections_per_client: self.max_connections_per_client,
             max_concurrent_requests: self.max_concurrent_requests.max(1),
+            max_feed_streams: self.max_feed_streams,
             ..Limits::default()
         }
     }
@@ -154,6 +172,7 @@ impl Default for Limits {
             head_timeout: Duration::from_secs(10),
             max_connections_per_client: 256,
             max_concurrent_requests: 4096,
+            max_feed_streams: 1000,
         }
     }
 }
@@ -224,6 +243,11 @@ pub async fn serve_public(
             limits,
             in_flight: guards.in_flight.clone(),
             verdicts: crate::serve::conn::Verdicts::default(),
+            feeds: Feeds {
+                index: index.clone(),
+                streams: guards.streams.clone(),
+                draining: shutdown.draining(),
+            },
         };
         tokio::spawn(serve_connection(
             stream,
@@ -246,6 +270,8 @@ pub struct Guards {
     pub per_client: Arc<PerClient>,
     /// Requests answered at once.
     pub in_flight: Arc<Semaphore>,
+    /// Change-feed streams open at once.
+    pub streams: Arc<Semaphore>,
 }
 
 impl Guards {
@@ -254,6 +280,7 @@ impl Guards {
         Guards {
             per_client: PerClient::new(limits.max_connections_per_client),
             in_flight: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
+            streams: Arc::new(Semaphore::new(limits.max_feed_streams)),
         }
     }
 }
@@ -269,6 +296,8 @@ struct Shared {
     in_flight: Arc<Semaphore>,
     /// What the connection layer found in each request head.
     verdicts: crate::serve::conn::Verdicts,
+    /// What directories' change feeds are answered from.
+    feeds: Feeds,
 }
 
 /// Serve one connection until it ends, its age limit passes, or (when `close_when_idle`
@@ -387,8 +416,17 @@ async fn dispatch(
         let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
         let jwks = shared.index.jwks().map(|j| j.body.clone());
         let authorizer = shared.authorizer.clone();
-        return crate::directory::http::handle(site, authorizer, jwks, req, &target.path, max)
-            .await;
+        let feeds = &shared.feeds;
+        return crate::directory::http::handle(
+            site,
+            feeds,
+            authorizer,
+            jwks,
+            req,
+            &target.path,
+            max,
+        )
+        .await;
     }
     respond(
         &shared.index,

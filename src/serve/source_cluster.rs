@@ -31,11 +31,15 @@ use kube::ResourceExt;
 use crate::contract::*;
 use crate::crd::{AgentCard, AgentDirectory, AgentDirectorySpec, ServedRoute};
 use crate::directory::entry::{Entry, Placement};
+use crate::directory::feed::FeedLog;
 use crate::directory::select;
 use crate::directory::site::Site;
 use crate::hub::Hubs;
 use crate::index::{CardEntry, Index, Published};
 use crate::store::{MetaView, SeenConfigMap};
+
+/// Most bytes of a change-feed log once decompressed.
+const MAX_FEED_JSON: u64 = 64 * 1024 * 1024;
 
 /// How long changes are gathered before the directories are rebuilt.
 const REBUILD_DELAY: Duration = Duration::from_millis(50);
@@ -162,6 +166,7 @@ fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<
 /// What the feed needs of an AgentDirectory.
 #[derive(Clone, PartialEq)]
 struct DirectoryView {
+    uid: String,
     spec: AgentDirectorySpec,
     host: Option<String>,
     prefix: String,
@@ -186,6 +191,8 @@ struct Feed {
     namespaces: HashMap<String, BTreeMap<String, String>>,
     /// AgentDirectories by name.
     directories: HashMap<String, DirectoryView>,
+    /// Change-feed log ConfigMaps (`namespace/name`) and the directory each is for.
+    feeds: HashMap<String, String>,
     /// Something a directory lists changed since the last rebuild.
     dirty: bool,
     relist_cms: Option<HashSet<String>>,
@@ -206,6 +213,7 @@ impl Feed {
             entries: None,
             namespaces: HashMap::new(),
             directories: HashMap::new(),
+            feeds: HashMap::new(),
             dirty: false,
             relist_cms: None,
             relist_cards: None,
@@ -360,7 +368,32 @@ impl Feed {
                         .set_jwks(Some(Published::new(body.clone(), modified, max_age)));
                 }
             }
+            Some(CONTENT_FEED) if cm.namespace().as_deref() == Some(self.operator_ns.as_str()) => {
+                self.apply_feed(&cm)
+            }
             _ => self.remove_cm(&cm),
+        }
+    }
+
+    /// A directory's persisted change-feed log (written by the lease holder, in the
+    /// operator's namespace only): read into the index. One that cannot be read leaves the
+    /// last one read in place.
+    fn apply_feed(&mut self, cm: &SeenConfigMap) {
+        let Some(dir) = cm.seen.annotation(ANN_DIRECTORY) else {
+            return;
+        };
+        let Some(bytes) = cm.bytes(KEY_FEED) else {
+            return;
+        };
+        match FeedLog::decode(bytes, MAX_FEED_JSON) {
+            Ok(mut log) => {
+                log.resource_version = cm.metadata.resource_version.clone();
+                self.feeds.insert(source(cm), dir.to_string());
+                self.index.set_feed(dir, Arc::new(log));
+            }
+            Err(e) => {
+                tracing::warn!(configmap = %source(cm), error = %e, "unreadable change-feed log")
+            }
         }
     }
 
@@ -371,6 +404,9 @@ impl Feed {
             && cm.seen.label(LABEL_CONTENT) == Some(CONTENT_JWKS)
         {
             self.index.set_jwks(None);
+        }
+        if let Some(dir) = self.feeds.remove(&source(cm)) {
+            self.index.remove_feed(&dir);
         }
         self.cms.remove(&source(cm));
     }
@@ -408,6 +444,7 @@ impl Feed {
     fn apply_directory(&mut self, dir: &AgentDirectory) {
         let served = dir.status.as_ref().and_then(|s| s.served.as_ref());
         let view = DirectoryView {
+            uid: dir.uid().unwrap_or_default(),
             spec: dir.spec.clone(),
             host: served.map(|r| r.host.clone()),
             prefix: served
@@ -442,6 +479,7 @@ impl Feed {
                 .collect();
             let site = Site::new(
                 name.clone(),
+                dir.uid.clone(),
                 host.clone(),
                 dir.prefix.clone(),
                 dir.spec.display_name.clone(),
@@ -473,6 +511,14 @@ impl Feed {
             Event::InitDone => {
                 if let Some(seen) = self.relist_cms.take() {
                     self.cms.retain(|s, _| seen.contains(s));
+                    let index = &self.index;
+                    self.feeds.retain(|s, dir| {
+                        let keep = seen.contains(s);
+                        if !keep {
+                            index.remove_feed(dir);
+                        }
+                        keep
+                    });
                 }
                 self.cms_synced = true;
                 self.mark_ready();

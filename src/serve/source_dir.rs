@@ -63,6 +63,7 @@ pub fn static_site(index: &Index, host: &str) -> Site {
         .collect();
     Site::new(
         "static".into(),
+        String::new(),
         host.to_string(),
         String::new(),
         None,

@@ -306,12 +306,13 @@ pub struct SeenConfigMap {
     pub metadata: ObjectMeta,
     /// Its labels, annotations and owners.
     pub seen: SeenMeta,
-    /// `data`, sorted by key; each value the bytes of its string.
+    /// `data` and `binaryData`, sorted by key; each value the bytes of its string (`data`)
+    /// or the decoded bytes (`binaryData`).
     data: Box<[(Box<str>, Bytes)]>,
 }
 
 impl SeenConfigMap {
-    /// The bytes of `data[key]` (valid UTF-8: they were a string).
+    /// The bytes of `data[key]` (valid UTF-8: they were a string) or `binaryData[key]`.
     pub fn bytes(&self, key: &str) -> Option<&Bytes> {
         self.data
             .binary_search_by(|(k, _)| k.as_ref().cmp(key))
@@ -342,12 +343,21 @@ impl From<ConfigMap> for SeenConfigMap {
     fn from(cm: ConfigMap) -> SeenConfigMap {
         let mut metadata = cm.metadata;
         let seen = SeenMeta::take(&mut metadata);
-        let data = cm
+        let mut data: Vec<(Box<str>, Bytes)> = cm
             .data
             .into_iter()
             .flatten()
             .map(|(k, v)| (k.into_boxed_str(), Bytes::from(v.into_bytes())))
+            .chain(
+                cm.binary_data
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.into_boxed_str(), Bytes::from(v.0))),
+            )
             .collect();
+        // `data` and `binaryData` never share a key (the API server refuses it).
+        data.sort_by(|a, b| a.0.cmp(&b.0));
+        let data = data.into_boxed_slice();
         SeenConfigMap {
             metadata,
             seen,

@@ -1,0 +1,155 @@
+//! The lease holder's half of the directories' change feeds: it records what each directory
+//! lists in the directory's [`FeedLog`] and persists the log, so that every replica serves the
+//! same sequence numbers (see [`crate::directory::feed`]).
+//!
+//! Data flow: woken by the index (sites rebuilt, logs read back), at most once a second, for
+//! each served directory it takes the log as last persisted ([`Index::feed`]), appends how the
+//! directory's entries differ ([`FeedLog::advance`]) and writes it: a new log with `create`
+//! (never over one this replica has not read yet), a changed one with a server-side apply whose
+//! `resourceVersion` is the one the log was read from, so a write based on a stale log is
+//! refused (409) and made again from the newer one. The ConfigMap lives in the operator's
+//! namespace, owned by the AgentDirectory (it goes with it).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::ByteString;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+
+use crate::contract::*;
+use crate::directory::feed::{FeedLog, MAX_PERSISTED_BYTES};
+use crate::directory::site::Site;
+use crate::index::Index;
+
+/// Time between two rounds of writes (changes within it share a write).
+const ROUND: Duration = Duration::from_secs(1);
+
+/// How long a new lease holder waits before its first write, so its watches catch up with
+/// what the previous holder wrote.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// How often a round runs with no change seen (retries of failed writes).
+const IDLE_ROUND: Duration = Duration::from_secs(30);
+
+/// The name of directory `dir`'s log ConfigMap.
+pub fn configmap_name(dir: &str) -> String {
+    let name = format!("agentcard-feed-{dir}");
+    if name.len() <= 253 {
+        return name;
+    }
+    let digest = content_hash(dir.as_bytes());
+    format!("agentcard-feed-{}", &digest[digest.len() - 16..])
+}
+
+/// Keep every directory's log persisted while this process holds the lease (runs until
+/// aborted).
+pub async fn run(client: Client, index: Arc<Index>, namespace: String, retention: usize) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let mut changes = index.changes();
+    tokio::time::sleep(SETTLE).await;
+    loop {
+        if index.is_ready() {
+            for site in index.sites().values() {
+                if let Err(e) = persist(&api, &index, site, retention).await {
+                    tracing::warn!(directory = %site.name, error = %e, "change feed not persisted; retrying");
+                }
+            }
+        }
+        tokio::time::sleep(ROUND).await;
+        let _ = tokio::time::timeout(IDLE_ROUND, changes.changed()).await;
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A new log's epoch: unique enough that no cursor of an earlier log of the same name is
+/// taken for one of this.
+fn new_epoch(dir: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let digest = content_hash(format!("{dir}/{nanos}/{}", std::process::id()).as_bytes());
+    digest[digest.len() - 12..].to_string()
+}
+
+/// Record and write `site`'s changes, if any.
+async fn persist(
+    api: &Api<ConfigMap>,
+    index: &Index,
+    site: &Site,
+    retention: usize,
+) -> Result<(), String> {
+    if site.uid.is_empty() {
+        return Ok(());
+    }
+    let held = index.feed(&site.name);
+    let base = held
+        .as_deref()
+        .cloned()
+        .unwrap_or_else(|| FeedLog::new(new_epoch(&site.name)));
+    let next = base.advance(site.catalog.entries(), retention, now());
+    let mut next = match (next, held.is_some()) {
+        (Some(next), _) => next,
+        // A directory listing nothing still gets a log (clients get a cursor).
+        (None, false) => base,
+        (None, true) => return Ok(()),
+    };
+    let Some(bytes) = next.encode_within(MAX_PERSISTED_BYTES) else {
+        return Err(format!(
+            "{} listed entries do not fit in one ConfigMap ({MAX_PERSISTED_BYTES} bytes compressed)",
+            next.len()
+        ));
+    };
+    let cm = configmap(site, bytes, next.resource_version.clone());
+    let name = configmap_name(&site.name);
+    let written = if held.is_none() {
+        match api.create(&PostParams::default(), &cm).await {
+            Ok(cm) => cm,
+            // One exists that this replica has not read yet: its watch brings it.
+            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+            Err(e) => return Err(format!("creating ConfigMap {name}: {e}")),
+        }
+    } else {
+        let params = PatchParams::apply(MANAGER).force();
+        match api.patch(&name, &params, &Patch::Apply(&cm)).await {
+            Ok(cm) => cm,
+            // Written since it was read (or gone): the watch brings the newer state.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => return Ok(()),
+            Err(e) => return Err(format!("writing ConfigMap {name}: {e}")),
+        }
+    };
+    next.resource_version = written.metadata.resource_version;
+    index.set_feed(&site.name, Arc::new(next));
+    Ok(())
+}
+
+/// The log's ConfigMap; `resource_version` is the write's precondition.
+fn configmap(site: &Site, bytes: Vec<u8>, resource_version: Option<String>) -> ConfigMap {
+    let mut cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": configmap_name(&site.name),
+            "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_FEED},
+            "annotations": {ANN_DIRECTORY: site.name},
+        },
+    }))
+    .unwrap_or_default();
+    cm.metadata.resource_version = resource_version;
+    cm.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "agentcard.dev/v1alpha1".into(),
+        kind: "AgentDirectory".into(),
+        name: site.name.clone(),
+        uid: site.uid.clone(),
+        ..OwnerReference::default()
+    }]);
+    cm.binary_data = Some([(KEY_FEED.to_string(), ByteString(bytes))].into());
+    cm
+}

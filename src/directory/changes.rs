@@ -1,0 +1,460 @@
+//! `GET /v1/changes`: a directory's change feed over HTTP, as JSON pages or, with
+//! `Accept: text/event-stream`, as Server-Sent Events.
+//!
+//! Data flow: the request's `since` (or `Last-Event-ID`) and `limit` are parsed here; the
+//! directory's persisted log comes from the index ([`Index::feed`]), the caller's namespaces
+//! from [`Authorizer::visible`] in Kubernetes mode (asked about every namespace the log
+//! names), and [`feed::page`] gives the changes, each upsert's card from the site's catalog.
+//! A stream repeats that whenever the index says sites or logs changed, sends a comment every
+//! [`HEARTBEAT`], and ends when the server starts draining. Streams per process are bounded
+//! (a semaphore; past it, 503).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, VARY};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use serde_json::{json, value::RawValue, Value};
+use tokio::sync::{watch, Semaphore};
+
+use super::access::Authorizer;
+use super::feed::{self, Cursor, FeedError, FeedLog, Item};
+use super::site::Site;
+use super::ApiError;
+use crate::crd::AccessMode;
+use crate::index::Index;
+use crate::serve::http::{cors, Body};
+
+/// Changes per page when `limit` is not given.
+pub const DEFAULT_LIMIT: usize = 100;
+/// Most changes per page.
+pub const MAX_LIMIT: usize = 1000;
+/// Time between two comments on an idle stream (keeps proxies from closing it).
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
+
+/// What the change feed needs besides the site: the logs, the bound on streams, and the
+/// server's drain.
+#[derive(Clone)]
+pub struct Feeds {
+    /// The index holding the persisted logs and the sites.
+    pub index: Arc<Index>,
+    /// One permit per open stream.
+    pub streams: Arc<Semaphore>,
+    /// Turns true when the server starts draining.
+    pub draining: watch::Receiver<bool>,
+}
+
+/// A parsed request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Where the client is (`None`: from the start).
+    pub since: Option<Cursor>,
+    /// Most changes per page.
+    pub limit: usize,
+}
+
+/// Parse `since` and `limit` (a stream's `Last-Event-ID` stands for `since`).
+pub fn request(
+    params: &BTreeMap<String, Vec<String>>,
+    last_event_id: Option<&str>,
+) -> Result<Request, ApiError> {
+    let mut out = Request {
+        since: None,
+        limit: DEFAULT_LIMIT,
+    };
+    for (key, values) in params {
+        let [value] = values.as_slice() else {
+            return Err(ApiError::invalid(format!("{key}: given more than once")));
+        };
+        match key.as_str() {
+            "since" => {
+                out.since = Some(
+                    Cursor::parse(value).map_err(|e| ApiError::invalid(format!("since: {e}")))?,
+                )
+            }
+            "limit" => {
+                out.limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::invalid(format!(
+                            "limit: must be an integer from 1 to {MAX_LIMIT}"
+                        ))
+                    })?
+            }
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "{other}: unknown parameter (known: since, limit)"
+                )))
+            }
+        }
+    }
+    if let (None, Some(id)) = (&out.since, last_event_id.filter(|s| !s.trim().is_empty())) {
+        out.since =
+            Some(Cursor::parse(id).map_err(|e| ApiError::invalid(format!("Last-Event-ID: {e}")))?);
+    }
+    Ok(out)
+}
+
+/// 410 `CURSOR_EXPIRED`.
+fn expired() -> ApiError {
+    ApiError {
+        status: 410,
+        code: "CURSOR_EXPIRED",
+        message: "since: the cursor is older than the changes this directory keeps; list the \
+                  directory again (GET /v1/agents) and follow the feed from its latest cursor"
+            .into(),
+    }
+}
+
+/// The JSON of an error: the registry API's `errorCode`/`message` and the feed's
+/// `error.code`/`error.message`.
+fn error_body(e: &ApiError) -> Value {
+    json!({"errorCode": e.code, "message": e.message,
+           "error": {"code": e.code, "message": e.message}})
+}
+
+fn rfc3339(secs: u64) -> String {
+    jiff::Timestamp::from_second(i64::try_from(secs).unwrap_or(0))
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// One change as JSON.
+pub fn item(i: &Item, cursor: &Cursor) -> Value {
+    let (namespace, name) = feed::card_of(&i.identifier);
+    let mut v = json!({
+        "seq": i.seq,
+        "cursor": cursor.encode(),
+        "type": if i.upsert { "upsert" } else { "delete" },
+        "identifier": &*i.identifier,
+        "namespace": namespace,
+        "name": name,
+    });
+    match (&i.entry, i.upsert) {
+        (Some(e), true) => {
+            v["contentHash"] = json!(e.placement.content_hash);
+            v["updatedAt"] = json!(e.placement.updated_at);
+            v["url"] = json!(e.placement.url);
+            let card = std::str::from_utf8(&e.body)
+                .ok()
+                .and_then(|s| RawValue::from_string(s.to_string()).ok());
+            v["card"] = json!(card);
+        }
+        _ => v["updatedAt"] = json!(rfc3339(i.at)),
+    }
+    v
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The caller's namespaces for a page of `log` after `since` (`None` in public mode).
+async fn visibility(
+    site: &Site,
+    log: &FeedLog,
+    since: Option<&Cursor>,
+    authorizer: Option<&Authorizer>,
+    authorization: Option<&str>,
+) -> Result<Option<HashSet<String>>, ApiError> {
+    match site.mode {
+        AccessMode::Public => Ok(None),
+        AccessMode::Kubernetes => {
+            let authorizer = authorizer.ok_or_else(|| {
+                ApiError::internal("this server cannot check Kubernetes identities")
+            })?;
+            let namespaces = feed::namespaces(log, since.map_or(0, |c| c.seq));
+            authorizer
+                .visible(authorization, &namespaces)
+                .await
+                .map(Some)
+        }
+    }
+}
+
+/// One page: the items with their cursors, and where the client is after it.
+async fn next_page(
+    site: &Site,
+    log: &FeedLog,
+    since: Option<&Cursor>,
+    limit: usize,
+    authorizer: Option<&Authorizer>,
+    authorization: Option<&str>,
+) -> Result<feed::Page, ApiError> {
+    let visible = visibility(site, log, since, authorizer, authorization).await?;
+    let lookup = |id: &str| site.catalog.get(id, None);
+    feed::page(log, lookup, since, limit, visible.as_ref(), now()).map_err(|e| match e {
+        FeedError::Expired => expired(),
+    })
+}
+
+fn page_json(page: &feed::Page) -> Value {
+    let changes: Vec<Value> = page
+        .items
+        .iter()
+        .map(|i| item(i, &cursor_at(page, i.seq)))
+        .collect();
+    json!({"changes": changes, "metadata": {
+        "count": page.items.len(),
+        "nextCursor": page.next.encode(),
+        "latest": page.latest.encode(),
+    }})
+}
+
+/// The cursor after the item at `seq` of `page`.
+fn cursor_at(page: &feed::Page, seq: u64) -> Cursor {
+    Cursor {
+        seq,
+        ..page.next.clone()
+    }
+}
+
+fn json_response(status: u16, body: &Value, mode: AccessMode) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut resp = Response::new(Body::from(Bytes::from(bytes)));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = resp.headers_mut();
+    cors(h);
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if mode == AccessMode::Kubernetes {
+        h.insert(VARY, HeaderValue::from_static("Authorization"));
+    }
+    if status == 503 {
+        h.insert(RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    resp
+}
+
+fn error_response(e: &ApiError, mode: AccessMode) -> Response<Body> {
+    let mut resp = json_response(e.status, &error_body(e), mode);
+    if e.status == 401 {
+        resp.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+    }
+    resp
+}
+
+/// Whether the client asks for Server-Sent Events.
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().starts_with("text/event-stream"))
+        })
+}
+
+/// Answer `GET /v1/changes` on `site`.
+pub async fn handle(
+    site: Arc<Site>,
+    feeds: &Feeds,
+    authorizer: Option<Arc<Authorizer>>,
+    params: &BTreeMap<String, Vec<String>>,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let mode = site.mode;
+    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let req = match request(params, last_event_id) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e, mode),
+    };
+    let authorization = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let Some(log) = feeds.index.feed(&site.name) else {
+        let e = ApiError::unavailable("the change feed of this directory is not recorded yet");
+        return error_response(&e, mode);
+    };
+    // Checked before a stream starts, so a bad cursor or caller gets a plain error.
+    let first = match next_page(
+        &site,
+        &log,
+        req.since.as_ref(),
+        req.limit,
+        authorizer.as_deref(),
+        authorization.as_deref(),
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(e) => return error_response(&e, mode),
+    };
+    if !wants_stream(headers) {
+        return json_response(200, &page_json(&first), mode);
+    }
+    let Ok(permit) = feeds.streams.clone().try_acquire_owned() else {
+        let e = ApiError::unavailable("too many change streams open on this server");
+        return error_response(&e, mode);
+    };
+    let state = Stream {
+        host: site.host.clone(),
+        feeds: feeds.clone(),
+        changes: feeds.index.changes(),
+        authorizer,
+        authorization,
+        cursor: first.next.clone(),
+        pending: events(&first),
+        limit: req.limit,
+        done: false,
+        _permit: permit,
+    };
+    let body = futures::stream::unfold(state, |mut s| async move {
+        let chunk = s.next_chunk().await?;
+        Some((chunk, s))
+    });
+    let mut resp = Response::new(Body::Stream(Box::pin(body)));
+    let h = resp.headers_mut();
+    cors(h);
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if mode == AccessMode::Kubernetes {
+        h.insert(VARY, HeaderValue::from_static("Authorization"));
+    }
+    resp
+}
+
+/// The SSE events of `page`: one per change, `id:` its cursor.
+fn events(page: &feed::Page) -> Option<Bytes> {
+    if page.items.is_empty() {
+        return None;
+    }
+    let mut out = String::new();
+    for i in &page.items {
+        let cursor = cursor_at(page, i.seq);
+        let data = item(i, &cursor);
+        out.push_str(&format!(
+            "id: {}\nevent: {}\ndata: {}\n\n",
+            cursor.encode(),
+            if i.upsert { "upsert" } else { "delete" },
+            data
+        ));
+    }
+    Some(Bytes::from(out))
+}
+
+/// An open stream's state.
+struct Stream {
+    host: String,
+    feeds: Feeds,
+    changes: watch::Receiver<u64>,
+    authorizer: Option<Arc<Authorizer>>,
+    authorization: Option<String>,
+    cursor: Cursor,
+    /// Events computed and not yet sent.
+    pending: Option<Bytes>,
+    limit: usize,
+    /// The stream ends after what is pending.
+    done: bool,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Stream {
+    /// The next chunk: pending events, new changes, a heartbeat; `None` to end the stream
+    /// (draining, the directory gone, its cursor expired — said in an `error` event first).
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(chunk) = self.pending.take() {
+                return Some(chunk);
+            }
+            if self.done || *self.feeds.draining.borrow() {
+                return None;
+            }
+            let site = self.feeds.index.site(&self.host)?;
+            let log = self.feeds.index.feed(&site.name)?;
+            let page = next_page(
+                &site,
+                &log,
+                Some(&self.cursor),
+                self.limit,
+                self.authorizer.as_deref(),
+                self.authorization.as_deref(),
+            )
+            .await;
+            match page {
+                Ok(p) => {
+                    let moved = p.next != self.cursor;
+                    self.cursor = p.next.clone();
+                    self.pending = events(&p);
+                    if self.pending.is_some() || moved {
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    self.done = true;
+                    let data = error_body(&e);
+                    return Some(Bytes::from(format!("event: error\ndata: {data}\n\n")));
+                }
+            }
+            let mut draining = self.feeds.draining.clone();
+            tokio::select! {
+                _ = self.changes.changed() => {}
+                _ = draining.wait_for(|d| *d) => return None,
+                () = tokio::time::sleep(HEARTBEAT) => return Some(Bytes::from_static(b": heartbeat\n\n")),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<String>> {
+        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (k, v) in pairs {
+            m.entry(k.to_string()).or_default().push(v.to_string());
+        }
+        m
+    }
+
+    #[test]
+    fn parameters_name_what_is_wrong() {
+        let c = Cursor {
+            epoch: "e".into(),
+            seq: 4,
+            seen: None,
+        };
+        let r = request(&params(&[("since", &c.encode()), ("limit", "7")]), None).unwrap();
+        assert_eq!(
+            r,
+            Request {
+                since: Some(c.clone()),
+                limit: 7
+            }
+        );
+        // Last-Event-ID stands for `since` on a stream.
+        let r = request(&params(&[]), Some(&c.encode())).unwrap();
+        assert_eq!(r.since, Some(c));
+        for (p, needle) in [
+            (params(&[("since", "garbage!")]), "since: not a cursor"),
+            (params(&[("limit", "0")]), "limit: must be"),
+            (params(&[("limit", "1001")]), "limit: must be"),
+            (params(&[("after", "x")]), "after: unknown parameter"),
+            (
+                params(&[("limit", "1"), ("limit", "2")]),
+                "limit: given more than once",
+            ),
+        ] {
+            let e = request(&p, None).unwrap_err();
+            assert_eq!(e.status, 400);
+            assert!(e.message.starts_with(needle), "{}", e.message);
+        }
+        let e = request(&params(&[]), Some("nope")).unwrap_err();
+        assert!(e.message.starts_with("Last-Event-ID: "), "{}", e.message);
+        let body = error_body(&expired());
+        assert_eq!(body["error"]["code"], "CURSOR_EXPIRED");
+        assert_eq!(expired().status, 410);
+    }
+}

@@ -1,0 +1,691 @@
+//! The change feed of a directory: what it lists, as a log of upserts and deletes that a
+//! client follows with a cursor instead of re-reading every page.
+//!
+//! Data flow: the lease holder compares each directory's listed entries with the directory's
+//! [`FeedLog`] ([`FeedLog::advance`]) and appends what differs — an upsert for an entry that
+//! is new or whose version changed, a delete (tombstone) for a logged entry no longer listed
+//! — each with the next sequence number, then persists the log (gzip'd JSON in a ConfigMap of
+//! the operator's namespace, [`FeedLog::encode`]). Every replica, the holder included, reads
+//! the persisted log back from its ConfigMap watch and answers `GET /v1/changes` from it
+//! ([`page`]), taking each upsert's bytes from its own catalog. So sequence numbers are
+//! assigned once, by one writer, and survive restarts and hand-overs; a replica only serves
+//! what has been persisted.
+//!
+//! The log is compacted: it keeps each identifier's latest change only (a client reading from
+//! a cursor gets the newest state of everything that changed since). Tombstones are kept up
+//! to the retention count; dropping the oldest raises the horizon, and a cursor below the
+//! horizon has expired (the client re-lists). A cursor names the log's epoch (a new log — its
+//! ConfigMap deleted — expires every cursor) and, in Kubernetes access mode, the namespaces
+//! the caller could read, so a namespace entering or leaving its view arrives as upserts or
+//! deletes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use super::entry::Entry;
+use crate::contract::content_hash;
+
+/// Most bytes of a persisted log, compressed (a ConfigMap holds at most 1 MiB).
+pub const MAX_PERSISTED_BYTES: usize = 900 * 1024;
+
+/// How long a replica waits for its own catalog to hold an upsert's version before it moves
+/// on with what it holds (a card whose bytes it cannot read would stall its feed otherwise).
+pub const CATCH_UP_SECONDS: u64 = 10;
+
+/// One logged change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// Position in the log.
+    pub seq: u64,
+    /// The entry's identifier (`urn:air:<host>:<namespace>:<name>`).
+    pub identifier: Arc<str>,
+    /// The entry's version ([`version_of`]) for an upsert; `None` for a delete.
+    pub version: Option<Box<str>>,
+    /// When it was logged (Unix seconds).
+    pub at: u64,
+}
+
+impl Change {
+    /// The AgentCard's namespace and name, from the identifier.
+    pub fn card(&self) -> (&str, &str) {
+        card_of(&self.identifier)
+    }
+}
+
+/// `(namespace, name)` of `urn:air:<host>:<namespace>:<name>` (namespaces and names hold no
+/// `:`, hosts may).
+pub fn card_of(identifier: &str) -> (&str, &str) {
+    let mut parts = identifier.rsplitn(3, ':');
+    let name = parts.next().unwrap_or_default();
+    let namespace = parts.next().unwrap_or_default();
+    (namespace, name)
+}
+
+/// What identifies a listed entry's state: its bytes, URL and publication time.
+pub fn version_of(entry: &Entry) -> Box<str> {
+    let p = &entry.placement;
+    let digest =
+        content_hash(format!("{}\n{}\n{}", p.content_hash, p.url, p.updated_at).as_bytes());
+    let tail = digest.len().saturating_sub(16);
+    digest[tail..].into()
+}
+
+/// A directory's change log (see the module doc).
+#[derive(Clone, Debug, Default)]
+pub struct FeedLog {
+    /// Names this log: cursors of another log are expired here.
+    pub epoch: String,
+    /// Cursors below this have expired (changes after them were dropped).
+    pub horizon: u64,
+    /// The last sequence number given out.
+    pub last_seq: u64,
+    /// The ConfigMap's `resourceVersion` this log was read from (the precondition of the
+    /// next write); `None` for a log not yet persisted.
+    pub resource_version: Option<String>,
+    by_seq: BTreeMap<u64, Change>,
+    by_id: HashMap<Arc<str>, u64>,
+    tombstones: usize,
+}
+
+/// The persisted form.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Persisted {
+    epoch: String,
+    horizon: u64,
+    last_seq: u64,
+    /// `[identifier, seq, version or null, at]`, by seq.
+    changes: Vec<(String, u64, Option<String>, u64)>,
+}
+
+impl FeedLog {
+    /// An empty log named `epoch`.
+    pub fn new(epoch: impl Into<String>) -> FeedLog {
+        FeedLog {
+            epoch: epoch.into(),
+            ..FeedLog::default()
+        }
+    }
+
+    /// Number of identifiers logged (listed and tombstones).
+    pub fn len(&self) -> usize {
+        self.by_seq.len()
+    }
+
+    /// Whether nothing is logged.
+    pub fn is_empty(&self) -> bool {
+        self.by_seq.is_empty()
+    }
+
+    /// The changes after `seq`, oldest first.
+    pub fn after(&self, seq: u64) -> impl Iterator<Item = &Change> {
+        self.by_seq.range(seq.saturating_add(1)..).map(|(_, c)| c)
+    }
+
+    /// The listed identifiers' latest upserts, oldest first.
+    pub fn listed(&self) -> impl Iterator<Item = &Change> {
+        self.by_seq.values().filter(|c| c.version.is_some())
+    }
+
+    fn push(&mut self, identifier: Arc<str>, version: Option<Box<str>>, at: u64) {
+        self.last_seq += 1;
+        if let Some(old) = self.by_id.insert(identifier.clone(), self.last_seq) {
+            if let Some(c) = self.by_seq.remove(&old) {
+                if c.version.is_none() {
+                    self.tombstones -= 1;
+                }
+            }
+        }
+        if version.is_none() {
+            self.tombstones += 1;
+        }
+        let change = Change {
+            seq: self.last_seq,
+            identifier,
+            version,
+            at,
+        };
+        self.by_seq.insert(self.last_seq, change);
+    }
+
+    /// Drop the oldest tombstones past `retention`, raising the horizon.
+    fn trim(&mut self, retention: usize) {
+        while self.tombstones > retention {
+            let Some(seq) = self
+                .by_seq
+                .values()
+                .find(|c| c.version.is_none())
+                .map(|c| c.seq)
+            else {
+                break;
+            };
+            if let Some(c) = self.by_seq.remove(&seq) {
+                self.by_id.remove(&c.identifier);
+            }
+            self.tombstones -= 1;
+            self.horizon = self.horizon.max(seq);
+        }
+    }
+
+    /// The log after recording how `entries` (what the directory lists now) differ from it:
+    /// upserts in identifier order, then deletes; `None` when nothing differs. Keeps at most
+    /// `retention` tombstones.
+    pub fn advance(&self, entries: &[Arc<Entry>], retention: usize, now: u64) -> Option<FeedLog> {
+        let mut listed: Vec<(&str, Box<str>)> = entries
+            .iter()
+            .map(|e| (e.identifier.as_str(), version_of(e)))
+            .collect();
+        listed.sort_by(|a, b| a.0.cmp(b.0));
+        let wanted: HashSet<&str> = listed.iter().map(|(id, _)| *id).collect();
+        let mut next: Option<FeedLog> = None;
+        for (id, version) in listed {
+            let same = self
+                .by_id
+                .get(id)
+                .and_then(|s| self.by_seq.get(s))
+                .is_some_and(|c| c.version.as_deref() == Some(&*version));
+            if !same {
+                next.get_or_insert_with(|| self.clone())
+                    .push(id.into(), Some(version), now);
+            }
+        }
+        let mut gone: Vec<&Arc<str>> = self
+            .listed()
+            .map(|c| &c.identifier)
+            .filter(|id| !wanted.contains(id.as_ref()))
+            .collect();
+        gone.sort();
+        for id in gone {
+            next.get_or_insert_with(|| self.clone())
+                .push(id.clone(), None, now);
+        }
+        let mut next = next?;
+        next.trim(retention);
+        Some(next)
+    }
+
+    /// Drop tombstones, oldest first, until the persisted form fits in `max` bytes; `None`
+    /// when the listed entries alone do not fit.
+    pub fn encode_within(&mut self, max: usize) -> Option<Vec<u8>> {
+        loop {
+            let bytes = self.encode();
+            if bytes.len() <= max {
+                return Some(bytes);
+            }
+            if self.tombstones == 0 {
+                return None;
+            }
+            // Drop about a tenth of the tombstones (at least one) and try again.
+            let keep = self.tombstones - (self.tombstones / 10).max(1);
+            self.trim(keep);
+        }
+    }
+
+    /// The persisted form: gzip'd JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        let persisted = Persisted {
+            epoch: self.epoch.clone(),
+            horizon: self.horizon,
+            last_seq: self.last_seq,
+            changes: self
+                .by_seq
+                .values()
+                .map(|c| {
+                    (
+                        c.identifier.to_string(),
+                        c.seq,
+                        c.version.as_deref().map(str::to_string),
+                        c.at,
+                    )
+                })
+                .collect(),
+        };
+        let json = serde_json::to_vec(&persisted).unwrap_or_default();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        // Writing to a Vec cannot fail.
+        let _ = gz.write_all(&json);
+        gz.finish().unwrap_or_default()
+    }
+
+    /// Read a persisted log (at most `max_json` bytes once decompressed).
+    pub fn decode(bytes: &[u8], max_json: u64) -> Result<FeedLog, String> {
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(bytes)
+            .take(max_json)
+            .read_to_end(&mut json)
+            .map_err(|e| format!("not gzip: {e}"))?;
+        let p: Persisted =
+            serde_json::from_slice(&json).map_err(|e| format!("not a feed log: {e}"))?;
+        let mut log = FeedLog::new(p.epoch);
+        log.horizon = p.horizon;
+        log.last_seq = p.last_seq;
+        for (id, seq, version, at) in p.changes {
+            if seq > p.last_seq || seq <= p.horizon {
+                return Err(format!(
+                    "change {seq} outside ({}, {}]",
+                    p.horizon, p.last_seq
+                ));
+            }
+            let id: Arc<str> = id.into();
+            if version.is_none() {
+                log.tombstones += 1;
+            }
+            if log.by_id.insert(id.clone(), seq).is_some() {
+                return Err(format!("{id} logged twice"));
+            }
+            let change = Change {
+                seq,
+                identifier: id,
+                version: version.map(Into::into),
+                at,
+            };
+            if log.by_seq.insert(seq, change).is_some() {
+                return Err(format!("sequence number {seq} used twice"));
+            }
+        }
+        Ok(log)
+    }
+}
+
+/// Where a client is in a log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    /// The log's epoch.
+    pub epoch: String,
+    /// The last change the client has.
+    pub seq: u64,
+    /// Kubernetes access mode: hashes of the namespaces the client could read (`None` in
+    /// public mode).
+    pub seen: Option<BTreeSet<u32>>,
+}
+
+/// A namespace's short hash (in cursors).
+pub fn namespace_hash(ns: &str) -> u32 {
+    let d = content_hash(ns.as_bytes());
+    let tail = &d[d.len().saturating_sub(8)..];
+    u32::from_str_radix(tail, 16).unwrap_or(0)
+}
+
+impl Cursor {
+    /// The opaque text form.
+    pub fn encode(&self) -> String {
+        let mut text = format!("1.{}.{}", self.epoch, self.seq);
+        if let Some(seen) = &self.seen {
+            text.push('.');
+            let hashes: Vec<String> = seen.iter().map(|h| format!("{h:x}")).collect();
+            text.push_str(&hashes.join("-"));
+        }
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    /// Parse the text form; the error says what is wrong.
+    pub fn parse(text: &str) -> Result<Cursor, String> {
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(text.trim())
+            .map_err(|_| "not a cursor this server gave out".to_string())?;
+        let raw = String::from_utf8(raw).map_err(|_| "not a cursor this server gave out")?;
+        let mut parts = raw.split('.');
+        let (Some("1"), Some(epoch), Some(seq)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err("not a cursor this server gave out".into());
+        };
+        let seq = seq
+            .parse()
+            .map_err(|_| "not a cursor this server gave out".to_string())?;
+        let seen = match parts.next() {
+            None => None,
+            Some("") => Some(BTreeSet::new()),
+            Some(list) => Some(
+                list.split('-')
+                    .map(|h| u32::from_str_radix(h, 16))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| "not a cursor this server gave out".to_string())?,
+            ),
+        };
+        if parts.next().is_some() || epoch.is_empty() {
+            return Err("not a cursor this server gave out".into());
+        }
+        Ok(Cursor {
+            epoch: epoch.to_string(),
+            seq,
+            seen,
+        })
+    }
+}
+
+/// What a page could not be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FeedError {
+    /// The cursor is older than what the log keeps (or of another log): re-list.
+    Expired,
+}
+
+/// One change as a client receives it.
+#[derive(Clone, Debug)]
+pub struct Item {
+    /// Position in the log (for a change of the caller's view: its cursor's position).
+    pub seq: u64,
+    /// The identifier.
+    pub identifier: Arc<str>,
+    /// An upsert (else a delete).
+    pub upsert: bool,
+    /// The entry as served here, for an upsert (`None` when this replica cannot read it).
+    pub entry: Option<Arc<Entry>>,
+    /// When it was logged (Unix seconds).
+    pub at: u64,
+}
+
+/// One page of changes.
+#[derive(Clone, Debug)]
+pub struct Page {
+    /// The changes, oldest first.
+    pub items: Vec<Item>,
+    /// Where the client is after this page.
+    pub next: Cursor,
+    /// The newest position of the log.
+    pub latest: Cursor,
+}
+
+/// The changes after `since` (from the start when `None`), at most `limit` of them (a change
+/// of the caller's view adds its items on top), with each upsert's entry as `lookup` finds
+/// it. `visible` is the caller's namespaces in Kubernetes mode (`None`: public). An upsert
+/// whose version `lookup` does not hold yet ends the page there, unless it was logged more
+/// than [`CATCH_UP_SECONDS`] before `now`.
+pub fn page(
+    log: &FeedLog,
+    lookup: impl Fn(&str) -> Option<Arc<Entry>>,
+    since: Option<&Cursor>,
+    limit: usize,
+    visible: Option<&HashSet<String>>,
+    now: u64,
+) -> Result<Page, FeedError> {
+    let start = match since {
+        Some(c) if c.epoch != log.epoch || c.seq < log.horizon || c.seq > log.last_seq => {
+            return Err(FeedError::Expired)
+        }
+        Some(c) => c.seq,
+        None => 0,
+    };
+    let seen_now = visible.map(|v| {
+        v.iter()
+            .map(|ns| namespace_hash(ns))
+            .collect::<BTreeSet<u32>>()
+    });
+    let seen_before = since.and_then(|c| c.seen.clone()).unwrap_or_default();
+    let mut items = Vec::new();
+    let resolve = |c: &Change| -> Option<Option<Arc<Entry>>> {
+        let found = lookup(&c.identifier);
+        let fresh = found
+            .as_ref()
+            .is_some_and(|e| Some(version_of(e)) == c.version);
+        if fresh || now.saturating_sub(c.at) > CATCH_UP_SECONDS {
+            Some(found)
+        } else {
+            None
+        }
+    };
+    // The caller's view changed: deletes for what it could read and no longer may, upserts
+    // for what it may now read and had not been sent.
+    if let (Some(v), Some(_)) = (visible, since) {
+        for c in log.by_seq.values() {
+            let ns = c.card().0;
+            let was = seen_before.contains(&namespace_hash(ns));
+            let is = v.contains(ns);
+            if was && !is && (c.seq <= start || c.version.is_none()) {
+                items.push(Item {
+                    seq: start,
+                    identifier: c.identifier.clone(),
+                    upsert: false,
+                    entry: None,
+                    at: c.at,
+                });
+            } else if !was && is && c.seq <= start && c.version.is_some() {
+                let Some(entry) = resolve(c) else {
+                    // Not readable here yet: nothing moves.
+                    return Ok(Page {
+                        items: Vec::new(),
+                        next: since.cloned().unwrap_or_else(|| cursor(log, 0, None)),
+                        latest: cursor(log, log.last_seq, seen_now),
+                    });
+                };
+                items.push(Item {
+                    seq: start,
+                    identifier: c.identifier.clone(),
+                    upsert: true,
+                    entry,
+                    at: c.at,
+                });
+            }
+        }
+    }
+    let mut at = start;
+    let mut count = 0;
+    for c in log.after(start) {
+        if count == limit {
+            break;
+        }
+        let ns = c.card().0;
+        if visible.is_some_and(|v| !v.contains(ns)) {
+            at = c.seq;
+            continue;
+        }
+        let entry = match &c.version {
+            None => None,
+            Some(_) => match resolve(c) {
+                Some(e) => e,
+                None => break,
+            },
+        };
+        items.push(Item {
+            seq: c.seq,
+            identifier: c.identifier.clone(),
+            upsert: c.version.is_some(),
+            entry,
+            at: c.at,
+        });
+        at = c.seq;
+        count += 1;
+    }
+    Ok(Page {
+        items,
+        next: cursor(log, at, seen_now.clone()),
+        latest: cursor(log, log.last_seq, seen_now),
+    })
+}
+
+fn cursor(log: &FeedLog, seq: u64, seen: Option<BTreeSet<u32>>) -> Cursor {
+    Cursor {
+        epoch: log.epoch.clone(),
+        seq,
+        seen,
+    }
+}
+
+/// The namespaces a caller's visibility must be asked about for a page after `since`: those
+/// with listed entries and those of later tombstones.
+pub fn namespaces(log: &FeedLog, since: u64) -> BTreeSet<String> {
+    log.by_seq
+        .values()
+        .filter(|c| c.version.is_some() || c.seq > since)
+        .map(|c| c.card().0.to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::entry::Placement;
+    use bytes::Bytes;
+
+    fn entry(ns: &str, name: &str, text: &str) -> Arc<Entry> {
+        let body = format!(r#"{{"name":"{name}","description":"{text}","skills":[]}}"#);
+        let placement = Placement {
+            namespace: ns.into(),
+            name: name.into(),
+            host: format!("{name}.example"),
+            url: format!("https://{name}.example/.well-known/agent-card.json"),
+            content_hash: content_hash(body.as_bytes()),
+            key_id: "k".into(),
+            updated_at: "2026-01-01T00:00:00Z".into(),
+        };
+        Arc::new(Entry::build(placement, Bytes::from(body)).unwrap())
+    }
+
+    fn lookup(entries: &[Arc<Entry>]) -> impl Fn(&str) -> Option<Arc<Entry>> + '_ {
+        move |id| entries.iter().find(|e| e.identifier == id).cloned()
+    }
+
+    fn kinds(p: &Page) -> Vec<String> {
+        p.items
+            .iter()
+            .map(|i| {
+                let (_, name) = card_of(&i.identifier);
+                format!("{}{name}", if i.upsert { "+" } else { "-" })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn changes_are_logged_once_compacted_and_followed_from_a_cursor() {
+        let (a, b, c) = (
+            entry("t", "a", "1"),
+            entry("t", "b", "1"),
+            entry("t", "c", "1"),
+        );
+        let log = FeedLog::new("e1");
+        let log = log.advance(&[b.clone(), a.clone()], 10, 100).unwrap();
+        assert!(
+            log.advance(&[a.clone(), b.clone()], 10, 101).is_none(),
+            "nothing changed"
+        );
+        let first = page(&log, lookup(&[a.clone(), b.clone()]), None, 10, None, 100).unwrap();
+        assert_eq!(kinds(&first), ["+a", "+b"]);
+        assert_eq!(first.next, first.latest);
+        // b edited, a deleted, c created.
+        let b2 = entry("t", "b", "2");
+        let now = [b2.clone(), c.clone()];
+        let log = log.advance(&now, 10, 102).unwrap();
+        let p = page(&log, lookup(&now), Some(&first.next), 10, None, 102).unwrap();
+        assert_eq!(kinds(&p), ["+b", "+c", "-a"]);
+        // Paging: one at a time ends at the same place, each change once.
+        let mut cur = first.next.clone();
+        let mut seen = Vec::new();
+        loop {
+            let p = page(&log, lookup(&now), Some(&cur), 1, None, 102).unwrap();
+            if p.items.is_empty() {
+                break;
+            }
+            seen.extend(kinds(&p));
+            cur = p.next;
+        }
+        assert_eq!(seen, ["+b", "+c", "-a"]);
+        assert_eq!(cur, p.latest);
+        // From the start: the listed entries and the tombstone, each once.
+        let all = page(&log, lookup(&now), None, 10, None, 102).unwrap();
+        assert_eq!(kinds(&all), ["+b", "+c", "-a"]);
+    }
+
+    #[test]
+    fn old_cursors_other_epochs_and_garbage_are_refused() {
+        let entries: Vec<Arc<Entry>> = (0..5).map(|i| entry("t", &format!("n{i}"), "x")).collect();
+        let log = FeedLog::new("e1").advance(&entries, 2, 0).unwrap();
+        let start = page(&log, lookup(&entries), None, 100, None, 0)
+            .unwrap()
+            .next;
+        // Three deletes with room for two tombstones: the first is dropped, the horizon moves.
+        let log = log.advance(&entries[3..], 2, 1).unwrap();
+        assert_eq!(log.horizon, 6);
+        assert_eq!(
+            page(&log, lookup(&entries), Some(&start), 10, None, 1).unwrap_err(),
+            FeedError::Expired
+        );
+        let other = Cursor {
+            epoch: "e0".into(),
+            ..start.clone()
+        };
+        assert_eq!(
+            page(&log, lookup(&entries), Some(&other), 10, None, 1).unwrap_err(),
+            FeedError::Expired
+        );
+        for bad in ["", "x", "MS5lMQ", "Mi5lMS4z"] {
+            assert!(Cursor::parse(bad).is_err(), "{bad}");
+        }
+        let c = Cursor {
+            epoch: "e1".into(),
+            seq: 7,
+            seen: Some([1, 0xffff_ffff].into()),
+        };
+        assert_eq!(Cursor::parse(&c.encode()).unwrap(), c);
+    }
+
+    #[test]
+    fn the_persisted_form_reads_back_the_same_and_refuses_what_it_cannot_be() {
+        let entries: Vec<Arc<Entry>> = (0..50).map(|i| entry("t", &format!("n{i}"), "x")).collect();
+        let log = FeedLog::new("e1").advance(&entries, 100, 5).unwrap();
+        let log = log.advance(&entries[10..], 100, 6).unwrap();
+        let back = FeedLog::decode(&log.encode(), 1 << 20).unwrap();
+        assert_eq!(back.epoch, "e1");
+        assert_eq!(back.last_seq, log.last_seq);
+        assert_eq!(back.by_seq, log.by_seq);
+        assert_eq!(back.tombstones, 10);
+        assert!(FeedLog::decode(b"not gzip", 1 << 20).is_err());
+        // A budget too small for the tombstones drops the oldest; for the listed, nothing fits.
+        let mut trimmed = log.clone();
+        let full = log.encode().len();
+        let bytes = trimmed.encode_within(full - 20).unwrap();
+        assert!(bytes.len() <= full - 20);
+        assert!(trimmed.horizon > 0 && trimmed.tombstones < 10);
+        assert!(trimmed.clone().encode_within(10).is_none());
+    }
+
+    #[test]
+    fn a_replica_without_the_logged_version_holds_the_page_until_it_catches_up() {
+        let (a, b) = (entry("t", "a", "1"), entry("t", "b", "1"));
+        let log = FeedLog::new("e")
+            .advance(&[a.clone(), b.clone()], 10, 100)
+            .unwrap();
+        // This replica has not seen b yet.
+        let p = page(&log, lookup(&[a.clone()]), None, 10, None, 100).unwrap();
+        assert_eq!(kinds(&p), ["+a"]);
+        let p2 = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 101).unwrap();
+        assert!(p2.items.is_empty());
+        assert_eq!(p2.next, p.next);
+        // Long after, it moves on with what it has (nothing for b).
+        let late = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 200).unwrap();
+        assert_eq!(late.items.len(), 1);
+        assert!(late.items[0].upsert && late.items[0].entry.is_none());
+        assert_eq!(late.next, late.latest);
+    }
+
+    #[test]
+    fn a_caller_sees_only_its_namespaces_and_their_leaving_as_deletes() {
+        let (a, b, x) = (
+            entry("team", "a", "1"),
+            entry("team", "b", "1"),
+            entry("other", "x", "1"),
+        );
+        let all = [a.clone(), b.clone(), x.clone()];
+        let log = FeedLog::new("e").advance(&all, 10, 0).unwrap();
+        let team: HashSet<String> = ["team".to_string()].into();
+        let first = page(&log, lookup(&all), None, 10, Some(&team), 0).unwrap();
+        assert_eq!(kinds(&first), ["+a", "+b"]);
+        // x changes: nothing for this caller, but its cursor moves past it.
+        let x2 = entry("other", "x", "2");
+        let all2 = [a.clone(), b.clone(), x2.clone()];
+        let log = log.advance(&all2, 10, 1).unwrap();
+        let p = page(&log, lookup(&all2), Some(&first.next), 10, Some(&team), 1).unwrap();
+        assert!(p.items.is_empty());
+        assert_eq!(p.next.seq, log.last_seq);
+        // The caller may now read `other` and no longer `team`.
+        let other: HashSet<String> = ["other".to_string()].into();
+        let q = page(&log, lookup(&all2), Some(&p.next), 10, Some(&other), 1).unwrap();
+        let mut got = kinds(&q);
+        got.sort();
+        assert_eq!(got, ["+x", "-a", "-b"]);
+        let r = page(&log, lookup(&all2), Some(&q.next), 10, Some(&other), 1).unwrap();
+        assert!(r.items.is_empty(), "nothing twice: {:?}", kinds(&r));
+    }
+}
