@@ -10,6 +10,7 @@
 //! refused (409) and made again from the newer one. The ConfigMap lives in the operator's
 //! namespace, owned by the AgentDirectory (it goes with it).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -49,12 +50,29 @@ pub fn configmap_name(dir: &str) -> String {
 pub async fn run(client: Client, index: Arc<Index>, namespace: String, retention: usize) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let mut changes = index.changes();
+    // Per directory, the site and log last found in step: the same again needs no round.
+    let mut done: HashMap<String, (usize, u64)> = HashMap::new();
     tokio::time::sleep(SETTLE).await;
     loop {
         if index.is_ready() {
-            for site in index.sites().values() {
-                if let Err(e) = persist(&api, &index, site, retention).await {
-                    tracing::warn!(directory = %site.name, error = %e, "change feed not persisted; retrying");
+            let sites = index.sites();
+            done.retain(|name, _| sites.values().any(|s| &s.name == name));
+            for site in sites.values() {
+                let mark = (
+                    Arc::as_ptr(site) as usize,
+                    index.feed(&site.name).map_or(0, |l| l.last_seq),
+                );
+                if done.get(&site.name) == Some(&mark) {
+                    continue;
+                }
+                match persist(&api, &index, site, retention).await {
+                    Ok(()) => {
+                        let last = index.feed(&site.name).map_or(0, |l| l.last_seq);
+                        done.insert(site.name.clone(), (mark.0, last));
+                    }
+                    Err(e) => {
+                        tracing::warn!(directory = %site.name, error = %e, "change feed not persisted; retrying")
+                    }
                 }
             }
         }

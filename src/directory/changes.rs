@@ -194,7 +194,8 @@ async fn next_page(
     })
 }
 
-fn page_json(page: &feed::Page) -> Value {
+/// A page as the JSON answer: `{"changes": [...], "metadata": {"count", "nextCursor", "latest"}}`.
+pub fn page_json(page: &feed::Page) -> Value {
     let changes: Vec<Value> = page
         .items
         .iter()

@@ -44,7 +44,7 @@ pub struct Change {
     /// The entry's identifier (`urn:air:<host>:<namespace>:<name>`).
     pub identifier: Arc<str>,
     /// The entry's version ([`version_of`]) for an upsert; `None` for a delete.
-    pub version: Option<Box<str>>,
+    pub version: Option<u64>,
     /// When it was logged (Unix seconds).
     pub at: u64,
 }
@@ -65,13 +65,19 @@ pub fn card_of(identifier: &str) -> (&str, &str) {
     (namespace, name)
 }
 
-/// What identifies a listed entry's state: its bytes, URL and publication time.
-pub fn version_of(entry: &Entry) -> Box<str> {
+/// What identifies a listed entry's state: its bytes (their content hash), URL and publication
+/// time, as a 64-bit FNV-1a hash — cheap (it is taken for every listed entry on each round of
+/// the writer and for each upsert served) and the same in every build.
+pub fn version_of(entry: &Entry) -> u64 {
     let p = &entry.placement;
-    let digest =
-        content_hash(format!("{}\n{}\n{}", p.content_hash, p.url, p.updated_at).as_bytes());
-    let tail = digest.len().saturating_sub(16);
-    digest[tail..].into()
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [&p.content_hash, &p.url, &p.updated_at] {
+        for b in part.bytes().chain(std::iter::once(0)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 /// A directory's change log (see the module doc).
@@ -98,7 +104,7 @@ struct Persisted {
     epoch: String,
     horizon: u64,
     last_seq: u64,
-    /// `[identifier, seq, version or null, at]`, by seq.
+    /// `[identifier, seq, version (16 hex digits) or null, at]`, by seq.
     changes: Vec<(String, u64, Option<String>, u64)>,
 }
 
@@ -131,7 +137,7 @@ impl FeedLog {
         self.by_seq.values().filter(|c| c.version.is_some())
     }
 
-    fn push(&mut self, identifier: Arc<str>, version: Option<Box<str>>, at: u64) {
+    fn push(&mut self, identifier: Arc<str>, version: Option<u64>, at: u64) {
         self.last_seq += 1;
         if let Some(old) = self.by_id.insert(identifier.clone(), self.last_seq) {
             if let Some(c) = self.by_seq.remove(&old) {
@@ -175,33 +181,47 @@ impl FeedLog {
     /// upserts in identifier order, then deletes; `None` when nothing differs. Keeps at most
     /// `retention` tombstones.
     pub fn advance(&self, entries: &[Arc<Entry>], retention: usize, now: u64) -> Option<FeedLog> {
-        let mut listed: Vec<(&str, Box<str>)> = entries
-            .iter()
-            .map(|e| (e.identifier.as_str(), version_of(e)))
-            .collect();
-        listed.sort_by(|a, b| a.0.cmp(b.0));
-        let wanted: HashSet<&str> = listed.iter().map(|(id, _)| *id).collect();
+        let mut sorted;
+        let mut listed = entries;
+        if !entries.is_sorted_by(|a, b| a.identifier <= b.identifier) {
+            sorted = entries.to_vec();
+            sorted.sort_by(|a, b| a.identifier.cmp(&b.identifier));
+            listed = &sorted;
+        }
         let mut next: Option<FeedLog> = None;
-        for (id, version) in listed {
-            let same = self
+        // Listed entries the log holds as listed (whatever their version).
+        let mut still_listed = 0;
+        for e in listed {
+            let version = version_of(e);
+            let logged = self
                 .by_id
-                .get(id)
+                .get(e.identifier.as_str())
                 .and_then(|s| self.by_seq.get(s))
-                .is_some_and(|c| c.version.as_deref() == Some(&*version));
-            if !same {
-                next.get_or_insert_with(|| self.clone())
-                    .push(id.into(), Some(version), now);
+                .and_then(|c| c.version);
+            if logged.is_some() {
+                still_listed += 1;
+            }
+            if logged != Some(version) {
+                next.get_or_insert_with(|| self.clone()).push(
+                    e.identifier.as_str().into(),
+                    Some(version),
+                    now,
+                );
             }
         }
-        let mut gone: Vec<&Arc<str>> = self
-            .listed()
-            .map(|c| &c.identifier)
-            .filter(|id| !wanted.contains(id.as_ref()))
-            .collect();
-        gone.sort();
-        for id in gone {
-            next.get_or_insert_with(|| self.clone())
-                .push(id.clone(), None, now);
+        // Every identifier the log holds as listed is still listed: nothing to delete.
+        if still_listed < self.by_seq.len() - self.tombstones {
+            let wanted: HashSet<&str> = listed.iter().map(|e| e.identifier.as_str()).collect();
+            let gone: Vec<Arc<str>> = self
+                .listed()
+                .map(|c| c.identifier.clone())
+                .filter(|id| !wanted.contains(id.as_ref()))
+                .collect();
+            let mut gone = gone;
+            gone.sort();
+            for id in gone {
+                next.get_or_insert_with(|| self.clone()).push(id, None, now);
+            }
         }
         let mut next = next?;
         next.trim(retention);
@@ -238,7 +258,7 @@ impl FeedLog {
                     (
                         c.identifier.to_string(),
                         c.seq,
-                        c.version.as_deref().map(str::to_string),
+                        c.version.map(|v| format!("{v:016x}")),
                         c.at,
                     )
                 })
@@ -277,10 +297,17 @@ impl FeedLog {
             if log.by_id.insert(id.clone(), seq).is_some() {
                 return Err(format!("{id} logged twice"));
             }
+            let version = match version {
+                None => None,
+                Some(v) => Some(
+                    u64::from_str_radix(&v, 16)
+                        .map_err(|_| format!("{id}: version {v:?} is not hex"))?,
+                ),
+            };
             let change = Change {
                 seq,
                 identifier: id,
-                version: version.map(Into::into),
+                version,
                 at,
             };
             if log.by_seq.insert(seq, change).is_some() {
