@@ -88,6 +88,15 @@ impl<S> HeadGuard<S> {
         }
     }
 
+    /// A response starts with `data`: the next bytes from the client start a new head —
+    /// unless it is an interim `1xx` (`100 Continue` asks for the body, which is no head).
+    fn responded(&mut self, data: &[u8]) {
+        let interim = data.len() > 9 && data.starts_with(b"HTTP/1.") && data[9] == b'1';
+        if matches!(self.phase, Phase::Request) && !interim {
+            self.phase = Phase::Idle;
+        }
+    }
+
     /// Follow the bytes just read through the head state machine.
     fn saw(&mut self, bytes: &[u8]) {
         for &b in bytes {
@@ -157,10 +166,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadGuard<S> {
             }
         }
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &polled {
-            let new = buf.filled()[before..].to_vec();
-            self.saw(&new);
+            this.saw(&buf.filled()[before..]);
         }
         polled
     }
@@ -172,10 +181,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeadGuard<S> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        // A response: the next bytes from the client start a new head.
-        if matches!(self.phase, Phase::Request) {
-            self.phase = Phase::Idle;
-        }
+        self.responded(data);
         Pin::new(&mut self.inner).poll_write(cx, data)
     }
 
@@ -192,9 +198,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeadGuard<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if matches!(self.phase, Phase::Request) {
-            self.phase = Phase::Idle;
-        }
+        let first = bufs
+            .iter()
+            .find(|b| !b.is_empty())
+            .map_or(&[][..], |b| &b[..]);
+        self.responded(first);
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
@@ -226,9 +234,16 @@ impl PerClient {
 
     /// A slot for one more connection of `addr`, unless it holds the limit already.
     pub fn take(self: &Arc<Self>, addr: IpAddr) -> Option<ClientSlot> {
+        if self.limit == 0 {
+            // Nothing counted (its drop finds no count to lower).
+            return Some(ClientSlot {
+                owner: self.clone(),
+                addr,
+            });
+        }
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let n = held.entry(addr).or_insert(0);
-        if self.limit > 0 && *n >= self.limit {
+        if *n >= self.limit {
             return None;
         }
         *n += 1;
@@ -308,5 +323,33 @@ mod tests {
             Ok(Err(e)) => assert_eq!(e.kind(), io::ErrorKind::TimedOut),
             other => panic!("the unfinished head was not cut off: {other:?}"),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_sent_after_100_continue_is_no_head() {
+        let (client, server) = tokio::io::duplex(1024);
+        let verdicts = Verdicts::default();
+        let mut guard = HeadGuard::new(server, Duration::from_secs(10), verdicts.clone());
+        let (mut rd, mut wr) = tokio::io::split(client);
+        wr.write_all(b"POST /search HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        let _ = guard.read(&mut buf).await.unwrap();
+        guard
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .unwrap();
+        let _ = rd.read(&mut [0u8; 64]).await.unwrap();
+        // A body that looks like a head with a fragment, ending in a blank line.
+        wr.write_all(b"x #frag\n\nab").await.unwrap();
+        let _ = guard.read(&mut buf).await.unwrap();
+        assert_eq!(verdicts.next(), HeadVerdict::Fine, "the real head");
+        guard.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        let _ = rd.read(&mut [0u8; 64]).await.unwrap();
+        // Nothing was taken for a second head, and no head timer runs on the idle connection.
+        assert!(verdicts.lock().is_empty());
+        let idle = tokio::time::timeout(Duration::from_secs(30), guard.read(&mut buf)).await;
+        assert!(idle.is_err(), "the idle connection stays open: {idle:?}");
     }
 }

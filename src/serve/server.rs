@@ -129,9 +129,10 @@ pub struct ServerFlags {
     /// connection is closed.
     #[arg(long, default_value_t = 30)]
     pub write_timeout: u64,
-    /// Most connections one client address holds at once (0: any number); more are closed
-    /// at once.
-    #[arg(long, default_value_t = 256)]
+    /// Most connections one client address holds at once (0, the default: any number); more
+    /// are closed at once. Set it only where clients connect directly: behind an Ingress or a
+    /// load balancer every request comes from the proxy's few addresses.
+    #[arg(long, default_value_t = 0)]
     pub max_connections_per_client: usize,
     /// Most requests answered at once by the process; past it, 503 with `Retry-After`.
     #[arg(long, default_value_t = 4096)]
@@ -170,7 +171,7 @@ impl Default for Limits {
             max_connection_age: Duration::from_secs(600),
             write_timeout: Duration::from_secs(30),
             head_timeout: Duration::from_secs(10),
-            max_connections_per_client: 256,
+            max_connections_per_client: 0,
             max_concurrent_requests: 4096,
             max_feed_streams: 1000,
         }
