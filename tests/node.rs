@@ -330,16 +330,29 @@ async fn api_server_endpoint(client: &Client) -> (String, u16) {
     (address, u16::try_from(port).unwrap())
 }
 
-/// Requests the card server at `ip` answered (its admin port's `/metrics`).
-fn answered_by(ip: &str) -> f64 {
+/// The path the hostile tenant's cards import from: nothing is served there, so a request
+/// that got through is counted as `route="not_found"` by the server it reached, apart from the
+/// card requests of legitimate imports refreshing meanwhile.
+const PROBE_PATH: &str = "/hostile-probe";
+
+/// Requests for paths it does not serve that the card server at `ip` answered (its admin
+/// port's `/metrics`): the hostile tenant's probes.
+fn probes_answered_by(ip: &str) -> f64 {
     let addr = format!("{ip}:8081").parse().unwrap();
     let r = support::http::request(addr, "GET", "/metrics", &[("Host", "admin")]);
     assert_eq!(r.status, 200, "{ip}'s metrics");
-    support::requests_answered(&String::from_utf8_lossy(&r.body))
+    let text = String::from_utf8_lossy(&r.body);
+    let not_found: String = text
+        .lines()
+        .filter(|l| l.contains("route=\"not_found\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    support::requests_answered(&not_found)
 }
 
 /// A selector-less Service `ns/name` whose hand-made slice has one endpoint, `address:port`
-/// (naming `pod` as its targetRef when given), and an AgentCard importing from it.
+/// (naming `pod` as its targetRef when given), and an AgentCard importing from it (from
+/// [`PROBE_PATH`] when the namespace is the hostile tenant's).
 async fn hand_made_source(
     client: &Client,
     ns: &str,
@@ -363,11 +376,15 @@ async fn hand_made_source(
         pod,
     };
     slice.create(client, ns, name, "http", port).await;
+    let mut source = json!({"service": {"name": name, "port": 80}, "refreshSeconds": 10});
+    if ns == HOSTILE {
+        source["path"] = json!(PROBE_PATH);
+    }
     let card = json!({
         "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
         "metadata": {"name": name},
         "spec": {
-            "source": {"service": {"name": name, "port": 80}, "refreshSeconds": 10},
+            "source": source,
             "publish": {"host": format!("{name}.{ns}.agents.test")},
             "backend": {"serviceName": name, "port": 80}
         }
@@ -675,7 +692,7 @@ async fn inside_the_node() {
     let answered = || {
         counted
             .iter()
-            .map(|ip| answered_by(ip))
+            .map(|ip| probes_answered_by(ip))
             .collect::<Vec<f64>>()
     };
     let before = answered();
@@ -806,7 +823,7 @@ async fn inside_the_node() {
     assert!(failed.is_empty(), "failed during the upgrade: {failed:#?}");
     // With the opt-in the team's selector-less Service imports; another namespace's Pod and
     // the API server stay refused, and nothing reaches the agent from the hostile tenant.
-    let before = answered_by(&agent_ip);
+    let before = probes_answered_by(&agent_ip);
     let team_cards: Api<AgentCard> = Api::namespaced(client.clone(), TENANT);
     let vm = wait_for(Duration::from_secs(60), || async {
         team_cards.get("vm").await.is_ok_and(|c| {
@@ -827,7 +844,7 @@ async fn inside_the_node() {
     }
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(
-        answered_by(&agent_ip) - before,
+        probes_answered_by(&agent_ip) - before,
         0.0,
         "the hostile tenant reached the agent with the opt-in"
     );
