@@ -7,7 +7,8 @@
 //! review); accepted tokens are kept [`TTL`], rejected ones [`REJECTED_TTL`], in caches of
 //! their own, so a flood of random tokens never pushes out the callers already known; token
 //! reviews and access reviews each have their own slots ([`MAX_TOKEN_REVIEWS`],
-//! [`MAX_ACCESS_REVIEWS`]), and at most [`MAX_WAITING`] requests wait for one (the others
+//! [`MAX_ACCESS_REVIEWS`]; tokens accepted before are asked about again on
+//! [`MAX_REFRESHES`] slots of their own), and at most [`MAX_WAITING`] requests wait for one (the others
 //! get 503 at once). Every cache is bounded. A lost API server makes requests answer 503
 //! rather than hang. Locks are never held across an `.await`.
 
@@ -39,6 +40,9 @@ const MAX_CACHED: usize = 10_000;
 pub const MAX_TOKEN_REVIEWS: usize = 16;
 /// Most access reviews in flight at once.
 pub const MAX_ACCESS_REVIEWS: usize = 16;
+/// Most reviews in flight at once of tokens accepted before (their cache entry expired): they
+/// have slots of their own, so a flood of unknown tokens never delays a known caller.
+pub const MAX_REFRESHES: usize = 4;
 /// Most requests waiting for a review slot; more get 503 at once.
 pub const MAX_WAITING: usize = 256;
 /// How long a review (waiting for a slot included) may take before the request gets 503.
@@ -83,6 +87,11 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
     fn len(&self) -> usize {
         self.entries.len()
     }
+
+    /// Whether `key` is held, fresh or expired.
+    fn holds(&self, key: &K) -> bool {
+        self.entries.contains_key(key)
+    }
 }
 
 /// One token review, shared by every request that asks about the same token meanwhile.
@@ -99,6 +108,9 @@ pub struct Authorizer {
     token_slots: Semaphore,
     access_slots: Semaphore,
     waiting: AtomicUsize,
+    /// Slots and waiting places for reviews of tokens accepted before.
+    refresh_slots: Semaphore,
+    refresh_waiting: AtomicUsize,
 }
 
 /// Everything a SubjectAccessReview is asked with: two callers share a decision only when
@@ -193,6 +205,8 @@ impl Authorizer {
             token_slots: Semaphore::new(MAX_TOKEN_REVIEWS),
             access_slots: Semaphore::new(MAX_ACCESS_REVIEWS),
             waiting: AtomicUsize::new(0),
+            refresh_slots: Semaphore::new(MAX_REFRESHES),
+            refresh_waiting: AtomicUsize::new(0),
         }
     }
 
@@ -242,9 +256,15 @@ impl Authorizer {
             ..Default::default()
         };
         let api = Api::<TokenReview>::all(self.client.clone());
+        // A token accepted before (its entry expired) is asked about on slots of its own.
+        let (slots, waiting) = if lock(&self.users).holds(&key.to_string()) {
+            (&self.refresh_slots, &self.refresh_waiting)
+        } else {
+            (&self.token_slots, &self.waiting)
+        };
         let answer = self::review(
-            &self.token_slots,
-            &self.waiting,
+            slots,
+            waiting,
             "token review",
             api.create(&PostParams::default(), &review),
         )
