@@ -100,7 +100,9 @@ fn main() {
             break;
         }
         changes += p.items.len();
-        bytes += serde_json::to_vec(&page_json(&p)).expect("json").len();
+        bytes += serde_json::to_vec(&page_json(&p, "urn:air:bench:agentcard-operator:bench"))
+            .expect("json")
+            .len();
         since = Some(p.next);
     }
     let took = t.elapsed();

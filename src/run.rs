@@ -249,11 +249,14 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
     let index = Arc::new(Index::new());
     // One watch per kind for the card server and the controllers.
     let hubs = crate::hub::Hubs::start(&client);
+    let federation = Arc::new(crate::directory::federation::Federation::default());
     let feed = tokio::spawn(source_cluster::watch_cluster(
         hubs.clone(),
         args.namespace.clone(),
         index.clone(),
+        federation.clone(),
     ));
+    let _upstreams = crate::serve::upstreams::spawn(hubs.clone(), federation.clone());
     let failed = Arc::new(AtomicBool::new(false));
     let servers = bind_servers(&args, &client, index.clone(), &metrics, &failed).await?;
     let config = controller_config(&args, &identity)?;
@@ -270,6 +273,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         failed,
         index,
         feed_retention: args.feed_retention,
+        federation,
     }
     .lead(identity, args.namespace.clone(), args.lease_duration, stop);
     tokio::pin!(run, leading);
@@ -298,6 +302,8 @@ struct Leader {
     index: Arc<Index>,
     /// Tombstones each change feed keeps.
     feed_retention: usize,
+    /// The directories' upstreams as this process syncs them.
+    federation: Arc<crate::directory::federation::Federation>,
 }
 
 impl Leader {
@@ -333,6 +339,7 @@ impl Leader {
                 self.hubs.clone(),
                 self.config.clone(),
                 self.metrics.clone(),
+                self.federation.clone(),
             );
             // The change-feed writer never ends on its own: the controllers' end is the end.
             let mut controllers = tokio::spawn(async move {

@@ -1453,3 +1453,358 @@ async fn in_kubernetes_mode_the_feed_shows_a_caller_only_the_namespaces_it_may_r
     assert_eq!(fboth.namespaces, [a.ns.clone(), b.ns.clone()].into());
     assert_eq!(fboth.have.len(), 4);
 }
+
+/// The native page's agents: name → (upstream, verified) for federated ones, `None` for local.
+fn origins(v: &Value) -> std::collections::BTreeMap<String, Option<(String, bool)>> {
+    v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let m = &a["_meta"]["agentcard.dev/directory"];
+            let origin = m.get("origin").map(|o| {
+                (
+                    o["upstream"].as_str().unwrap().to_string(),
+                    o["verified"].as_bool().unwrap(),
+                )
+            });
+            (m["name"].as_str().unwrap().to_string(), origin)
+        })
+        .collect()
+}
+
+/// The exact bytes of the card a native item carries.
+fn raw_card(r: &Resp) -> String {
+    #[derive(serde::Deserialize)]
+    struct Item {
+        card: Box<serde_json::value::RawValue>,
+    }
+    let item: Item = serde_json::from_slice(&r.body).unwrap();
+    item.card.get().to_string()
+}
+
+async fn wait_upstreams(
+    p: &Platform,
+    dir: &str,
+    what: &str,
+    pred: impl Fn(&[agentcard_operator::crd::agentdirectory::UpstreamStatus]) -> bool,
+) -> AgentDirectory {
+    wait_directory(p, dir, what, |d| {
+        d.status.as_ref().is_some_and(|s| pred(&s.upstreams))
+    })
+    .await
+}
+
+fn upstreams_ready(d: &AgentDirectory) -> Option<String> {
+    let s = d.status.as_ref()?;
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == "UpstreamsReady")
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_federates_another_through_its_change_feed() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let a = Tenant::new(&p, &format!("fa-{t}")).await;
+    let b = Tenant::new(&p, &format!("fb-{t}")).await;
+    let (adir, bdir) = (format!("fa-{t}"), format!("fb-{t}"));
+    let (ahost, bhost) = (format!("fa-{t}.open.test"), format!("fb-{t}.open.test"));
+    let sel = |ns: &str| json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}});
+    let host = |n: &str| format!("{n}-{t}.open.test");
+    apply_directory(&p, &directory(&adir, &ahost, sel(&a.ns))).await;
+    for n in ["a1", "a2"] {
+        a.apply(&card(n, &host(n), "")).await.unwrap();
+    }
+    b.apply(&card("b1", &host("b1"), "")).await.unwrap();
+    wait_directory(&p, &adir, "Ready with 2 cards", dir_ready(2)).await;
+    // A's directory and JWKS as B reaches them (through what would be A's Ingress).
+    let feed = support::upstream::Proxy::start(p.op.server.addr, &ahost);
+    let keys = support::upstream::Proxy::start(p.op.server.addr, &host("a1"));
+    let mut spec = directory(&bdir, &bhost, sel(&b.ns));
+    spec["spec"]["upstreams"] = json!([{
+        "name": "a", "url": format!("http://{}", feed.addr), "refreshSeconds": 5,
+        "trust": {"jwksUrl": format!("http://{}/.well-known/jwks.json", keys.addr)}
+    }]);
+    apply_directory(&p, &spec).await;
+
+    // B lists its own card and A's, each of A's with its origin, verified with A's keys.
+    wait_listed(&p, &bhost, &["a1", "a2", "b1"]).await;
+    let listed = origins(&json_of(&get(&p, &bhost, "/v1/agents", &[])));
+    assert_eq!(listed["a1"], Some(("a".to_string(), true)));
+    assert_eq!(listed["b1"], None);
+    let d = wait_upstreams(&p, &bdir, "upstream a synced with 2 entries", |u| {
+        u.len() == 1 && u[0].entries == 2 && u[0].reachable
+    })
+    .await;
+    assert_eq!(upstreams_ready(&d).as_deref(), Some("True"));
+    // The bytes B serves are A's, and verify with the Python SDK against A's JWKS.
+    let served_by_a = p.get(&host("a1"), "/.well-known/agent-card.json").body;
+    let in_b = raw_card(&get(&p, &bhost, &format!("/v1/agents/{}/a1", a.ns), &[]));
+    assert_eq!(in_b.as_bytes(), &served_by_a[..], "B serves A's bytes");
+    let jwks = p.get(&host("a1"), "/.well-known/jwks.json").body;
+    let verdict = support::python_sdk_verdict(in_b.as_bytes(), &jwks);
+    assert!(verdict.valid, "{verdict:?}");
+    // The ARD views say where it came from.
+    let ard = json_of(&get(&p, &bhost, "/agents", &[]));
+    let a1_id = format!("urn:air:{}:{}:a1", host("a1"), a.ns);
+    let entry = ard["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["identifier"] == a1_id)
+        .expect("a1 in B's ARD listing")
+        .clone();
+    assert_eq!(entry["metadata"]["originUpstream"], "a");
+    assert_eq!(entry["metadata"]["originVerified"], true);
+    assert_eq!(entry["provenance"][0]["relation"], "copiedFrom");
+    assert_schema("ListResponse", &ard);
+
+    // An edit under A changes B; a delete under A removes it from B and B's feed says so.
+    let mut follower = Follower::default();
+    converge(
+        &mut follower,
+        p.op.server.addr,
+        &bhost,
+        None,
+        false,
+        Duration::from_secs(30),
+    )
+    .await;
+    let mut edited = card("a1", &host("a1"), "");
+    edited["spec"]["card"]["description"] = json!("Edited under A.");
+    a.apply(&edited).await.unwrap();
+    a.delete("a2").await;
+    wait_listed(&p, &bhost, &["a1", "b1"]).await;
+    let ok = wait_for(Duration::from_secs(30), || {
+        let r = get(&p, &bhost, &format!("/v1/agents/{}/a1", a.ns), &[]);
+        let now_a = p.get(&host("a1"), "/.well-known/agent-card.json").body;
+        std::future::ready(r.status == 200 && raw_card(&r).as_bytes() == &now_a[..])
+    })
+    .await;
+    assert!(ok.is_ok(), "B serves A's edited card");
+    converge(
+        &mut follower,
+        p.op.server.addr,
+        &bhost,
+        None,
+        false,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(follower.have.len(), 2);
+
+    // A unreachable: B keeps the entries and says so.
+    feed.stop();
+    let d = wait_upstreams(&p, &bdir, "upstream a unreachable", |u| {
+        u.len() == 1 && !u[0].reachable
+    })
+    .await;
+    assert_eq!(upstreams_ready(&d).as_deref(), Some("False"));
+    wait_listed(&p, &bhost, &["a1", "b1"]).await;
+    a.apply(&card("a3", &host("a3"), "")).await.unwrap();
+    wait_directory(&p, &adir, "Ready with 2 cards", dir_ready(2)).await;
+    // A back: B catches up from its cursor, without reading A's feed from the start again.
+    let before = feed.requests().len();
+    let feed = feed.restart();
+    wait_listed(&p, &bhost, &["a1", "a3", "b1"]).await;
+    wait_upstreams(&p, &bdir, "upstream a reachable again", |u| u[0].reachable).await;
+    let after: Vec<String> = feed.requests()[before..].to_vec();
+    assert!(!after.is_empty());
+    assert!(
+        after.iter().all(|l| l.contains("since=")),
+        "a request read the feed from the start: {after:#?}"
+    );
+    println!(
+        "caught up after A came back with {} requests: {after:?}",
+        after.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn federation_refuses_what_it_cannot_trust_and_loses_nothing_local() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let a = Tenant::new(&p, &format!("ha-{t}")).await;
+    let b = Tenant::new(&p, &format!("hb-{t}")).await;
+    let (adir, bdir) = (format!("ha-{t}"), format!("hb-{t}"));
+    let (ahost, bhost) = (format!("ha-{t}.open.test"), format!("hb-{t}.open.test"));
+    let sel = |ns: &str| json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}});
+    let host = |n: &str| format!("{n}-{t}.open.test");
+    a.apply(&card("a1", &host("a1"), "")).await.unwrap();
+    b.apply(&card("b1", &host("b1"), "")).await.unwrap();
+    wait_card(&p, &a.ns, "a1", "Ready", ready).await;
+    wait_card(&p, &b.ns, "b1", "Ready", ready).await;
+    let a1_bytes =
+        String::from_utf8(p.get(&host("a1"), "/.well-known/agent-card.json").body).unwrap();
+    let b1_id = format!("urn:air:{}:{}:b1", host("b1"), b.ns);
+
+    // Hostile upstreams: a 50 MiB answer, a redirect elsewhere, a forged signature, a claim
+    // on B's own card's identifier.
+    let big = support::upstream::Canned::start(|_| {
+        let mut r = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 52428800\r\n\r\n".to_vec();
+        r.extend(std::iter::repeat_n(b' ', 1 << 20));
+        r
+    });
+    let redirect = support::upstream::Canned::start(|_| {
+        b"HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/latest\r\nContent-Length: 0\r\n\r\n".to_vec()
+    });
+    let page = |identifier: String, card: String| {
+        let body = format!(
+            r#"{{"changes":[{{"seq":1,"type":"upsert","identifier":"{identifier}","namespace":"x","name":"x","card":{card}}}],"metadata":{{"nextCursor":"c","registry":"urn:air:hostile.example:agentcard-operator:h"}}}}"#
+        );
+        move |line: &str| {
+            if line.contains("since=") {
+                support::upstream::json_response(r#"{"changes":[],"metadata":{"nextCursor":"c"}}"#)
+            } else {
+                support::upstream::json_response(&body)
+            }
+        }
+    };
+    let forged_card = a1_bytes.replace("An agent.", "A forged agent.");
+    assert_ne!(forged_card, a1_bytes);
+    let forged = support::upstream::Canned::start(page(
+        format!("urn:air:{}:{}:forged", host("a1"), a.ns),
+        forged_card,
+    ));
+    let claim = support::upstream::Canned::start(page(b1_id.clone(), a1_bytes.clone()));
+    let keys = support::upstream::Proxy::start(p.op.server.addr, &host("a1"));
+    let jwks_url = format!("http://{}/.well-known/jwks.json", keys.addr);
+    let mut spec = directory(&bdir, &bhost, sel(&b.ns));
+    spec["spec"]["upstreams"] = json!([
+        {"name": "big", "url": format!("http://{}", big.addr), "refreshSeconds": 5},
+        {"name": "redirect", "url": format!("http://{}", redirect.addr), "refreshSeconds": 5},
+        {"name": "forged", "url": format!("http://{}", forged.addr), "refreshSeconds": 5, "trust": {"jwksUrl": jwks_url}},
+        {"name": "claim", "url": format!("http://{}", claim.addr), "refreshSeconds": 5},
+    ]);
+    apply_directory(&p, &spec).await;
+    let d = wait_upstreams(&p, &bdir, "every hostile upstream judged", |u| {
+        u.len() == 4
+            && !u[0].reachable
+            && !u[1].reachable
+            && u[2].reachable
+            && u[2].refused == 1
+            && u[3].shadowed == 1
+    })
+    .await;
+    let u = &d.status.as_ref().unwrap().upstreams;
+    let message = |i: usize| u[i].message.clone().unwrap_or_default();
+    assert!(message(0).contains("larger than"), "{}", message(0));
+    assert!(message(1).contains("another origin"), "{}", message(1));
+    assert!(
+        message(2).contains("no signature verifies"),
+        "{}",
+        message(2)
+    );
+    assert!(message(3).contains(&b1_id), "{}", message(3));
+    assert_eq!(upstreams_ready(&d).as_deref(), Some("False"));
+    // Nothing local lost: B lists its own card, with its own bytes.
+    wait_listed(&p, &bhost, &["b1"]).await;
+    let mine = raw_card(&get(&p, &bhost, &format!("/v1/agents/{}/b1", b.ns), &[]));
+    assert_eq!(
+        mine.as_bytes(),
+        &p.get(&host("b1"), "/.well-known/agent-card.json").body[..]
+    );
+
+    // A loop: A federates B and B federates A. Each lists the other's card once, and refuses
+    // its own read back.
+    let to_a = support::upstream::Proxy::start(p.op.server.addr, &ahost);
+    let to_b = support::upstream::Proxy::start(p.op.server.addr, &bhost);
+    let mut aspec = directory(&adir, &ahost, sel(&a.ns));
+    aspec["spec"]["upstreams"] =
+        json!([{"name": "b", "url": format!("http://{}", to_b.addr), "refreshSeconds": 5}]);
+    apply_directory(&p, &aspec).await;
+    spec["spec"]["upstreams"] =
+        json!([{"name": "a", "url": format!("http://{}", to_a.addr), "refreshSeconds": 5}]);
+    apply_directory(&p, &spec).await;
+    wait_listed(&p, &ahost, &["a1", "b1"]).await;
+    wait_listed(&p, &bhost, &["a1", "b1"]).await;
+    let d = wait_upstreams(
+        &p,
+        &adir,
+        "A refuses its own card read back through B",
+        |u| u.len() == 1 && u[0].refused == 1,
+    )
+    .await;
+    let m = d.status.unwrap().upstreams[0]
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(m.contains("read back"), "{m}");
+    // Still so a few refreshes later: nothing bounces.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    wait_listed(&p, &ahost, &["a1", "b1"]).await;
+    wait_listed(&p, &bhost, &["a1", "b1"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ard_registry_not_ours_is_paged_and_listed_with_its_origin() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let work = tempfile::tempdir().unwrap();
+    let cards = work.path().join("cards");
+    std::fs::create_dir(&cards).unwrap();
+    for n in ["r1", "r2", "r3", "inline-r4", "inline-r5"] {
+        let c = card(n, &format!("{n}.ard.example"), "");
+        std::fs::write(
+            cards.join(format!("{n}.json")),
+            c["spec"]["card"].to_string(),
+        )
+        .unwrap();
+    }
+    let mut registry = std::process::Command::new("python3")
+        .arg(support::root().join("tests/oracle/ard_registry.py"))
+        .arg(&cards)
+        .arg("2")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(registry.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line.trim().strip_prefix("listening ").unwrap().to_string();
+    let (dname, dhost) = (format!("ard-{t}"), format!("ard-{t}.open.test"));
+    let mut spec = directory(
+        &dname,
+        &dhost,
+        json!({"namespaceSelector": {"matchLabels": {"none": "none"}}}),
+    );
+    spec["spec"]["upstreams"] =
+        json!([{"name": "ard", "url": url, "kind": "ARD", "refreshSeconds": 5}]);
+    apply_directory(&p, &spec).await;
+    wait_listed(&p, &dhost, &["inline-r4", "inline-r5", "r1", "r2", "r3"]).await;
+    let listed = origins(&json_of(&get(&p, &dhost, "/v1/agents", &[])));
+    assert!(
+        listed
+            .values()
+            .all(|o| o == &Some(("ard".to_string(), false))),
+        "{listed:?}"
+    );
+    wait_upstreams(&p, &dname, "5 entries from the ARD registry", |u| {
+        u.len() == 1 && u[0].entries == 5 && u[0].reachable
+    })
+    .await;
+    // Nothing changed: one conditional request per refresh.
+    let log = work.path().join("requests.log");
+    let lines = || std::fs::read_to_string(&log).unwrap().lines().count();
+    let before = lines();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let steady: Vec<&str> = text.lines().skip(before).collect();
+    assert!(!steady.is_empty() && steady.len() <= 3, "{steady:#?}");
+    assert!(
+        steady
+            .iter()
+            .all(|l| l.starts_with("GET /agents?pageSize=100 ")),
+        "{steady:#?}"
+    );
+    println!(
+        "steady state: {} requests in 11 s (refresh every 5 s): {steady:?}",
+        steady.len()
+    );
+    let _ = registry.kill();
+}

@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 pub const READY: &str = "Ready";
 /// Condition type: the Gateways accepted the HTTPRoutes (HTTPRoute routing only).
 pub const ROUTED: &str = "Routed";
+/// Condition type: every upstream of a directory answered at its last refresh.
+pub const UPSTREAMS_READY: &str = "UpstreamsReady";
 
 /// Condition `type_` True (`ok`) or False, keeping its transition time from `prev` when its
 /// status did not change.

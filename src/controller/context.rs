@@ -55,6 +55,8 @@ pub struct Context {
     pub backoff: Backoff,
     /// The cards imported from agents (`spec.source`).
     pub sources: Sources,
+    /// The directories' upstreams as this process syncs them (for their status).
+    pub federation: Arc<crate::directory::federation::Federation>,
 }
 
 impl Context {

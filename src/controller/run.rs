@@ -55,6 +55,7 @@ pub async fn run(
     hubs: Arc<Hubs>,
     config: Config,
     metrics: Arc<ControllerMetrics>,
+    federation: Arc<crate::directory::federation::Federation>,
 ) -> Result<(), Error> {
     ensure_signing_secret(&client, &config).await?;
     let mut tasks = Vec::new();
@@ -96,6 +97,7 @@ pub async fn run(
         backoff: Backoff::default(),
         sources: Sources::new(client.clone(), config.source_allow_unmanaged_endpoints)
             .map_err(|e| Error::Internal(format!("building the source HTTP client: {e}")))?,
+        federation,
         client,
         recorder: keys.recorder,
         metrics,

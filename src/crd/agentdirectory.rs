@@ -53,6 +53,76 @@ pub struct AgentDirectorySpec {
     /// What the registry holds, for clients.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Other registries whose agents this directory lists too (federation), each with where
+    /// its entries came from. Fetched only from these URLs; an identifier listed here and by
+    /// an upstream is the local one, then the first upstream's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(u, self.exists_one(v, v.name == u.name))").message("upstream names must be unique"))]
+    #[schemars(length(max = 16))]
+    pub upstreams: Vec<Upstream>,
+}
+
+/// Another registry a directory lists the agents of.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Upstream {
+    /// Name of the upstream (shown as the entries' origin and in status).
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("must be a DNS label"))]
+    #[schemars(length(max = 63))]
+    pub name: String,
+    /// Base URL of the registry: `http(s)://host[:port][/prefix]` (for `AgentDirectory`, the
+    /// directory's host and path prefix; for `ARD`, where `GET /agents` answers).
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#@]+(/[^?#]*)?$')").message("must be an http(s) URL without query, fragment or user info"))]
+    #[schemars(length(max = 2048))]
+    pub url: String,
+    /// `AgentDirectory` (another directory of this operator, followed through its change
+    /// feed) or `ARD` (any ARD registry, paged on each refresh).
+    #[serde(default)]
+    pub kind: UpstreamKind,
+    /// Seconds between two refreshes (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 5 && self <= 86400").message("must be between 5 and 86400"))]
+    pub refresh_seconds: Option<i64>,
+    /// Whose signatures the cards must carry.
+    #[serde(default)]
+    pub trust: Trust,
+    /// Only the entries matching these native filters (`skill`, `tag`, `provider`,
+    /// `capability`, `inputMode`, `outputMode`, `binding`, `namespace`: values ORed within a
+    /// filter, filters ANDed), as `GET /v1/agents` would select them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub include: std::collections::BTreeMap<String, Vec<String>>,
+    /// Most entries taken from this upstream (default 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100000").message("must be between 1 and 100000"))]
+    pub max_entries: Option<i64>,
+    /// Seconds the last good entries stay listed while the upstream cannot be reached
+    /// (default 86400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 2592000").message("must be between 0 and 2592000"))]
+    pub keep_seconds: Option<i64>,
+}
+
+/// The protocol an upstream speaks.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum UpstreamKind {
+    /// A directory of this operator: its change feed (`/v1/changes`).
+    #[default]
+    AgentDirectory,
+    /// An ARD registry: `GET /agents`, each entry's card inline or at its URL.
+    #[serde(rename = "ARD")]
+    Ard,
+}
+
+/// Whose signatures an upstream's cards must carry.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Trust {
+    /// A JWKS URL (fetched like the upstream): a card with no signature that verifies with
+    /// its keys is not listed. Absent: cards are listed unverified (`verified: false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#@]+(/[^?#]*)?$')").message("must be an http(s) URL"))]
+    #[schemars(length(max = 2048))]
+    pub jwks_url: Option<String>,
 }
 
 /// Where a directory is served.
@@ -112,6 +182,35 @@ pub struct AgentDirectoryStatus {
     /// Where the registry is served, as the operator decided it; every replica routes by this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served: Option<DirectoryRoute>,
+    /// Each upstream as the lease holder last synced it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstreams: Vec<UpstreamStatus>,
+}
+
+/// How an upstream's sync went.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamStatus {
+    /// The upstream's name.
+    pub name: String,
+    /// Entries listed from it.
+    pub entries: i64,
+    /// Its entries not listed because a local card or an earlier upstream has the same
+    /// identifier.
+    #[serde(default)]
+    pub shadowed: i64,
+    /// Its entries refused (bad signature, not a card, too large, a loop, another origin's
+    /// card URL, past maxEntries).
+    #[serde(default)]
+    pub refused: i64,
+    /// When it last answered in full (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync: Option<String>,
+    /// Whether its last refresh reached it.
+    pub reachable: bool,
+    /// What went wrong last, or the first refused entry and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The route a directory is served on.

@@ -59,6 +59,18 @@ pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
     }
     meta.insert("contentHash".into(), json!(e.placement.content_hash));
     meta.insert("keyId".into(), json!(e.placement.key_id));
+    if let Some(o) = &e.origin {
+        // Catalog metadata holds scalars only.
+        meta.insert("originUpstream".into(), json!(o.upstream));
+        meta.insert("originUrl".into(), json!(o.url));
+        meta.insert("originFetchedAt".into(), json!(o.fetched_at));
+        meta.insert("originVerified".into(), json!(o.verified));
+        m.insert(
+            "provenance".into(),
+            json!([{"relation": "copiedFrom", "sourceId": e.identifier,
+                    "sourceDigest": e.placement.content_hash}]),
+        );
+    }
     m.insert("metadata".into(), Value::Object(meta));
     m
 }

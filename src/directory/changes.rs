@@ -143,10 +143,19 @@ pub fn item(i: &Item, cursor: &Cursor) -> Value {
                 .ok()
                 .and_then(|s| RawValue::from_string(s.to_string()).ok());
             v["card"] = json!(card);
+            if let Some(o) = &e.origin {
+                v["origin"] = origin_json(o);
+            }
         }
         _ => v["updatedAt"] = json!(rfc3339(i.at)),
     }
     v
+}
+
+/// Where a federated entry came from, as the APIs show it.
+pub fn origin_json(o: &super::federation::Origin) -> Value {
+    json!({"upstream": o.upstream, "url": o.url, "fetchedAt": o.fetched_at,
+           "verified": o.verified, "via": o.via})
 }
 
 fn now() -> u64 {
@@ -194,8 +203,10 @@ async fn next_page(
     })
 }
 
-/// A page as the JSON answer: `{"changes": [...], "metadata": {"count", "nextCursor", "latest"}}`.
-pub fn page_json(page: &feed::Page) -> Value {
+/// A page as the JSON answer: `{"changes": [...], "metadata": {"count", "nextCursor",
+/// "latest", "registry"}}` (`registry`: this directory's identifier, which directories
+/// federating it add to their entries' `via`).
+pub fn page_json(page: &feed::Page, registry: &str) -> Value {
     let changes: Vec<Value> = page
         .items
         .iter()
@@ -205,6 +216,7 @@ pub fn page_json(page: &feed::Page) -> Value {
         "count": page.items.len(),
         "nextCursor": page.next.encode(),
         "latest": page.latest.encode(),
+        "registry": registry,
     }})
 }
 
@@ -292,7 +304,7 @@ pub async fn handle(
         Err(e) => return error_response(&e, mode),
     };
     if !wants_stream(headers) {
-        return json_response(200, &page_json(&first), mode);
+        return json_response(200, &page_json(&first, &site.info().identifier), mode);
     }
     let Ok(permit) = feeds.streams.clone().try_acquire_owned() else {
         let e = ApiError::unavailable("too many change streams open on this server");

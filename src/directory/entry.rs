@@ -117,6 +117,9 @@ pub struct Entry {
     token_text: Box<str>,
     /// Weight of each token (name 5, skill names and tags 3, description 2, the rest 1).
     token_weights: Box<[u8]>,
+    /// Where it came from, for an entry of another registry (federation); `None` for the
+    /// cluster's own cards.
+    pub origin: Option<Box<super::federation::Origin>>,
 }
 
 fn strings(v: &Value) -> impl Iterator<Item = &str> {
@@ -277,7 +280,20 @@ impl Entry {
             skill_names: boxed(skill_names.list),
             token_text: token_text.into_boxed_str(),
             token_weights: weights.into_boxed_slice(),
+            origin: None,
         })
+    }
+
+    /// The same entry, read from another registry: `origin` says where.
+    pub fn with_origin(mut self, origin: super::federation::Origin) -> Entry {
+        self.origin = Some(Box::new(origin));
+        self
+    }
+
+    /// The same entry under the identifier its registry gave it.
+    pub fn with_identifier(mut self, identifier: String) -> Entry {
+        self.identifier = identifier;
+        self
     }
 
     /// The values of `field` this entry matches (lower-cased, without repeats).

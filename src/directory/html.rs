@@ -207,7 +207,7 @@ fn result(site: &Site, e: &Entry) -> String {
         .collect();
     format!(
         "<li class=\"result\"><h2><a href=\"{prefix}/agents/{ns}/{name}\">{title}</a></h2>\
-<p class=\"meta\">{provider}<span class=\"host\">{host}</span></p><p class=\"desc\">{desc}</p>\
+<p class=\"meta\">{provider}<span class=\"host\">{host}</span>{origin}</p><p class=\"desc\">{desc}</p>\
 <ul class=\"chips\" aria-label=\"Skills\">{skills}</ul></li>",
         prefix = esc(&site.prefix),
         ns = esc(&url_segment(&e.placement.namespace)),
@@ -223,6 +223,11 @@ fn result(site: &Site, e: &Entry) -> String {
             format!("{} · ", esc(provider))
         },
         host = esc(&e.placement.host),
+        origin = e.origin.as_ref().map_or_else(String::new, |o| format!(
+            " · <span class=\"origin\" data-origin=\"{u}\">from {u}{v}</span>",
+            u = esc(&o.upstream),
+            v = if o.verified { " (verified)" } else { " (unverified)" }
+        )),
         desc = esc(&e.description),
     )
 }
@@ -322,6 +327,21 @@ fn facts(e: &Entry, v: &Value) -> String {
         ),
         ("Namespace", esc(&e.placement.namespace)),
         ("Card URL", link(&e.placement.url, &e.placement.url)),
+        (
+            "From",
+            e.origin.as_ref().map_or_else(String::new, |o| {
+                format!(
+                    "<span class=\"origin\" data-origin=\"{u}\">upstream {u}, read {t}, {v}</span>",
+                    u = esc(&o.upstream),
+                    t = esc(&o.fetched_at),
+                    v = if o.verified {
+                        "signature verified with its trusted keys"
+                    } else {
+                        "not verified (no trusted keys)"
+                    }
+                )
+            }),
+        ),
         (
             "Documentation",
             link(str_of(v, "documentationUrl"), str_of(v, "documentationUrl")),

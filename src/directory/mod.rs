@@ -12,6 +12,7 @@ pub mod access;
 pub mod ard;
 pub mod changes;
 pub mod entry;
+pub mod federation;
 pub mod feed;
 pub mod html;
 pub mod http;

@@ -85,7 +85,7 @@ pub fn item(e: &Entry) -> Value {
         .ok()
         .and_then(|s| RawValue::from_string(s.to_string()).ok())
         .unwrap_or_else(|| RawValue::from_string("null".into()).unwrap_or_default());
-    json!({
+    let mut v = json!({
         "card": card,
         "_meta": {"agentcard.dev/directory": {
             "identifier": e.identifier,
@@ -96,7 +96,11 @@ pub fn item(e: &Entry) -> Value {
             "keyId": e.placement.key_id,
             "updatedAt": e.placement.updated_at,
         }}
-    })
+    });
+    if let Some(o) = &e.origin {
+        v["_meta"]["agentcard.dev/directory"]["origin"] = super::changes::origin_json(o);
+    }
+    v
 }
 
 /// The envelope of a page: `{"agents": [...], "metadata": {"count", "total", "nextCursor"?}}`.

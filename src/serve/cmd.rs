@@ -94,11 +94,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     crate::contract::patterns(&args.token_audiences),
                 )));
                 let hubs = crate::hub::Hubs::start(&client);
-                tokio::spawn(source_cluster::watch_cluster(
-                    hubs,
-                    args.namespace.clone(),
-                    index.clone(),
-                ))
+                let federation = Arc::new(crate::directory::federation::Federation::default());
+                let upstreams = crate::serve::upstreams::spawn(hubs.clone(), federation.clone());
+                let (args_namespace, index_c) = (args.namespace.clone(), index.clone());
+                tokio::spawn(async move {
+                    let _upstreams = upstreams;
+                    source_cluster::watch_cluster(hubs, args_namespace, index_c, federation).await
+                })
             }
         };
         let limits = args.server.limits();

@@ -15,6 +15,7 @@ pub mod server;
 pub mod source_cluster;
 pub mod source_dir;
 pub mod target;
+pub mod upstreams;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -31,6 +31,7 @@ use kube::ResourceExt;
 use crate::contract::*;
 use crate::crd::{AgentCard, AgentDirectory, AgentDirectorySpec, ServedRoute};
 use crate::directory::entry::{Entry, Placement};
+use crate::directory::federation::{self, Federation};
 use crate::directory::feed::FeedLog;
 use crate::directory::select;
 use crate::directory::site::Site;
@@ -176,6 +177,8 @@ struct DirectoryView {
 /// The feed's view of both watches; decides what the index serves.
 struct Feed {
     index: Arc<Index>,
+    /// The directories' upstream entries (listed after the local cards).
+    federation: Arc<Federation>,
     operator_ns: String,
     /// Card ConfigMaps by `namespace/name`.
     cms: HashMap<String, CardBytes>,
@@ -203,9 +206,10 @@ struct Feed {
 }
 
 impl Feed {
-    fn new(index: Arc<Index>, operator_ns: String) -> Feed {
+    fn new(index: Arc<Index>, federation: Arc<Federation>, operator_ns: String) -> Feed {
         Feed {
             index,
+            federation,
             operator_ns,
             cms: HashMap::new(),
             cards: HashMap::new(),
@@ -468,7 +472,7 @@ impl Feed {
             let Some(host) = dir.host.clone().filter(|_| !dir.deleting) else {
                 continue;
             };
-            let listed: Vec<Arc<Entry>> = self
+            let local: Vec<Arc<Entry>> = self
                 .cards
                 .values()
                 .filter_map(|c| {
@@ -477,6 +481,10 @@ impl Feed {
                     select::listed(&dir.spec, ns_labels, c.labels()).then(|| entry.clone())
                 })
                 .collect();
+            let names: Vec<String> = dir.spec.upstreams.iter().map(|u| u.name.clone()).collect();
+            let upstream = self.federation.entries(name, &names);
+            let (listed, report) = federation::merge(local, &upstream);
+            self.federation.set_report(name, report);
             let site = Site::new(
                 name.clone(),
                 dir.uid.clone(),
@@ -594,14 +602,20 @@ enum Change {
 
 /// Keep `index` in step with the published, confirmed cards until the process ends, from the
 /// process's shared watches.
-pub async fn watch_cluster(hubs: Arc<Hubs>, operator_ns: String, index: Arc<Index>) {
+pub async fn watch_cluster(
+    hubs: Arc<Hubs>,
+    operator_ns: String,
+    index: Arc<Index>,
+    federation: Arc<Federation>,
+) {
+    let mut federated = federation.changes();
     let mut events = futures::stream::select_all([
         hubs.configmaps.subscribe().map(Change::ConfigMap).boxed(),
         hubs.cards.subscribe().map(Change::Card).boxed(),
         hubs.namespaces.subscribe().map(Change::Namespace).boxed(),
         hubs.directories.subscribe().map(Change::Directory).boxed(),
     ]);
-    let mut feed = Feed::new(index, operator_ns);
+    let mut feed = Feed::new(index, federation, operator_ns);
     let mut rebuild_at: Option<tokio::time::Instant> = None;
     loop {
         let wait = async {
@@ -626,6 +640,12 @@ pub async fn watch_cluster(hubs: Arc<Hubs>, operator_ns: String, index: Arc<Inde
                     rebuild_at = Some(tokio::time::Instant::now() + REBUILD_DELAY);
                 }
             }
+            Ok(()) = federated.changed() => {
+                feed.dirty = true;
+                if rebuild_at.is_none() {
+                    rebuild_at = Some(tokio::time::Instant::now() + REBUILD_DELAY);
+                }
+            }
             () = wait => {
                 rebuild_at = None;
                 feed.rebuild_sites();
@@ -640,7 +660,7 @@ mod tests {
     use serde_json::json;
 
     fn feed() -> Feed {
-        let mut f = Feed::new(Arc::new(Index::new()), "ops".into());
+        let mut f = Feed::new(Arc::new(Index::new()), Arc::default(), "ops".into());
         f.cms_synced = true;
         f.cards_synced = true;
         f

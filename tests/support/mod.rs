@@ -10,6 +10,7 @@ pub mod node;
 pub mod operator;
 pub mod plane;
 pub mod tools;
+pub mod upstream;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -42,6 +42,8 @@ pub const FINALIZER: &str = "agentcard.dev/directory-cleanup";
 
 /// How often a published directory is looked at again without a change.
 const RECHECK: Duration = Duration::from_secs(3600);
+/// How often a directory with upstreams reports their syncs.
+const UPSTREAMS_RECHECK: Duration = Duration::from_secs(5);
 /// How soon a directory that lost a host conflict looks again.
 const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
 
@@ -89,7 +91,15 @@ async fn reconcile_apply(dir: &AgentDirectory, ctx: &Context) -> Result<Action, 
         routing::routed(&routes, &ctx.settings.routing.parents)
     });
     let now = Time(jiff::Timestamp::now());
-    let next = status::next(dir, &outcome, listed_count(dir, ctx), routed, &now);
+    let upstreams = ctx.federation.status(&dir.name_any(), &dir.spec.upstreams);
+    let next = status::next(
+        dir,
+        &outcome,
+        listed_count(dir, ctx),
+        routed,
+        upstreams,
+        &now,
+    );
     if dir.status.as_ref() != Some(&next) {
         let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
         apply_status(&api, &dir.name_any(), &next).await?;
@@ -104,7 +114,13 @@ async fn reconcile_apply(dir: &AgentDirectory, ctx: &Context) -> Result<Action, 
     match outcome {
         Ok(_) => {
             ctx.backoff.reset(&backoff_key(dir));
-            Ok(Action::requeue(RECHECK))
+            // Upstreams are synced by every replica on their own clock: look at them again.
+            let recheck = if dir.spec.upstreams.is_empty() {
+                RECHECK
+            } else {
+                UPSTREAMS_RECHECK
+            };
+            Ok(Action::requeue(recheck))
         }
         Err(e) if e.waits_for_change() => Ok(Action::await_change()),
         Err(Error::HostConflict { .. }) => Ok(Action::requeue(CONFLICT_RECHECK)),

@@ -4,18 +4,24 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::controller::conditions::{condition, condition_with, READY, ROUTED};
+use crate::controller::conditions::{condition, condition_with, READY, ROUTED, UPSTREAMS_READY};
 use crate::controller::error::Error;
-use crate::crd::agentdirectory::DirectoryRoute;
+use crate::crd::agentdirectory::{DirectoryRoute, UpstreamStatus};
 use crate::crd::{AgentDirectory, AgentDirectoryStatus};
 
+/// How much newer an upstream's `lastSync` must be to be written when nothing else about it
+/// changed (each refresh would be a write otherwise).
+const LAST_SYNC_STEP: i64 = 300;
+
 /// The status after a reconcile of `dir` that ended with `outcome`, listing `cards`, with
-/// the Gateways' verdict `routed` (`(status, reason, message)`, HTTPRoute routing only).
+/// the Gateways' verdict `routed` (`(status, reason, message)`, HTTPRoute routing only) and
+/// its upstreams as this replica synced them.
 pub fn next(
     dir: &AgentDirectory,
     outcome: &Result<DirectoryRoute, Error>,
     cards: i64,
     routed: Option<(String, String, String)>,
+    upstreams: Vec<UpstreamStatus>,
     now: &Time,
 ) -> AgentDirectoryStatus {
     let prev = dir.status.clone().unwrap_or_default();
@@ -56,8 +62,45 @@ pub fn next(
             now,
         ));
     }
+    let upstreams = settle_last_sync(&prev.upstreams, upstreams);
+    if !dir.spec.upstreams.is_empty() {
+        let down: Vec<&str> = upstreams
+            .iter()
+            .filter(|u| !u.reachable)
+            .map(|u| u.name.as_str())
+            .collect();
+        let (ok, reason, message) = match down.as_slice() {
+            [] => (
+                true,
+                "Synced",
+                format!(
+                    "{} entries from {} upstream(s)",
+                    upstreams.iter().map(|u| u.entries).sum::<i64>(),
+                    upstreams.len()
+                ),
+            ),
+            _ => (
+                false,
+                "UpstreamUnreachable",
+                format!(
+                    "not reached at the last refresh (their last good entries stay listed): {}",
+                    down.join(", ")
+                ),
+            ),
+        };
+        conditions.push(condition(
+            &prev.conditions,
+            UPSTREAMS_READY,
+            ok,
+            reason,
+            message,
+            generation,
+            now,
+        ));
+    }
     AgentDirectoryStatus {
         observed_generation: generation,
+        upstreams,
         conditions,
         cards: if served.is_some() { cards } else { 0 },
         url: served
@@ -65,6 +108,34 @@ pub fn next(
             .map(|r| format!("https://{}/.well-known/ard.json", r.host)),
         served,
     }
+}
+
+/// `now` with each upstream's previous `lastSync` kept when nothing else about it changed and
+/// the new one is less than [`LAST_SYNC_STEP`] seconds newer.
+fn settle_last_sync(prev: &[UpstreamStatus], now: Vec<UpstreamStatus>) -> Vec<UpstreamStatus> {
+    let seconds = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_second())
+    };
+    now.into_iter()
+        .map(|mut u| {
+            if let Some(p) = prev.iter().find(|p| p.name == u.name) {
+                let same = UpstreamStatus {
+                    last_sync: p.last_sync.clone(),
+                    ..u.clone()
+                } == *p;
+                let step = match (seconds(&u.last_sync), seconds(&p.last_sync)) {
+                    (Some(new), Some(old)) => new - old,
+                    _ => i64::MAX,
+                };
+                if same && step < LAST_SYNC_STEP {
+                    u.last_sync = p.last_sync.clone();
+                }
+            }
+            u
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -92,7 +163,7 @@ mod tests {
             since: "t".into(),
         };
         let routed = Some(("True".into(), "Accepted".into(), "ok".into()));
-        let s = next(&dir(), &Ok(route), 7, routed, &now);
+        let s = next(&dir(), &Ok(route), 7, routed, vec![], &now);
         assert_eq!((s.cards, s.observed_generation), (7, Some(2)));
         assert_eq!(
             s.url.as_deref(),
@@ -109,12 +180,12 @@ mod tests {
             owner: "team/card".into(),
             why: "",
         });
-        let s = next(&dir(), &conflict, 7, None, &now);
+        let s = next(&dir(), &conflict, 7, None, vec![], &now);
         assert!(s.served.is_none() && s.url.is_none());
         assert_eq!(s.cards, 0);
         // A failure that keeps the host keeps serving the last good directory.
         let invalid = Err(Error::InvalidSpec(crate::a2a::Problems(vec![])));
-        let s = next(&dir(), &invalid, 7, None, &now);
+        let s = next(&dir(), &invalid, 7, None, vec![], &now);
         assert!(s.served.is_some());
         assert_eq!(s.cards, 7);
     }

@@ -1,0 +1,657 @@
+//! Federation on every replica: each directory's upstreams (`spec.upstreams`) read on their
+//! refresh period, into the process's [`Federation`].
+//!
+//! Data flow: [`spawn`] watches the AgentDirectories and keeps one sync task per directory
+//! and upstream (restarted when its spec changes). A task reads its upstream —
+//! `kind: AgentDirectory` by following the upstream directory's change feed from its cursor
+//! (nothing changed costs one request), `kind: ARD` by paging `GET /agents` (the first page
+//! asked with `If-None-Match`: nothing changed costs one request), each card inline or from its
+//! URL on the upstream's own origin — and turns each card into an entry with its
+//! [`Origin`], refusing what is not a card, too large, signed by no trusted key, read back
+//! from this directory itself, or past `maxEntries`. It then hands the entries that pass the
+//! `include` filters to the [`Federation`] (which wakes the site rebuild). An upstream that
+//! cannot be read, or answers garbage, changes nothing listed: its last good entries stay for
+//! `keepSeconds`, and the status says why.
+//!
+//! Safety: requests go only to the URLs the AgentDirectory names (a cluster-scoped object,
+//! written by cluster admins) and, for ARD cards, to URLs on the same origin; redirects to
+//! another origin are refused; every response is read within a size limit and a timeout.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use kube::ResourceExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::a2a::jws::verify_card;
+use crate::a2a::{AgentCard as A2aCard, Jwks};
+use crate::contract::content_hash;
+use crate::crd::agentdirectory::{Upstream, UpstreamKind};
+use crate::crd::AgentDirectory;
+use crate::directory::entry::{Entry, Placement};
+use crate::directory::federation::{Federation, Origin, Synced};
+use crate::directory::feed::card_of;
+use crate::directory::native;
+use crate::directory::query::Catalog;
+use crate::hub::Hubs;
+use crate::process::AbortOnDrop;
+
+/// Most bytes of one response (a feed page, an ARD page, a JWKS).
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// Most bytes of one card.
+pub const MAX_CARD_BYTES: usize = 256 * 1024;
+/// Time for one request.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// Changes asked for per feed page.
+const FEED_PAGE: usize = 1000;
+/// Most pages read in one refresh.
+const MAX_PAGES: usize = 1000;
+/// The media type of an A2A Agent Card entry in ARD.
+const TYPE_A2A: &str = "application/a2a-agent-card+json";
+
+/// Start syncing every directory's upstreams; stops when the handle is dropped.
+pub fn spawn(hubs: Arc<Hubs>, federation: Arc<Federation>) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(manage(hubs, federation)))
+}
+
+/// The identifier a directory's entries carry in other directories' `via` (its registry's
+/// own identifier, as its manifest says).
+pub fn registry_identifier(host: &str, name: &str) -> String {
+    format!("urn:air:{host}:agentcard-operator:{name}")
+}
+
+fn own_identifier(d: &AgentDirectory) -> String {
+    let host = d
+        .status
+        .as_ref()
+        .and_then(|s| s.served.as_ref())
+        .map_or_else(
+            || d.spec.publish.host.to_ascii_lowercase(),
+            |r| r.host.clone(),
+        );
+    registry_identifier(&host, &d.name_any())
+}
+
+/// One sync task per directory and upstream, in step with the AgentDirectories.
+async fn manage(hubs: Arc<Hubs>, federation: Arc<Federation>) {
+    let mut events = hubs.directories.subscribe();
+    let store = hubs.directories.store();
+    let mut running: HashMap<(String, String), (String, AbortOnDrop)> = HashMap::new();
+    loop {
+        let mut want: HashMap<(String, String), (String, Upstream, String)> = HashMap::new();
+        let mut dirs = HashSet::new();
+        for d in store.state() {
+            if d.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = d.name_any();
+            let own = own_identifier(&d);
+            let names: HashSet<String> = d.spec.upstreams.iter().map(|u| u.name.clone()).collect();
+            federation.retain(&name, &names);
+            dirs.insert(name.clone());
+            for u in &d.spec.upstreams {
+                let digest = serde_json::to_string(&(u, &own)).unwrap_or_default();
+                want.insert(
+                    (name.clone(), u.name.clone()),
+                    (digest, u.clone(), own.clone()),
+                );
+            }
+        }
+        federation.retain_directories(&dirs);
+        running.retain(|k, (digest, _)| want.get(k).is_some_and(|w| &w.0 == digest));
+        for (key, (digest, up, own)) in want {
+            if running.contains_key(&key) {
+                continue;
+            }
+            let task = tokio::spawn(sync(federation.clone(), key.0.clone(), own, up));
+            running.insert(key, (digest, AbortOnDrop(task)));
+        }
+        if events.next().await.is_none() {
+            return;
+        }
+    }
+}
+
+/// An HTTP client for `base`: timeouts, no proxy, redirects only within its origin.
+fn client(base: &url::Url) -> Result<reqwest::Client, String> {
+    let origin = base.origin();
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() > 5 {
+            attempt.error("more than 5 redirects")
+        } else if attempt.url().origin() != origin {
+            let to = attempt.url().to_string();
+            attempt.error(format!(
+                "a redirect to another origin ({to}) is not followed"
+            ))
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest::Client::builder()
+        .redirect(policy)
+        .timeout(TIMEOUT)
+        .connect_timeout(Duration::from_secs(5))
+        .no_proxy()
+        .build()
+        .map_err(|e| format!("building the HTTP client: {e}"))
+}
+
+/// An error and its causes, one line (reqwest's own text leaves the cause out).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// An answer read within [`MAX_RESPONSE_BYTES`]: `None` for 304.
+struct Got {
+    status: u16,
+    etag: Option<String>,
+    body: Bytes,
+}
+
+async fn get(
+    http: &reqwest::Client,
+    url: &str,
+    etag: Option<&str>,
+    max: usize,
+) -> Result<Got, String> {
+    let mut req = http
+        .get(url)
+        .header(http::header::ACCEPT, "application/json");
+    if let Some(tag) = etag {
+        req = req.header(http::header::IF_NONE_MATCH, tag);
+    }
+    let mut resp = req
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {}", chain(&e)))?;
+    let status = resp.status().as_u16();
+    let tag = resp
+        .headers()
+        .get(http::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(format!("{url}: the answer is larger than {max} bytes"));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| format!("{url}: {}", chain(&e)))?
+    {
+        body.extend_from_slice(&chunk);
+        if body.len() > max {
+            return Err(format!("{url}: the answer is larger than {max} bytes"));
+        }
+    }
+    Ok(Got {
+        status,
+        etag: tag,
+        body: Bytes::from(body),
+    })
+}
+
+/// One entry read from an upstream, or why it is refused.
+#[derive(Clone)]
+enum Read {
+    Entry(Arc<Entry>),
+    Refused(String),
+}
+
+/// What a sync task keeps between refreshes.
+#[derive(Default)]
+struct State {
+    /// The upstream's entries, by identifier.
+    items: BTreeMap<String, Read>,
+    /// Feed cursor (`kind: AgentDirectory`).
+    cursor: Option<String>,
+    /// ETag of the first ARD page, and of each card URL with its bytes.
+    first_page: Option<String>,
+    cards: HashMap<String, (String, Bytes)>,
+    /// The trusted keys and their ETag.
+    jwks: Option<(Option<String>, Arc<Jwks>)>,
+}
+
+/// Keep `dir`'s upstream `up` synced into `fed` until aborted.
+async fn sync(fed: Arc<Federation>, dir: String, own: String, up: Upstream) {
+    let refresh =
+        Duration::from_secs(u64::try_from(up.refresh_seconds.unwrap_or(60)).unwrap_or(60));
+    let keep =
+        Duration::from_secs(u64::try_from(up.keep_seconds.unwrap_or(86_400)).unwrap_or(86_400));
+    let mut state = State::default();
+    let mut failures = 0u32;
+    loop {
+        let result = refresh_once(&up, &own, &mut state).await;
+        let mut synced = fed.synced(&dir, &up.name).unwrap_or_default();
+        match result {
+            Ok(()) => {
+                let (entries, refused, first) = select(&up, &state);
+                synced = Synced {
+                    entries: Arc::new(entries),
+                    refused,
+                    first_refusal: first,
+                    last_sync: Some(jiff::Timestamp::now().to_string()),
+                    last_ok: Some(Instant::now()),
+                    reachable: true,
+                    error: None,
+                };
+                failures = 0;
+            }
+            Err(e) => {
+                tracing::warn!(directory = %dir, upstream = %up.name, error = %e, "upstream not read");
+                synced.reachable = false;
+                synced.error = Some(e);
+                if synced.last_ok.is_none_or(|t| t.elapsed() > keep) {
+                    synced.entries = Arc::default();
+                }
+                failures = failures.saturating_add(1);
+            }
+        }
+        fed.set(&dir, &up.name, synced);
+        let wait = match failures {
+            0 => refresh,
+            n => refresh.min(Duration::from_secs(1u64 << n.min(5))),
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+async fn refresh_once(up: &Upstream, own: &str, state: &mut State) -> Result<(), String> {
+    let base = url::Url::parse(&up.url).map_err(|e| format!("url: {e}"))?;
+    let http = client(&base)?;
+    if let Some(jwks_url) = &up.trust.jwks_url {
+        let held = state.jwks.as_ref().and_then(|(tag, _)| tag.clone());
+        let got = get(&http, jwks_url, held.as_deref(), MAX_RESPONSE_BYTES).await?;
+        match got.status {
+            304 if state.jwks.is_some() => {}
+            200 => {
+                let jwks = Jwks::from_slice(&got.body)
+                    .map_err(|e| format!("{jwks_url}: not a JWKS: {e}"))?;
+                state.jwks = Some((got.etag, Arc::new(jwks)));
+            }
+            s => return Err(format!("{jwks_url}: HTTP {s}")),
+        }
+    }
+    match up.kind {
+        UpstreamKind::AgentDirectory => read_feed(&http, up, own, state).await,
+        UpstreamKind::Ard => read_ard(&http, &base, up, state).await,
+    }
+}
+
+/// A change as an upstream directory's feed gives it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FeedChange {
+    #[serde(rename = "type")]
+    kind: String,
+    identifier: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    updated_at: Option<String>,
+    #[serde(default)]
+    card: Option<Box<RawValue>>,
+    #[serde(default)]
+    origin: Option<FeedOrigin>,
+}
+
+#[derive(Deserialize)]
+struct FeedOrigin {
+    #[serde(default)]
+    via: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct FeedPage {
+    changes: Vec<FeedChange>,
+    metadata: FeedMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FeedMeta {
+    next_cursor: String,
+    #[serde(default)]
+    registry: Option<String>,
+}
+
+/// Follow the upstream directory's change feed from the cursor until a page is empty; from
+/// the start again (into a fresh set) when the cursor expired.
+async fn read_feed(
+    http: &reqwest::Client,
+    up: &Upstream,
+    own: &str,
+    state: &mut State,
+) -> Result<(), String> {
+    let base = up.url.trim_end_matches('/');
+    let mut fresh: Option<BTreeMap<String, Read>> = None;
+    for _ in 0..MAX_PAGES {
+        let url = match &state.cursor {
+            Some(c) => format!("{base}/v1/changes?limit={FEED_PAGE}&since={c}"),
+            None => format!("{base}/v1/changes?limit={FEED_PAGE}"),
+        };
+        let got = get(http, &url, None, MAX_RESPONSE_BYTES).await?;
+        if got.status == 410 && state.cursor.is_some() {
+            // Expired: read everything again, and replace the set only once it is read.
+            state.cursor = None;
+            fresh = Some(BTreeMap::new());
+            continue;
+        }
+        if got.status != 200 {
+            return Err(format!("{url}: HTTP {}", got.status));
+        }
+        let page: FeedPage = serde_json::from_slice(&got.body)
+            .map_err(|e| format!("{url}: not a change feed page: {e}"))?;
+        let items = fresh.as_mut().unwrap_or(&mut state.items);
+        let registry = page
+            .metadata
+            .registry
+            .clone()
+            .unwrap_or_else(|| up.url.clone());
+        let empty = page.changes.is_empty();
+        for c in page.changes {
+            match c.kind.as_str() {
+                "delete" => {
+                    items.remove(&c.identifier);
+                }
+                "upsert" => {
+                    let mut via = c.origin.map(|o| o.via).unwrap_or_default();
+                    via.push(registry.clone());
+                    let read = if via.iter().any(|v| v == own) {
+                        Read::Refused(format!(
+                            "{}: this directory's own entry, read back",
+                            c.identifier
+                        ))
+                    } else {
+                        let bytes = c.card.map(|r| Bytes::from(r.get().to_string()));
+                        entry_of(
+                            up,
+                            &c.identifier,
+                            bytes,
+                            &c.namespace,
+                            &c.name,
+                            c.url,
+                            c.updated_at,
+                            via,
+                            state.jwks.as_ref().map(|j| &*j.1),
+                        )
+                    };
+                    items.insert(c.identifier, read);
+                }
+                _ => {}
+            }
+        }
+        state.cursor = Some(page.metadata.next_cursor);
+        if empty {
+            if let Some(set) = fresh {
+                state.items = set;
+            }
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "{base}: more than {MAX_PAGES} pages in one refresh"
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ArdPage {
+    items: Vec<ArdEntry>,
+    #[serde(default)]
+    page_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ArdEntry {
+    identifier: String,
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    data: Option<Box<RawValue>>,
+    #[serde(default)]
+    updated_at: Option<String>,
+}
+
+/// Page the ARD registry's `GET /agents`; nothing when its first page is unchanged.
+async fn read_ard(
+    http: &reqwest::Client,
+    base: &url::Url,
+    up: &Upstream,
+    state: &mut State,
+) -> Result<(), String> {
+    let root = up.url.trim_end_matches('/');
+    let mut token: Option<String> = None;
+    let mut items = BTreeMap::new();
+    for page_no in 0..MAX_PAGES {
+        let mut url = format!("{root}/agents?pageSize=100");
+        if let Some(t) = &token {
+            url.push_str("&pageToken=");
+            url.push_str(&url::form_urlencoded::byte_serialize(t.as_bytes()).collect::<String>());
+        }
+        let etag = if page_no == 0 {
+            state.first_page.clone()
+        } else {
+            None
+        };
+        let got = get(http, &url, etag.as_deref(), MAX_RESPONSE_BYTES).await?;
+        if got.status == 304 && page_no == 0 && etag.is_some() {
+            return Ok(());
+        }
+        if got.status != 200 {
+            return Err(format!("{url}: HTTP {}", got.status));
+        }
+        if page_no == 0 {
+            state.first_page = got.etag.clone();
+        }
+        let page: ArdPage = serde_json::from_slice(&got.body)
+            .map_err(|e| format!("{url}: not an ARD list response: {e}"))?;
+        for e in page.items {
+            let read = ard_entry(http, base, up, &e, state).await;
+            items.insert(e.identifier, read);
+        }
+        match page.page_token.filter(|t| !t.is_empty()) {
+            Some(t) => token = Some(t),
+            None => {
+                state.items = items;
+                return Ok(());
+            }
+        }
+    }
+    Err(format!(
+        "{root}: more than {MAX_PAGES} pages in one refresh"
+    ))
+}
+
+/// One ARD entry: its card inline, or read from its URL on the upstream's origin.
+async fn ard_entry(
+    http: &reqwest::Client,
+    base: &url::Url,
+    up: &Upstream,
+    e: &ArdEntry,
+    state: &mut State,
+) -> Read {
+    if e.kind != TYPE_A2A {
+        return Read::Refused(format!(
+            "{}: type {:?} is not an A2A Agent Card",
+            e.identifier, e.kind
+        ));
+    }
+    let (namespace, name) = card_of(&e.identifier);
+    let via = vec![up.url.clone()];
+    let jwks = state.jwks.as_ref().map(|j| j.1.clone());
+    if let Some(data) = &e.data {
+        let bytes = Bytes::from(data.get().to_string());
+        return entry_of(
+            up,
+            &e.identifier,
+            Some(bytes),
+            namespace,
+            name,
+            None,
+            e.updated_at.clone(),
+            via,
+            jwks.as_deref(),
+        );
+    }
+    let Some(card_url) = &e.url else {
+        return Read::Refused(format!("{}: neither url nor data", e.identifier));
+    };
+    let same_origin = url::Url::parse(card_url).is_ok_and(|u| u.origin() == base.origin());
+    if !same_origin {
+        return Read::Refused(format!(
+            "{}: its card URL {card_url} is not on the upstream's origin",
+            e.identifier
+        ));
+    }
+    let held = state.cards.get(card_url).cloned();
+    let got = get(
+        http,
+        card_url,
+        held.as_ref().map(|h| h.0.as_str()),
+        MAX_CARD_BYTES,
+    )
+    .await;
+    let bytes = match got {
+        Ok(g) if g.status == 304 && held.is_some() => held.map(|h| h.1),
+        Ok(g) if g.status == 200 => {
+            if let Some(tag) = g.etag.clone() {
+                state.cards.insert(card_url.clone(), (tag, g.body.clone()));
+            }
+            Some(g.body)
+        }
+        Ok(g) => return Read::Refused(format!("{}: {card_url}: HTTP {}", e.identifier, g.status)),
+        Err(why) => return Read::Refused(format!("{}: {why}", e.identifier)),
+    };
+    entry_of(
+        up,
+        &e.identifier,
+        bytes,
+        namespace,
+        name,
+        Some(card_url.clone()),
+        e.updated_at.clone(),
+        via,
+        jwks.as_deref(),
+    )
+}
+
+/// The entry of a card read from `up`, or why it is refused: not a card, too large, or (with
+/// trusted keys) signed by none of them.
+#[allow(clippy::too_many_arguments)]
+fn entry_of(
+    up: &Upstream,
+    identifier: &str,
+    bytes: Option<Bytes>,
+    namespace: &str,
+    name: &str,
+    url: Option<String>,
+    updated_at: Option<String>,
+    via: Vec<String>,
+    jwks: Option<&Jwks>,
+) -> Read {
+    let Some(bytes) = bytes else {
+        return Read::Refused(format!("{identifier}: the upsert carries no card"));
+    };
+    if bytes.len() > MAX_CARD_BYTES {
+        return Read::Refused(format!(
+            "{identifier}: the card is larger than {MAX_CARD_BYTES} bytes"
+        ));
+    }
+    let card = match A2aCard::from_json_lenient(&bytes) {
+        Ok(c) => c,
+        Err(e) => return Read::Refused(format!("{identifier}: not an Agent Card: {e}")),
+    };
+    let verified = match (jwks, &up.trust.jwks_url) {
+        (Some(jwks), Some(jwks_url)) => match verify_card(&card, jwks) {
+            Ok(_) => true,
+            Err(e) => {
+                return Read::Refused(format!(
+                    "{identifier}: no signature verifies with {jwks_url}: {e}"
+                ))
+            }
+        },
+        _ => false,
+    };
+    let host = identifier.split(':').nth(2).unwrap_or_default().to_string();
+    let card_url = url.unwrap_or_else(|| up.url.clone());
+    let placement = Placement {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        host,
+        url: card_url.clone(),
+        content_hash: content_hash(&bytes),
+        key_id: String::new(),
+        updated_at: updated_at.unwrap_or_default(),
+    };
+    let Some(entry) = Entry::build(placement, bytes) else {
+        return Read::Refused(format!("{identifier}: not a JSON object"));
+    };
+    let origin = Origin {
+        upstream: up.name.clone(),
+        url: card_url,
+        fetched_at: jiff::Timestamp::now().to_string(),
+        verified,
+        via,
+    };
+    Read::Entry(Arc::new(
+        entry
+            .with_identifier(identifier.to_string())
+            .with_origin(origin),
+    ))
+}
+
+/// The entries to list (those the `include` filters select, the first `maxEntries` by
+/// identifier), how many were refused, and the first refusal.
+fn select(up: &Upstream, state: &State) -> (Vec<Arc<Entry>>, usize, Option<String>) {
+    let mut refused = 0;
+    let mut first = None;
+    let mut entries = Vec::new();
+    for read in state.items.values() {
+        match read {
+            Read::Entry(e) => entries.push(e.clone()),
+            Read::Refused(why) => {
+                refused += 1;
+                first.get_or_insert_with(|| why.clone());
+            }
+        }
+    }
+    if !up.include.is_empty() {
+        match native::request(&up.include, false) {
+            Ok(r) => {
+                let catalog = Catalog::build(entries);
+                entries = catalog.list(&r.query, None, None, usize::MAX).items;
+            }
+            Err(e) => {
+                return (Vec::new(), refused, Some(format!("include: {}", e.message)));
+            }
+        }
+    }
+    let max = usize::try_from(up.max_entries.unwrap_or(10_000)).unwrap_or(10_000);
+    if entries.len() > max {
+        refused += entries.len() - max;
+        first.get_or_insert_with(|| {
+            format!("{} entries past maxEntries ({max})", entries.len() - max)
+        });
+        entries.truncate(max);
+    }
+    (entries, refused, first)
+}
