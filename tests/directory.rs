@@ -1111,10 +1111,10 @@ async fn converge(
     if let Some(a) = auth {
         headers.push(("Authorization", a));
     }
-    // A new directory's feed is recorded by the lease holder within a few seconds.
+    // A new directory is served, and its feed recorded by the lease holder, within seconds.
     wait_for(within, || {
         std::future::ready(
-            support::http::request(addr, "GET", "/v1/changes", &headers).status != 503,
+            support::http::request(addr, "GET", "/v1/changes", &headers).status == 200,
         )
     })
     .await

@@ -70,10 +70,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Federation {
-    /// Record upstream `upstream` of directory `dir` as just synced.
+    /// Record upstream `upstream` of directory `dir` as just synced; the sites are rebuilt
+    /// only when its entries changed (a refresh that found nothing new costs no rebuild).
     pub fn set(&self, dir: &str, upstream: &str, synced: Synced) {
-        lock(&self.synced).insert((dir.to_string(), upstream.to_string()), synced);
-        self.changed.send_modify(|n| *n += 1);
+        let key = (dir.to_string(), upstream.to_string());
+        let old = lock(&self.synced).insert(key, synced.clone());
+        let same = old.is_some_and(|o| {
+            o.entries.len() == synced.entries.len()
+                && o.entries
+                    .iter()
+                    .zip(synced.entries.iter())
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+        });
+        if !same {
+            self.changed.send_modify(|n| *n += 1);
+        }
     }
 
     /// Forget upstreams of `dir` not in `keep` (no longer in its spec, or `dir` gone).

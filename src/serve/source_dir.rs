@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use crate::contract::{content_hash, KEY_JWKS, PATH_CARD};
 use crate::crd::AccessMode;
 use crate::directory::entry::{Entry, Placement};
+use crate::directory::feed::FeedLog;
 use crate::directory::site::Site;
 use crate::index::{CardEntry, Index, Published};
 
@@ -73,6 +74,27 @@ pub fn static_site(index: &Index, host: &str) -> Site {
     )
 }
 
+/// Record the directory's changes in its change-feed log, kept in memory: this process is
+/// its only writer (a restart starts a new log, and earlier cursors expire).
+fn record_changes(index: &Index, site: &Site) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let held = index.feed(&site.name);
+    let base = held
+        .as_deref()
+        .cloned()
+        .unwrap_or_else(|| FeedLog::new(format!("{:x}-{}", now, std::process::id())));
+    match base.advance(site.catalog.entries(), FEED_RETENTION, now) {
+        Some(next) => index.set_feed(&site.name, Arc::new(next)),
+        None if held.is_none() => index.set_feed(&site.name, Arc::new(base)),
+        None => {}
+    }
+}
+
+/// Deletes the in-memory change feed keeps.
+const FEED_RETENTION: usize = 100_000;
+
 /// Scan `dir` forever, keeping `index` in step with its files (and, with `directory_host`, a
 /// directory of them).
 pub async fn watch_dir(
@@ -97,6 +119,7 @@ pub async fn watch_dir(
                 seen = s;
                 if let Some(host) = directory_host.as_deref().filter(|_| changed) {
                     let site = static_site(&index, host);
+                    record_changes(&index, &site);
                     index.set_sites(HashMap::from([(host.to_string(), Arc::new(site))]));
                 }
                 index.mark_ready();

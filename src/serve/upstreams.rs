@@ -223,20 +223,45 @@ struct State {
     jwks: Option<(Option<String>, Arc<Jwks>)>,
 }
 
+/// One upstream's reader: what it keeps between refreshes.
+pub struct Reader {
+    up: Upstream,
+    own: String,
+    state: State,
+}
+
+impl Reader {
+    /// A reader of `up` for the directory whose registry identifier is `own`.
+    pub fn new(up: Upstream, own: String) -> Reader {
+        Reader {
+            up,
+            own,
+            state: State::default(),
+        }
+    }
+
+    /// Read what changed upstream; the entries to list, how many were refused, the first
+    /// refusal.
+    pub async fn refresh(&mut self) -> Result<(Vec<Arc<Entry>>, usize, Option<String>), String> {
+        refresh_once(&self.up, &self.own, &mut self.state).await?;
+        Ok(select(&self.up, &self.state))
+    }
+}
+
 /// Keep `dir`'s upstream `up` synced into `fed` until aborted.
 async fn sync(fed: Arc<Federation>, dir: String, own: String, up: Upstream) {
     let refresh =
         Duration::from_secs(u64::try_from(up.refresh_seconds.unwrap_or(60)).unwrap_or(60));
     let keep =
         Duration::from_secs(u64::try_from(up.keep_seconds.unwrap_or(86_400)).unwrap_or(86_400));
-    let mut state = State::default();
+    let name = up.name.clone();
+    let mut reader = Reader::new(up, own);
     let mut failures = 0u32;
     loop {
-        let result = refresh_once(&up, &own, &mut state).await;
-        let mut synced = fed.synced(&dir, &up.name).unwrap_or_default();
+        let result = reader.refresh().await;
+        let mut synced = fed.synced(&dir, &name).unwrap_or_default();
         match result {
-            Ok(()) => {
-                let (entries, refused, first) = select(&up, &state);
+            Ok((entries, refused, first)) => {
                 synced = Synced {
                     entries: Arc::new(entries),
                     refused,
@@ -249,7 +274,7 @@ async fn sync(fed: Arc<Federation>, dir: String, own: String, up: Upstream) {
                 failures = 0;
             }
             Err(e) => {
-                tracing::warn!(directory = %dir, upstream = %up.name, error = %e, "upstream not read");
+                tracing::warn!(directory = %dir, upstream = %name, error = %e, "upstream not read");
                 synced.reachable = false;
                 synced.error = Some(e);
                 if synced.last_ok.is_none_or(|t| t.elapsed() > keep) {
@@ -258,7 +283,7 @@ async fn sync(fed: Arc<Federation>, dir: String, own: String, up: Upstream) {
                 failures = failures.saturating_add(1);
             }
         }
-        fed.set(&dir, &up.name, synced);
+        fed.set(&dir, &name, synced);
         let wait = match failures {
             0 => refresh,
             n => refresh.min(Duration::from_secs(1u64 << n.min(5))),
