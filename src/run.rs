@@ -256,7 +256,11 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         index.clone(),
         federation.clone(),
     ));
-    let _upstreams = crate::serve::upstreams::spawn(hubs.clone(), federation.clone());
+    let _upstreams = crate::serve::upstreams::spawn(
+        hubs.clone(),
+        federation.clone(),
+        kube::Api::namespaced(client.clone(), &args.namespace),
+    );
     let failed = Arc::new(AtomicBool::new(false));
     let servers = bind_servers(&args, &client, index.clone(), &metrics, &failed).await?;
     let config = controller_config(&args, &identity)?;

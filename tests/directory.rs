@@ -1671,16 +1671,29 @@ async fn federation_refuses_what_it_cannot_trust_and_loses_nothing_local() {
     let claim = support::upstream::Canned::start(page(b1_id.clone(), a1_bytes.clone()));
     let keys = support::upstream::Proxy::start(p.op.server.addr, &host("a1"));
     let jwks_url = format!("http://{}/.well-known/jwks.json", keys.addr);
+    // The same keys in a Secret of the operator's namespace (trust.jwks).
+    let jwks_secret = format!("trusted-jwks-{t}");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": jwks_secret},
+        "stringData": {"jwks.json": String::from_utf8(p.get(&host("a1"), "/.well-known/jwks.json").body).unwrap()}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(p.admin.clone(), &p.opns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
     let mut spec = directory(&bdir, &bhost, sel(&b.ns));
     spec["spec"]["upstreams"] = json!([
         {"name": "big", "url": format!("http://{}", big.addr), "refreshSeconds": 5},
         {"name": "redirect", "url": format!("http://{}", redirect.addr), "refreshSeconds": 5},
         {"name": "forged", "url": format!("http://{}", forged.addr), "refreshSeconds": 5, "trust": {"jwksUrl": jwks_url}},
         {"name": "claim", "url": format!("http://{}", claim.addr), "refreshSeconds": 5},
+        {"name": "forged-secret", "url": format!("http://{}", forged.addr), "refreshSeconds": 5, "trust": {"jwks": {"name": jwks_secret}}},
     ]);
     apply_directory(&p, &spec).await;
     let d = wait_upstreams(&p, &bdir, "every hostile upstream judged", |u| {
-        u.len() == 4
+        u.len() == 5
+            && u[4].refused == 1
             && !u[0].reachable
             && !u[1].reachable
             && u[2].reachable
@@ -1698,6 +1711,13 @@ async fn federation_refuses_what_it_cannot_trust_and_loses_nothing_local() {
         message(2)
     );
     assert!(message(3).contains(&b1_id), "{}", message(3));
+    assert!(
+        message(4).contains(&format!(
+            "no signature verifies with the trusted keys (Secret {jwks_secret})"
+        )),
+        "{}",
+        message(4)
+    );
     assert_eq!(upstreams_ready(&d).as_deref(), Some("False"));
     // Nothing local lost: B lists its own card, with its own bytes.
     wait_listed(&p, &bhost, &["b1"]).await;

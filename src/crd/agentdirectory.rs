@@ -113,9 +113,11 @@ pub enum UpstreamKind {
     Ard,
 }
 
-/// Whose signatures an upstream's cards must carry.
+/// Whose signatures an upstream's cards must carry: the keys at `jwksUrl` or in the `jwks`
+/// Secret (at most one), or none (absent: cards are listed `verified: false`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.jwksUrl) && has(self.jwks))").message("trust: at most one of jwksUrl and jwks"))]
 pub struct Trust {
     /// A JWKS URL (fetched like the upstream): a card with no signature that verifies with
     /// its keys is not listed. Absent: cards are listed unverified (`verified: false`).
@@ -123,6 +125,21 @@ pub struct Trust {
     #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#@]+(/[^?#]*)?$')").message("must be an http(s) URL"))]
     #[schemars(length(max = 2048))]
     pub jwks_url: Option<String>,
+    /// A JWKS held in a Secret of the operator's namespace (the chart must name it in
+    /// `federation.trustSecrets`, so the operator may read it). Used like `jwksUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks: Option<SecretKeyRef>,
+}
+
+/// A key of a Secret in the operator's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key holding the JWKS (default `jwks.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// Where a directory is served.

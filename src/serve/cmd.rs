@@ -95,7 +95,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 )));
                 let hubs = crate::hub::Hubs::start(&client);
                 let federation = Arc::new(crate::directory::federation::Federation::default());
-                let upstreams = crate::serve::upstreams::spawn(hubs.clone(), federation.clone());
+                let upstreams = crate::serve::upstreams::spawn(
+                    hubs.clone(),
+                    federation.clone(),
+                    kube::Api::namespaced(client.clone(), &args.namespace),
+                );
                 let (args_namespace, index_c) = (args.namespace.clone(), index.clone());
                 tokio::spawn(async move {
                     let _upstreams = upstreams;

@@ -53,9 +53,14 @@ const MAX_PAGES: usize = 1000;
 /// The media type of an A2A Agent Card entry in ARD.
 const TYPE_A2A: &str = "application/a2a-agent-card+json";
 
-/// Start syncing every directory's upstreams; stops when the handle is dropped.
-pub fn spawn(hubs: Arc<Hubs>, federation: Arc<Federation>) -> AbortOnDrop {
-    AbortOnDrop(tokio::spawn(manage(hubs, federation)))
+/// Start syncing every directory's upstreams; stops when the handle is dropped. `secrets`
+/// reads trusted JWKS Secrets (the operator's namespace).
+pub fn spawn(
+    hubs: Arc<Hubs>,
+    federation: Arc<Federation>,
+    secrets: kube::Api<k8s_openapi::api::core::v1::Secret>,
+) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(manage(hubs, federation, secrets)))
 }
 
 /// The identifier a directory's entries carry in other directories' `via` (its registry's
@@ -77,7 +82,11 @@ fn own_identifier(d: &AgentDirectory) -> String {
 }
 
 /// One sync task per directory and upstream, in step with the AgentDirectories.
-async fn manage(hubs: Arc<Hubs>, federation: Arc<Federation>) {
+async fn manage(
+    hubs: Arc<Hubs>,
+    federation: Arc<Federation>,
+    secrets: kube::Api<k8s_openapi::api::core::v1::Secret>,
+) {
     let mut events = hubs.directories.subscribe();
     let store = hubs.directories.store();
     let mut running: HashMap<(String, String), (String, AbortOnDrop)> = HashMap::new();
@@ -107,7 +116,8 @@ async fn manage(hubs: Arc<Hubs>, federation: Arc<Federation>) {
             if running.contains_key(&key) {
                 continue;
             }
-            let task = tokio::spawn(sync(federation.clone(), key.0.clone(), own, up));
+            let reader = Reader::new(up, own).with_secrets(secrets.clone());
+            let task = tokio::spawn(sync(federation.clone(), key.0.clone(), reader));
             running.insert(key, (digest, AbortOnDrop(task)));
         }
         if events.next().await.is_none() {
@@ -228,6 +238,7 @@ pub struct Reader {
     up: Upstream,
     own: String,
     state: State,
+    secrets: Option<kube::Api<k8s_openapi::api::core::v1::Secret>>,
 }
 
 impl Reader {
@@ -237,25 +248,35 @@ impl Reader {
             up,
             own,
             state: State::default(),
+            secrets: None,
         }
+    }
+
+    /// Read `trust.jwks` Secrets with `secrets`.
+    pub fn with_secrets(mut self, secrets: kube::Api<k8s_openapi::api::core::v1::Secret>) -> Self {
+        self.secrets = Some(secrets);
+        self
     }
 
     /// Read what changed upstream; the entries to list, how many were refused, the first
     /// refusal.
     pub async fn refresh(&mut self) -> Result<(Vec<Arc<Entry>>, usize, Option<String>), String> {
+        if let Some(r) = &self.up.trust.jwks {
+            self.state.jwks = Some((None, Arc::new(secret_jwks(self.secrets.as_ref(), r).await?)));
+        }
         refresh_once(&self.up, &self.own, &mut self.state).await?;
         Ok(select(&self.up, &self.state))
     }
 }
 
 /// Keep `dir`'s upstream `up` synced into `fed` until aborted.
-async fn sync(fed: Arc<Federation>, dir: String, own: String, up: Upstream) {
+async fn sync(fed: Arc<Federation>, dir: String, mut reader: Reader) {
+    let up = &reader.up;
     let refresh =
         Duration::from_secs(u64::try_from(up.refresh_seconds.unwrap_or(60)).unwrap_or(60));
     let keep =
         Duration::from_secs(u64::try_from(up.keep_seconds.unwrap_or(86_400)).unwrap_or(86_400));
     let name = up.name.clone();
-    let mut reader = Reader::new(up, own);
     let mut failures = 0u32;
     loop {
         let result = reader.refresh().await;
@@ -290,6 +311,25 @@ async fn sync(fed: Arc<Federation>, dir: String, own: String, up: Upstream) {
         };
         tokio::time::sleep(wait).await;
     }
+}
+
+/// The JWKS of a `trust.jwks` Secret.
+async fn secret_jwks(
+    secrets: Option<&kube::Api<k8s_openapi::api::core::v1::Secret>>,
+    r: &crate::crd::agentdirectory::SecretKeyRef,
+) -> Result<Jwks, String> {
+    let api = secrets.ok_or("trust.jwks: this process cannot read Secrets")?;
+    let key = r.key.as_deref().unwrap_or("jwks.json");
+    let secret = api
+        .get(&r.name)
+        .await
+        .map_err(|e| format!("trust.jwks: reading Secret {}: {e}", r.name))?;
+    let bytes = secret
+        .data
+        .and_then(|d| d.get(key).cloned())
+        .ok_or_else(|| format!("trust.jwks: Secret {} has no key {key}", r.name))?;
+    Jwks::from_slice(&bytes.0)
+        .map_err(|e| format!("trust.jwks: Secret {}/{key}: not a JWKS: {e}", r.name))
 }
 
 async fn refresh_once(up: &Upstream, own: &str, state: &mut State) -> Result<(), String> {
@@ -605,16 +645,20 @@ fn entry_of(
         Ok(c) => c,
         Err(e) => return Read::Refused(format!("{identifier}: not an Agent Card: {e}")),
     };
-    let verified = match (jwks, &up.trust.jwks_url) {
-        (Some(jwks), Some(jwks_url)) => match verify_card(&card, jwks) {
+    let verified = match jwks {
+        Some(jwks) => match verify_card(&card, jwks) {
             Ok(_) => true,
             Err(e) => {
+                let keys = up.trust.jwks_url.clone().unwrap_or_else(|| {
+                    let name = up.trust.jwks.as_ref().map_or("", |r| r.name.as_str());
+                    format!("Secret {name}")
+                });
                 return Read::Refused(format!(
-                    "{identifier}: no signature verifies with {jwks_url}: {e}"
-                ))
+                    "{identifier}: no signature verifies with the trusted keys ({keys}): {e}"
+                ));
             }
         },
-        _ => false,
+        None => false,
     };
     let host = identifier.split(':').nth(2).unwrap_or_default().to_string();
     let card_url = url.unwrap_or_else(|| up.url.clone());
