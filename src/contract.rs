@@ -14,6 +14,11 @@ pub const CONTENT_JWKS: &str = "jwks";
 /// [`LABEL_CONTENT`] value of a directory's change-feed log (in the operator's namespace,
 /// written by the lease holder; its directory named by [`ANN_DIRECTORY`]).
 pub const CONTENT_FEED: &str = "feed";
+/// [`LABEL_CONTENT`] value of a further part of a change-feed log (named by
+/// [`ANN_FEED_PART`]).
+pub const CONTENT_FEED_PART: &str = "feed-part";
+/// Annotation on a change-feed log part: its number (1..).
+pub const ANN_FEED_PART: &str = "agentcard.dev/feed-part";
 /// `binaryData` key of the change-feed log (gzip'd JSON).
 pub const KEY_FEED: &str = "feed.json.gz";
 /// Label selector for every ConfigMap the card server reads.

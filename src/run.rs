@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// the oldest kept gets 410 and re-lists.
     #[arg(long, default_value_t = 100_000)]
     feed_retention: usize,
+    /// Most bytes (compressed) of each ConfigMap a directory's change-feed log is kept in; a
+    /// larger log is split over more.
+    #[arg(long, default_value_t = crate::directory::feed::PART_BYTES)]
+    feed_part_bytes: usize,
     /// The Service the Ingresses route to (in front of this server).
     #[arg(long, default_value = "agentcard-operator")]
     service_name: String,
@@ -277,6 +281,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         failed,
         index,
         feed_retention: args.feed_retention,
+        feed_part_bytes: args.feed_part_bytes,
         federation,
     }
     .lead(identity, args.namespace.clone(), args.lease_duration, stop);
@@ -306,6 +311,8 @@ struct Leader {
     index: Arc<Index>,
     /// Tombstones each change feed keeps.
     feed_retention: usize,
+    /// Most bytes of each ConfigMap of a change-feed log.
+    feed_part_bytes: usize,
     /// The directories' upstreams as this process syncs them.
     federation: Arc<crate::directory::federation::Federation>,
 }
@@ -337,6 +344,7 @@ impl Leader {
                 self.index.clone(),
                 self.config.settings.operator_namespace.clone(),
                 self.feed_retention,
+                self.feed_part_bytes.max(256),
             );
             let reconcile = controller::run(
                 self.client.clone(),

@@ -1137,7 +1137,10 @@ async fn converge(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feed_follower_ends_with_what_is_listed_across_a_restart_and_a_hand_over() {
-    let mut p = Platform::start(&[]).await;
+    // Small parts: the log is kept in several ConfigMaps, assembled by each replica.
+    let mut p = Platform::start(&["--feed-part-bytes", "1024"]).await;
+    let mut flags = support::cluster::OPERATOR_FLAGS.to_vec();
+    flags.extend(["--feed-part-bytes", "1024"]);
     let t = rand_tag();
     let team = Tenant::new(&p, &format!("feed-{t}")).await;
     let dname = format!("feed-{t}");
@@ -1151,7 +1154,7 @@ async fn a_feed_follower_ends_with_what_is_listed_across_a_restart_and_a_hand_ov
         support::cluster::kubeconfig(),
         &p.opns,
         None,
-        support::cluster::OPERATOR_FLAGS,
+        &flags,
     );
     let mut follower = Follower::default();
     wait_for(Duration::from_secs(15), || {
@@ -1162,15 +1165,18 @@ async fn a_feed_follower_ends_with_what_is_listed_across_a_restart_and_a_hand_ov
 
     let mut rng = dircards::Rng(0xfeed);
     let cards: Api<agentcard_operator::crd::AgentCard> = Api::namespaced(p.admin.clone(), &team.ns);
-    let names: Vec<String> = (0..40).map(|i| format!("a{i}")).collect();
+    // A deleted name is not used again: a card re-created under a name whose ConfigMap the
+    // garbage collector has not removed yet waits for it (see the note on name reuse).
+    let mut names: Vec<String> = (0..40).map(|i| format!("a{i}")).collect();
     let mut live: BTreeSet<String> = BTreeSet::new();
     let mut replicas = vec![p.op.server.addr, second.server.addr];
     for op in 0..1000 {
-        let name = &names[rng.below(names.len())];
+        let slot = rng.below(names.len());
+        let name = &names[slot].clone();
         if live.contains(name) && rng.below(4) == 0 {
-            // It may be gone already (an apply to a card being deleted succeeds).
-            let _ = cards.delete(name, &DeleteParams::default()).await;
+            cards.delete(name, &DeleteParams::default()).await.unwrap();
             live.remove(name);
+            names[slot] = format!("a{slot}-{op}");
         } else {
             let mut c = card(name, &format!("{name}-{t}.open.test"), "");
             c["spec"]["card"]["description"] = json!(format!("Version {op}."));
@@ -1189,7 +1195,7 @@ async fn a_feed_follower_ends_with_what_is_listed_across_a_restart_and_a_hand_ov
                 support::cluster::kubeconfig(),
                 &p.opns,
                 None,
-                support::cluster::OPERATOR_FLAGS,
+                &flags,
             );
             replicas = vec![p.op.server.addr, second.server.addr];
         }
@@ -1212,7 +1218,20 @@ async fn a_feed_follower_ends_with_what_is_listed_across_a_restart_and_a_hand_ov
         Duration::from_secs(120),
     )
     .await;
-    assert!(!follower.have.is_empty(), "something is listed at the end");
+    assert!(
+        !follower.have.is_empty(),
+        "nothing is listed at the end:\n{}",
+        tail(&second.logs())
+    );
+    let parts = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(p.admin.clone(), &p.opns)
+        .list(&kube::api::ListParams::default().labels("agentcard.dev/content=feed-part"))
+        .await
+        .unwrap();
+    assert!(
+        !parts.items.is_empty(),
+        "the log was kept in one ConfigMap only"
+    );
+    println!("the log is kept in {} ConfigMaps", parts.items.len() + 1);
     // A new follower from the start gets the same set.
     let mut fresh = Follower::default();
     fresh.catch_up(second.server.addr, &dhost, None, false);

@@ -21,7 +21,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 
 use crate::contract::*;
-use crate::directory::feed::{FeedLog, MAX_PERSISTED_BYTES};
+use crate::directory::feed::{FeedLog, MAX_PARTS};
 use crate::directory::site::Site;
 use crate::index::Index;
 
@@ -38,7 +38,8 @@ const IDLE_ROUND: Duration = Duration::from_secs(30);
 /// The name of directory `dir`'s log ConfigMap.
 pub fn configmap_name(dir: &str) -> String {
     let name = format!("agentcard-feed-{dir}");
-    if name.len() <= 253 {
+    // Room for the parts' `-<n>`.
+    if name.len() <= 240 {
         return name;
     }
     let digest = content_hash(dir.as_bytes());
@@ -47,8 +48,16 @@ pub fn configmap_name(dir: &str) -> String {
 
 /// Keep every directory's log persisted while this process holds the lease (runs until
 /// aborted).
-pub async fn run(client: Client, index: Arc<Index>, namespace: String, retention: usize) {
+pub async fn run(
+    client: Client,
+    index: Arc<Index>,
+    namespace: String,
+    retention: usize,
+    part_bytes: usize,
+) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    // The content hash of each part this process wrote last (`(directory, part)`).
+    let mut parts: HashMap<(String, usize), String> = HashMap::new();
     let mut changes = index.changes();
     // Per directory, the site and log last found in step: the same again needs no round.
     let mut done: HashMap<String, (usize, u64)> = HashMap::new();
@@ -65,7 +74,8 @@ pub async fn run(client: Client, index: Arc<Index>, namespace: String, retention
                 if done.get(&site.name) == Some(&mark) {
                     continue;
                 }
-                match persist(&api, &index, site, retention).await {
+                let limits = (retention, part_bytes);
+                match persist(&api, &index, site, limits, &mut parts).await {
                     Ok(()) => {
                         let last = index.feed(&site.name).map_or(0, |l| l.last_seq);
                         done.insert(site.name.clone(), (mark.0, last));
@@ -97,12 +107,14 @@ fn new_epoch(dir: &str) -> String {
     digest[digest.len() - 12..].to_string()
 }
 
-/// Record and write `site`'s changes, if any.
+/// Record and write `site`'s changes, if any: the parts that changed, then the head (with
+/// the precondition), whose part hashes make readers wait for the parts of this write.
 async fn persist(
     api: &Api<ConfigMap>,
     index: &Index,
     site: &Site,
-    retention: usize,
+    (retention, part_bytes): (usize, usize),
+    written_parts: &mut HashMap<(String, usize), String>,
 ) -> Result<(), String> {
     if site.uid.is_empty() {
         return Ok(());
@@ -119,14 +131,29 @@ async fn persist(
         (None, false) => base,
         (None, true) => return Ok(()),
     };
-    let Some(bytes) = next.encode_within(MAX_PERSISTED_BYTES) else {
+    let Some(encoded) = next.encode_parts(part_bytes) else {
         return Err(format!(
-            "{} listed entries do not fit in one ConfigMap ({MAX_PERSISTED_BYTES} bytes compressed)",
+            "{} logged entries do not fit in {MAX_PARTS} ConfigMaps of {part_bytes} bytes",
             next.len()
         ));
     };
-    let cm = configmap(site, bytes, next.resource_version.clone());
+    next.parts = encoded.parts.len() + 1;
     let name = configmap_name(&site.name);
+    let params = PatchParams::apply(MANAGER).force();
+    for (i, bytes) in encoded.parts.into_iter().enumerate() {
+        let key = (site.name.clone(), i + 1);
+        let hash = content_hash(&bytes);
+        if written_parts.get(&key) == Some(&hash) {
+            continue;
+        }
+        let part = configmap(site, Some(i + 1), bytes, None);
+        let part_name = format!("{name}-{}", i + 1);
+        api.patch(&part_name, &params, &Patch::Apply(&part))
+            .await
+            .map_err(|e| format!("writing ConfigMap {part_name}: {e}"))?;
+        written_parts.insert(key, hash);
+    }
+    let cm = configmap(site, None, encoded.head, next.resource_version.clone());
     let written = if held.is_none() {
         match api.create(&PostParams::default(), &cm).await {
             Ok(cm) => cm,
@@ -135,7 +162,6 @@ async fn persist(
             Err(e) => return Err(format!("creating ConfigMap {name}: {e}")),
         }
     } else {
-        let params = PatchParams::apply(MANAGER).force();
         match api.patch(&name, &params, &Patch::Apply(&cm)).await {
             Ok(cm) => cm,
             // Written since it was read (or gone): the watch brings the newer state.
@@ -148,15 +174,34 @@ async fn persist(
     Ok(())
 }
 
-/// The log's ConfigMap; `resource_version` is the write's precondition.
-fn configmap(site: &Site, bytes: Vec<u8>, resource_version: Option<String>) -> ConfigMap {
+/// The log's head ConfigMap (`part` `None`; `resource_version` is the write's precondition)
+/// or its part `part`.
+fn configmap(
+    site: &Site,
+    part: Option<usize>,
+    bytes: Vec<u8>,
+    resource_version: Option<String>,
+) -> ConfigMap {
+    let base = configmap_name(&site.name);
+    let (name, content, annotations) = match part {
+        None => (
+            base,
+            CONTENT_FEED,
+            serde_json::json!({ANN_DIRECTORY: site.name}),
+        ),
+        Some(i) => (
+            format!("{base}-{i}"),
+            CONTENT_FEED_PART,
+            serde_json::json!({ANN_DIRECTORY: site.name, ANN_FEED_PART: i.to_string()}),
+        ),
+    };
     let mut cm: ConfigMap = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": configmap_name(&site.name),
-            "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_FEED},
-            "annotations": {ANN_DIRECTORY: site.name},
+            "name": name,
+            "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: content},
+            "annotations": annotations,
         },
     }))
     .unwrap_or_default();

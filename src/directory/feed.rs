@@ -29,8 +29,9 @@ use serde::{Deserialize, Serialize};
 use super::entry::Entry;
 use crate::contract::content_hash;
 
-/// Most bytes of a persisted log, compressed (a ConfigMap holds at most 1 MiB).
-pub const MAX_PERSISTED_BYTES: usize = 900 * 1024;
+/// Most bytes of one persisted part of a log, compressed, by default (a ConfigMap holds at
+/// most 1 MiB).
+pub const PART_BYTES: usize = 900 * 1024;
 
 /// How long a replica waits for its own catalog to hold an upsert's version before it moves
 /// on with what it holds (a card whose bytes it cannot read would stall its feed otherwise).
@@ -92,21 +93,82 @@ pub struct FeedLog {
     /// The ConfigMap's `resourceVersion` this log was read from (the precondition of the
     /// next write); `None` for a log not yet persisted.
     pub resource_version: Option<String>,
+    /// Parts the log was last persisted in (a write keeps at least as many).
+    pub parts: usize,
     by_seq: BTreeMap<u64, Change>,
     by_id: HashMap<Arc<str>, u64>,
     tombstones: usize,
 }
 
-/// The persisted form.
+/// One persisted change: `[identifier, seq, version (16 hex digits) or null, at]`.
+type Row = (String, u64, Option<String>, u64);
+
+/// The persisted head: the log's position and part 0's changes, and the content hash of each
+/// further part (its ConfigMap), so a reader assembles only parts of the same write.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Persisted {
+struct Head {
     epoch: String,
     horizon: u64,
     last_seq: u64,
-    /// `[identifier, seq, version (16 hex digits) or null, at]`, by seq.
-    changes: Vec<(String, u64, Option<String>, u64)>,
+    #[serde(default)]
+    parts: Vec<String>,
+    changes: Vec<Row>,
 }
+
+/// A further part: the changes of the identifiers it holds.
+#[derive(Serialize, Deserialize)]
+struct Part {
+    epoch: String,
+    changes: Vec<Row>,
+}
+
+/// A log as written: the head, and parts 1.. (each within the size asked).
+#[derive(Debug)]
+pub struct Encoded {
+    /// The head (part 0).
+    pub head: Vec<u8>,
+    /// Parts 1.., in order.
+    pub parts: Vec<Vec<u8>>,
+}
+
+/// Which part of `n` holds `identifier`.
+fn part_of(identifier: &str, n: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in identifier.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    // FNV's low bits mix poorly: fold the high half in.
+    let h = h ^ (h >> 29) ^ (h >> 47);
+    usize::try_from(h % n.max(1) as u64).unwrap_or(0)
+}
+
+fn gzip(v: &impl Serialize) -> Vec<u8> {
+    let json = serde_json::to_vec(v).unwrap_or_default();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    // Writing to a Vec cannot fail.
+    let _ = gz.write_all(&json);
+    gz.finish().unwrap_or_default()
+}
+
+fn gunzip<T: serde::de::DeserializeOwned>(bytes: &[u8], max_json: u64) -> Result<T, String> {
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .take(max_json)
+        .read_to_end(&mut json)
+        .map_err(|e| format!("not gzip: {e}"))?;
+    serde_json::from_slice(&json).map_err(|e| format!("not a feed log: {e}"))
+}
+
+/// A part's name in the head: 16 hex digits of its content hash (the head lists every part).
+fn part_hash(bytes: &[u8]) -> String {
+    let d = content_hash(bytes);
+    d[d.len().saturating_sub(16)..].to_string()
+}
+
+/// Most parts a log is split into.
+pub const MAX_PARTS: usize = 256;
 
 impl FeedLog {
     /// An empty log named `epoch`.
@@ -228,73 +290,99 @@ impl FeedLog {
         Some(next)
     }
 
-    /// Drop tombstones, oldest first, until the persisted form fits in `max` bytes; `None`
-    /// when the listed entries alone do not fit.
-    pub fn encode_within(&mut self, max: usize) -> Option<Vec<u8>> {
-        loop {
-            let bytes = self.encode();
-            if bytes.len() <= max {
-                return Some(bytes);
+    /// The persisted form in as few parts as keep each within `max` bytes (at least
+    /// `self.parts`, doubling as needed); `None` past [`MAX_PARTS`].
+    pub fn encode_parts(&self, max: usize) -> Option<Encoded> {
+        let mut n = self.parts.max(1);
+        while n <= MAX_PARTS {
+            let mut rows: Vec<Vec<Row>> = vec![Vec::new(); n];
+            for c in self.by_seq.values() {
+                rows[part_of(&c.identifier, n)].push((
+                    c.identifier.to_string(),
+                    c.seq,
+                    c.version.map(|v| format!("{v:016x}")),
+                    c.at,
+                ));
             }
-            if self.tombstones == 0 {
-                return None;
-            }
-            // Drop about a tenth of the tombstones (at least one) and try again.
-            let keep = self.tombstones - (self.tombstones / 10).max(1);
-            self.trim(keep);
-        }
-    }
-
-    /// The persisted form: gzip'd JSON.
-    pub fn encode(&self) -> Vec<u8> {
-        let persisted = Persisted {
-            epoch: self.epoch.clone(),
-            horizon: self.horizon,
-            last_seq: self.last_seq,
-            changes: self
-                .by_seq
-                .values()
-                .map(|c| {
-                    (
-                        c.identifier.to_string(),
-                        c.seq,
-                        c.version.map(|v| format!("{v:016x}")),
-                        c.at,
-                    )
+            let mut rows = rows.into_iter();
+            let first = rows.next().unwrap_or_default();
+            let parts: Vec<Vec<u8>> = rows
+                .map(|changes| {
+                    gzip(&Part {
+                        epoch: self.epoch.clone(),
+                        changes,
+                    })
                 })
-                .collect(),
-        };
-        let json = serde_json::to_vec(&persisted).unwrap_or_default();
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        // Writing to a Vec cannot fail.
-        let _ = gz.write_all(&json);
-        gz.finish().unwrap_or_default()
+                .collect();
+            let head = gzip(&Head {
+                epoch: self.epoch.clone(),
+                horizon: self.horizon,
+                last_seq: self.last_seq,
+                parts: parts.iter().map(|p| part_hash(p)).collect(),
+                changes: first,
+            });
+            if head.len() <= max && parts.iter().all(|p| p.len() <= max) {
+                return Some(Encoded { head, parts });
+            }
+            n *= 2;
+        }
+        None
     }
 
-    /// Read a persisted log (at most `max_json` bytes once decompressed).
+    /// The persisted form in one part.
+    pub fn encode(&self) -> Vec<u8> {
+        self.encode_parts(usize::MAX)
+            .map(|e| e.head)
+            .unwrap_or_default()
+    }
+
+    /// Read a persisted log in one part (at most `max_json` bytes once decompressed).
     pub fn decode(bytes: &[u8], max_json: u64) -> Result<FeedLog, String> {
-        let mut json = Vec::new();
-        flate2::read::GzDecoder::new(bytes)
-            .take(max_json)
-            .read_to_end(&mut json)
-            .map_err(|e| format!("not gzip: {e}"))?;
-        let p: Persisted =
-            serde_json::from_slice(&json).map_err(|e| format!("not a feed log: {e}"))?;
-        let mut log = FeedLog::new(p.epoch);
-        log.horizon = p.horizon;
-        log.last_seq = p.last_seq;
-        for (id, seq, version, at) in p.changes {
-            if seq > p.last_seq || seq <= p.horizon {
+        FeedLog::decode_parts(bytes, |_| None, max_json)
+    }
+
+    /// Read a persisted log: its head, and each further part `part(i)` gives (`i` from 1);
+    /// an error when one is missing or not the one the head names (of another write: a
+    /// reader waits for the rest), or when anything is malformed. At most `max_json` bytes
+    /// each, once decompressed.
+    pub fn decode_parts(
+        head: &[u8],
+        part: impl Fn(usize) -> Option<bytes::Bytes>,
+        max_json: u64,
+    ) -> Result<FeedLog, String> {
+        let h: Head = gunzip(head, max_json)?;
+        let mut log = FeedLog::new(h.epoch.clone());
+        log.horizon = h.horizon;
+        log.last_seq = h.last_seq;
+        log.parts = h.parts.len() + 1;
+        log.add_rows(h.changes)?;
+        for (i, want) in h.parts.iter().enumerate() {
+            let bytes = part(i + 1).ok_or_else(|| format!("part {} not read yet", i + 1))?;
+            if part_hash(&bytes) != *want {
+                return Err(format!("part {} is not the one the head names", i + 1));
+            }
+            let p: Part = gunzip(&bytes, max_json)?;
+            if p.epoch != h.epoch {
+                return Err(format!("part {} is of another log", i + 1));
+            }
+            log.add_rows(p.changes)?;
+        }
+        Ok(log)
+    }
+
+    fn add_rows(&mut self, rows: Vec<Row>) -> Result<(), String> {
+        for (id, seq, version, at) in rows {
+            if seq > self.last_seq || seq <= self.horizon {
                 return Err(format!(
                     "change {seq} outside ({}, {}]",
-                    p.horizon, p.last_seq
+                    self.horizon, self.last_seq
                 ));
             }
             let id: Arc<str> = id.into();
             if version.is_none() {
-                log.tombstones += 1;
+                self.tombstones += 1;
             }
-            if log.by_id.insert(id.clone(), seq).is_some() {
+            if self.by_id.insert(id.clone(), seq).is_some() {
                 return Err(format!("{id} logged twice"));
             }
             let version = match version {
@@ -310,11 +398,11 @@ impl FeedLog {
                 version,
                 at,
             };
-            if log.by_seq.insert(seq, change).is_some() {
+            if self.by_seq.insert(seq, change).is_some() {
                 return Err(format!("sequence number {seq} used twice"));
             }
         }
-        Ok(log)
+        Ok(())
     }
 }
 
@@ -659,13 +747,45 @@ mod tests {
         assert_eq!(back.by_seq, log.by_seq);
         assert_eq!(back.tombstones, 10);
         assert!(FeedLog::decode(b"not gzip", 1 << 20).is_err());
-        // A budget too small for the tombstones drops the oldest; for the listed, nothing fits.
-        let mut trimmed = log.clone();
-        let full = log.encode().len();
-        let bytes = trimmed.encode_within(full - 20).unwrap();
-        assert!(bytes.len() <= full - 20);
-        assert!(trimmed.horizon > 0 && trimmed.tombstones < 10);
-        assert!(trimmed.clone().encode_within(10).is_none());
+        // A size limit splits it into parts, read back only all together.
+        let split = log.encode_parts(700).unwrap();
+        assert!(!split.parts.is_empty(), "{} part", split.parts.len() + 1);
+        assert!(split.parts.iter().all(|p| p.len() <= 700) && split.head.len() <= 700);
+        let part = |i: usize| {
+            split
+                .parts
+                .get(i - 1)
+                .map(|b| bytes::Bytes::from(b.clone()))
+        };
+        let back = FeedLog::decode_parts(&split.head, part, 1 << 20).unwrap();
+        assert_eq!(back.by_seq, log.by_seq);
+        assert_eq!(back.parts, split.parts.len() + 1);
+        // Another write's part, or one not read yet: not assembled.
+        let missing = FeedLog::decode_parts(
+            &split.head,
+            |i| if i == 1 { None } else { part(i) },
+            1 << 20,
+        );
+        assert!(missing.unwrap_err().contains("part 1 not read yet"));
+        let edited = log.advance(&entries[20..], 100, 7).unwrap();
+        let other = edited.encode_parts(700).unwrap();
+        let mixed = FeedLog::decode_parts(
+            &split.head,
+            |i| {
+                Some(bytes::Bytes::from(
+                    other
+                        .parts
+                        .get(i - 1)
+                        .or(split.parts.get(i - 1))
+                        .unwrap()
+                        .clone(),
+                ))
+            },
+            1 << 20,
+        );
+        assert!(mixed.is_err());
+        // A log persisted in parts stays in at least as many.
+        assert!(back.encode_parts(usize::MAX).unwrap().parts.len() >= split.parts.len());
     }
 
     #[test]

@@ -194,8 +194,13 @@ struct Feed {
     namespaces: HashMap<String, BTreeMap<String, String>>,
     /// AgentDirectories by name.
     directories: HashMap<String, DirectoryView>,
-    /// Change-feed log ConfigMaps (`namespace/name`) and the directory each is for.
-    feeds: HashMap<String, String>,
+    /// Change-feed log ConfigMaps (`namespace/name`): the directory each is for, and which
+    /// part (`None`: the head).
+    feed_sources: HashMap<String, (String, Option<usize>)>,
+    /// Each directory's log head and its resourceVersion.
+    feed_heads: HashMap<String, (Bytes, Option<String>)>,
+    /// Further parts of the logs, by directory and number.
+    feed_parts: HashMap<(String, usize), Bytes>,
     /// Something a directory lists changed since the last rebuild.
     dirty: bool,
     relist_cms: Option<HashSet<String>>,
@@ -217,7 +222,9 @@ impl Feed {
             entries: None,
             namespaces: HashMap::new(),
             directories: HashMap::new(),
-            feeds: HashMap::new(),
+            feed_sources: HashMap::new(),
+            feed_heads: HashMap::new(),
+            feed_parts: HashMap::new(),
             dirty: false,
             relist_cms: None,
             relist_cards: None,
@@ -373,31 +380,74 @@ impl Feed {
                 }
             }
             Some(CONTENT_FEED) if cm.namespace().as_deref() == Some(self.operator_ns.as_str()) => {
-                self.apply_feed(&cm)
+                self.apply_feed(&cm, None)
+            }
+            Some(CONTENT_FEED_PART)
+                if cm.namespace().as_deref() == Some(self.operator_ns.as_str()) =>
+            {
+                match cm
+                    .seen
+                    .annotation(ANN_FEED_PART)
+                    .and_then(|p| p.parse().ok())
+                {
+                    Some(part) => self.apply_feed(&cm, Some(part)),
+                    None => self.remove_cm(&cm),
+                }
             }
             _ => self.remove_cm(&cm),
         }
     }
 
-    /// A directory's persisted change-feed log (written by the lease holder, in the
-    /// operator's namespace only): read into the index. One that cannot be read leaves the
-    /// last one read in place.
-    fn apply_feed(&mut self, cm: &SeenConfigMap) {
-        let Some(dir) = cm.seen.annotation(ANN_DIRECTORY) else {
+    /// A directory's persisted change-feed log, its head (`part` `None`) or a further part
+    /// (written by the lease holder, in the operator's namespace only): read into the index
+    /// once the head and every part it names are here. Until then, and when they cannot be
+    /// read, the last log read stays.
+    fn apply_feed(&mut self, cm: &SeenConfigMap, part: Option<usize>) {
+        let (Some(dir), Some(bytes)) = (cm.seen.annotation(ANN_DIRECTORY), cm.bytes(KEY_FEED))
+        else {
             return;
         };
-        let Some(bytes) = cm.bytes(KEY_FEED) else {
+        let dir = dir.to_string();
+        self.feed_sources.insert(source(cm), (dir.clone(), part));
+        match part {
+            None => {
+                let rv = cm.metadata.resource_version.clone();
+                self.feed_heads.insert(dir.clone(), (bytes.clone(), rv));
+            }
+            Some(i) => {
+                self.feed_parts.insert((dir.clone(), i), bytes.clone());
+            }
+        }
+        self.assemble_feed(&dir);
+    }
+
+    fn assemble_feed(&mut self, dir: &str) {
+        let Some((head, rv)) = self.feed_heads.get(dir) else {
             return;
         };
-        match FeedLog::decode(bytes, MAX_FEED_JSON) {
+        let part = |i: usize| self.feed_parts.get(&(dir.to_string(), i)).cloned();
+        match FeedLog::decode_parts(head, part, MAX_FEED_JSON) {
             Ok(mut log) => {
-                log.resource_version = cm.metadata.resource_version.clone();
-                self.feeds.insert(source(cm), dir.to_string());
+                log.resource_version = rv.clone();
                 self.index.set_feed(dir, Arc::new(log));
             }
             Err(e) => {
-                tracing::warn!(configmap = %source(cm), error = %e, "unreadable change-feed log")
+                tracing::debug!(directory = %dir, reason = %e, "change-feed log not assembled yet")
             }
+        }
+    }
+
+    /// Forget the change-feed ConfigMap `src`, if it was one.
+    fn remove_feed_part(&mut self, src: &str) {
+        match self.feed_sources.remove(src) {
+            Some((dir, None)) => {
+                self.feed_heads.remove(&dir);
+                self.index.remove_feed(&dir);
+            }
+            Some((dir, Some(i))) => {
+                self.feed_parts.remove(&(dir, i));
+            }
+            None => {}
         }
     }
 
@@ -409,9 +459,7 @@ impl Feed {
         {
             self.index.set_jwks(None);
         }
-        if let Some(dir) = self.feeds.remove(&source(cm)) {
-            self.index.remove_feed(&dir);
-        }
+        self.remove_feed_part(&source(cm));
         self.cms.remove(&source(cm));
     }
 
@@ -519,14 +567,15 @@ impl Feed {
             Event::InitDone => {
                 if let Some(seen) = self.relist_cms.take() {
                     self.cms.retain(|s, _| seen.contains(s));
-                    let index = &self.index;
-                    self.feeds.retain(|s, dir| {
-                        let keep = seen.contains(s);
-                        if !keep {
-                            index.remove_feed(dir);
-                        }
-                        keep
-                    });
+                    let gone: Vec<String> = self
+                        .feed_sources
+                        .keys()
+                        .filter(|s| !seen.contains(*s))
+                        .cloned()
+                        .collect();
+                    for src in gone {
+                        self.remove_feed_part(&src);
+                    }
                 }
                 self.cms_synced = true;
                 self.mark_ready();
