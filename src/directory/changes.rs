@@ -164,7 +164,8 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The caller's namespaces for a page of `log` after `since` (`None` in public mode).
+/// The caller's namespaces for a page of `log` after `since` (`None` in public mode): asked
+/// about every namespace the log names.
 async fn visibility(
     site: &Site,
     log: &FeedLog,
@@ -172,19 +173,11 @@ async fn visibility(
     authorizer: Option<&Authorizer>,
     authorization: Option<&str>,
 ) -> Result<Option<HashSet<String>>, ApiError> {
-    match site.mode {
-        AccessMode::Public => Ok(None),
-        AccessMode::Kubernetes => {
-            let authorizer = authorizer.ok_or_else(|| {
-                ApiError::internal("this server cannot check Kubernetes identities")
-            })?;
-            let namespaces = feed::namespaces(log, since.map_or(0, |c| c.seq));
-            authorizer
-                .visible(authorization, &namespaces)
-                .await
-                .map(Some)
-        }
-    }
+    let namespaces = match site.mode {
+        AccessMode::Public => Default::default(),
+        AccessMode::Kubernetes => feed::namespaces(log, since.map_or(0, |c| c.seq)),
+    };
+    super::http::visibility(site.mode, authorizer, authorization, &namespaces).await
 }
 
 /// One page: the items with their cursors, and where the client is after it.
@@ -424,13 +417,7 @@ impl Stream {
 mod tests {
     use super::*;
 
-    fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<String>> {
-        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (k, v) in pairs {
-            m.entry(k.to_string()).or_default().push(v.to_string());
-        }
-        m
-    }
+    use crate::directory::tests::params;
 
     #[test]
     fn parameters_name_what_is_wrong() {

@@ -544,14 +544,28 @@ async fn caller_visibility(
     authorizer: Option<&Authorizer>,
     headers: &HeaderMap,
 ) -> Result<Option<std::collections::HashSet<String>>, ApiError> {
-    match site.mode {
+    let auth = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+    visibility(site.mode, authorizer, auth, &site.namespaces).await
+}
+
+/// Which of `namespaces` the holder of `authorization` may see in access `mode` (`None`:
+/// every one, Public mode).
+pub(super) async fn visibility(
+    mode: AccessMode,
+    authorizer: Option<&Authorizer>,
+    authorization: Option<&str>,
+    namespaces: &std::collections::BTreeSet<String>,
+) -> Result<Option<std::collections::HashSet<String>>, ApiError> {
+    match mode {
         AccessMode::Public => Ok(None),
         AccessMode::Kubernetes => {
             let authorizer = authorizer.ok_or_else(|| {
                 ApiError::internal("this server cannot check Kubernetes identities")
             })?;
-            let auth = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-            authorizer.visible(auth, &site.namespaces).await.map(Some)
+            authorizer
+                .visible(authorization, namespaces)
+                .await
+                .map(Some)
         }
     }
 }

@@ -85,3 +85,17 @@ impl ApiError {
             .unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    /// Query parameters as the HTTP layer parses them, from `(key, value)` pairs.
+    pub fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<String>> {
+        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (k, v) in pairs {
+            m.entry(k.to_string()).or_default().push(v.to_string());
+        }
+        m
+    }
+}

@@ -133,13 +133,7 @@ pub fn facets(counts: &BTreeMap<Field, Buckets>, total: usize) -> Value {
 mod tests {
     use super::*;
 
-    fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<String>> {
-        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (k, v) in pairs {
-            m.entry(k.to_string()).or_default().push(v.to_string());
-        }
-        m
-    }
+    use crate::directory::tests::params;
 
     #[test]
     fn parameters_are_checked_by_name() {
