@@ -1603,6 +1603,24 @@ async fn a_directory_federates_another_through_its_change_feed() {
     })
     .await;
     assert!(ok.is_ok(), "B serves A's edited card");
+    // The ARD views agree: a1 with its new content hash, a2 gone.
+    let a2_id = format!("urn:air:{}:{}:a2", host("a2"), a.ns);
+    let edited_hash = json_of(&get(&p, &bhost, &format!("/v1/agents/{}/a1", a.ns), &[]))["_meta"]
+        ["agentcard.dev/directory"]["contentHash"]
+        .clone();
+    let ard = json_of(&get(&p, &bhost, "/agents", &[]));
+    let ids: Vec<&str> = ard["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["identifier"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&a1_id.as_str()) && !ids.contains(&a2_id.as_str()),
+        "{ids:?}"
+    );
+    let one = json_of(&get(&p, &bhost, &format!("/agents/{a1_id}"), &[]));
+    assert_eq!(one["metadata"]["contentHash"], edited_hash, "{one}");
     converge(
         &mut follower,
         p.op.server.addr,
@@ -1613,6 +1631,11 @@ async fn a_directory_federates_another_through_its_change_feed() {
     )
     .await;
     assert_eq!(follower.have.len(), 2);
+    assert!(!follower.have.contains_key(&a2_id));
+    assert_eq!(
+        Some(&follower.have[&a1_id]),
+        edited_hash.as_str().map(str::to_string).as_ref()
+    );
 
     // A unreachable: B keeps the entries and says so.
     feed.stop();

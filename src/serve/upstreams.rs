@@ -724,3 +724,70 @@ fn select(up: &Upstream, state: &State) -> (Vec<Arc<Entry>>, usize, Option<Strin
     }
     (entries, refused, first)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(name: &str, tag: &str) -> Read {
+        let body = format!(
+            r#"{{"name":"{name}","description":"d","skills":[{{"id":"s","name":"S","tags":["{tag}"]}}]}}"#
+        );
+        let placement = Placement {
+            namespace: "t".into(),
+            name: name.into(),
+            host: format!("{name}.example"),
+            ..Placement::default()
+        };
+        Read::Entry(Arc::new(
+            Entry::build(placement, Bytes::from(body)).unwrap(),
+        ))
+    }
+
+    fn upstream(include: &[(&str, &str)], max: Option<i64>) -> Upstream {
+        Upstream {
+            name: "u".into(),
+            url: "http://u.example".into(),
+            include: crate::directory::tests::params(include),
+            max_entries: max,
+            ..Upstream::default()
+        }
+    }
+
+    #[test]
+    fn include_filters_then_max_entries_then_refusals_are_counted() {
+        let mut state = State::default();
+        for (name, tag) in [
+            ("a", "public"),
+            ("b", "internal"),
+            ("c", "public"),
+            ("d", "public"),
+        ] {
+            state
+                .items
+                .insert(format!("urn:air:{name}.example:t:{name}"), read(name, tag));
+        }
+        state.items.insert(
+            "urn:air:x:t:x".into(),
+            Read::Refused("x: not an Agent Card".into()),
+        );
+        let names = |v: &[Arc<Entry>]| {
+            v.iter()
+                .map(|e| e.placement.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let (all, refused, first) = select(&upstream(&[], None), &state);
+        assert_eq!(names(&all), ["a", "b", "c", "d"]);
+        assert_eq!(
+            (refused, first.as_deref()),
+            (1, Some("x: not an Agent Card"))
+        );
+        let (public, _, _) = select(&upstream(&[("tag", "public")], None), &state);
+        assert_eq!(names(&public), ["a", "c", "d"]);
+        let (two, refused, _) = select(&upstream(&[("tag", "public")], Some(2)), &state);
+        assert_eq!(names(&two), ["a", "c"]);
+        assert_eq!(refused, 2, "the refused card and one past maxEntries");
+        let (none, _, why) = select(&upstream(&[("colour", "red")], None), &state);
+        assert!(none.is_empty() && why.unwrap().starts_with("include: colour"));
+    }
+}
