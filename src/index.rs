@@ -149,6 +149,8 @@ pub struct Index {
     feeds: RwLock<HashMap<String, Arc<FeedLog>>>,
     /// Bumped when sites or feed logs change (feed streams and the log writer wait on it).
     changed: tokio::sync::watch::Sender<u64>,
+    /// Bumped each time the sites are replaced.
+    sites_version: std::sync::atomic::AtomicU64,
     ready: AtomicBool,
     /// The host whose cards answer requests for a host with none of its own (`serve
     /// --fallback-host`: an agent serving its card by whatever name or address it is reached).
@@ -230,7 +232,13 @@ impl Index {
     /// Replace every directory site (by host).
     pub fn set_sites(&self, sites: HashMap<String, Arc<Site>>) {
         *self.sites.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(sites);
+        self.sites_version.fetch_add(1, Ordering::AcqRel);
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// How many times the sites were replaced (a site seen at one version is the same at it).
+    pub fn sites_version(&self) -> u64 {
+        self.sites_version.load(Ordering::Acquire)
     }
 
     /// Every directory site.

@@ -59,24 +59,27 @@ pub async fn run(
     // The content hash of each part this process wrote last (`(directory, part)`).
     let mut parts: HashMap<(String, usize), String> = HashMap::new();
     let mut changes = index.changes();
-    // Per directory, the site and log last found in step: the same again needs no round.
-    let mut done: HashMap<String, (usize, u64)> = HashMap::new();
+    // Per directory, the sites' version and the log last found in step: the same again needs
+    // no round.
+    let mut done: HashMap<String, (u64, u64)> = HashMap::new();
     tokio::time::sleep(SETTLE).await;
     loop {
         if index.is_ready() {
+            // The version first: sites replaced meanwhile have a higher one, and are looked at
+            // in the next round.
+            let version = index.sites_version();
             let sites = index.sites();
             done.retain(|name, _| sites.values().any(|s| &s.name == name));
             for site in sites.values() {
-                let mark = (
-                    Arc::as_ptr(site) as usize,
-                    index.feed(&site.name).map_or(0, |l| l.last_seq),
-                );
+                let mark = (version, index.feed(&site.name).map_or(0, |l| l.last_seq));
                 if done.get(&site.name) == Some(&mark) {
                     continue;
                 }
                 let limits = (retention, part_bytes);
                 match persist(&api, &index, site, limits, &mut parts).await {
-                    Ok(()) => {
+                    // Written since it was read: the round is made again from the newer log.
+                    Ok(false) => {}
+                    Ok(true) => {
                         let last = index.feed(&site.name).map_or(0, |l| l.last_seq);
                         done.insert(site.name.clone(), (mark.0, last));
                     }
@@ -109,15 +112,17 @@ fn new_epoch(dir: &str) -> String {
 
 /// Record and write `site`'s changes, if any: the parts that changed, then the head (with
 /// the precondition), whose part hashes make readers wait for the parts of this write.
+/// `false` when the log was written by another since it was read (the round is to be made
+/// again).
 async fn persist(
     api: &Api<ConfigMap>,
     index: &Index,
     site: &Site,
     (retention, part_bytes): (usize, usize),
     written_parts: &mut HashMap<(String, usize), String>,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     if site.uid.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     let held = index.feed(&site.name);
     let base = held
@@ -129,7 +134,7 @@ async fn persist(
         (Some(next), _) => next,
         // A directory listing nothing still gets a log (clients get a cursor).
         (None, false) => base,
-        (None, true) => return Ok(()),
+        (None, true) => return Ok(true),
     };
     let Some(encoded) = next.encode_parts(part_bytes) else {
         return Err(format!(
@@ -158,20 +163,20 @@ async fn persist(
         match api.create(&PostParams::default(), &cm).await {
             Ok(cm) => cm,
             // One exists that this replica has not read yet: its watch brings it.
-            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
             Err(e) => return Err(format!("creating ConfigMap {name}: {e}")),
         }
     } else {
         match api.patch(&name, &params, &Patch::Apply(&cm)).await {
             Ok(cm) => cm,
             // Written since it was read (or gone): the watch brings the newer state.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => return Ok(false),
             Err(e) => return Err(format!("writing ConfigMap {name}: {e}")),
         }
     };
     next.resource_version = written.metadata.resource_version;
     index.set_feed(&site.name, Arc::new(next));
-    Ok(())
+    Ok(true)
 }
 
 /// The log's head ConfigMap (`part` `None`; `resource_version` is the write's precondition)

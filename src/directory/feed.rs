@@ -37,6 +37,10 @@ pub const PART_BYTES: usize = 900 * 1024;
 /// on with what it holds (a card whose bytes it cannot read would stall its feed otherwise).
 pub const CATCH_UP_SECONDS: u64 = 10;
 
+/// How long a replica that holds no entry at all for a logged upsert waits before it moves on
+/// (the upsert then carries no card).
+pub const CATCH_UP_ABSENT_SECONDS: u64 = 120;
+
 /// One logged change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Change {
@@ -536,7 +540,14 @@ pub fn page(
         let fresh = found
             .as_ref()
             .is_some_and(|e| Some(version_of(e)) == c.version);
-        if fresh || now.saturating_sub(c.at) > CATCH_UP_SECONDS {
+        // Another version here moves on after a while with what this replica serves; none
+        // at all waits longer (it is most likely deleted, and the log will say so soon).
+        let wait = if found.is_some() {
+            CATCH_UP_SECONDS
+        } else {
+            CATCH_UP_ABSENT_SECONDS
+        };
+        if fresh || now.saturating_sub(c.at) > wait {
             Some(found)
         } else {
             None
@@ -800,8 +811,11 @@ mod tests {
         let p2 = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 101).unwrap();
         assert!(p2.items.is_empty());
         assert_eq!(p2.next, p.next);
-        // Long after, it moves on with what it has (nothing for b).
-        let late = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 200).unwrap();
+        // Holding no entry for b, it waits longer than for another version of it, then moves
+        // on with what it has (nothing for b).
+        let soon = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 115).unwrap();
+        assert!(soon.items.is_empty());
+        let late = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 300).unwrap();
         assert_eq!(late.items.len(), 1);
         assert!(late.items[0].upsert && late.items[0].entry.is_none());
         assert_eq!(late.next, late.latest);
