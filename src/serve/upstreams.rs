@@ -32,6 +32,7 @@ use crate::a2a::{AgentCard as A2aCard, Jwks};
 use crate::contract::content_hash;
 use crate::crd::agentdirectory::{Upstream, UpstreamKind};
 use crate::crd::AgentDirectory;
+use crate::directory::ard::TYPE_A2A;
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::federation::{Federation, Origin, Synced};
 use crate::directory::feed::card_of;
@@ -50,8 +51,6 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 const FEED_PAGE: usize = 1000;
 /// Most pages read in one refresh.
 const MAX_PAGES: usize = 1000;
-/// The media type of an A2A Agent Card entry in ARD.
-const TYPE_A2A: &str = "application/a2a-agent-card+json";
 
 /// Start syncing every directory's upstreams; stops when the handle is dropped. `secrets`
 /// reads trusted JWKS Secrets (the operator's namespace).
@@ -231,6 +230,9 @@ struct State {
     cards: HashMap<String, (String, Bytes)>,
     /// The trusted keys and their ETag.
     jwks: Option<(Option<String>, Arc<Jwks>)>,
+    /// The upstream's base URL and the client for it, built at the first refresh (its
+    /// connections are reused by the next ones).
+    http: Option<(url::Url, reqwest::Client)>,
 }
 
 /// One upstream's reader: what it keeps between refreshes.
@@ -333,8 +335,15 @@ async fn secret_jwks(
 }
 
 async fn refresh_once(up: &Upstream, own: &str, state: &mut State) -> Result<(), String> {
-    let base = url::Url::parse(&up.url).map_err(|e| format!("url: {e}"))?;
-    let http = client(&base)?;
+    let (base, http) = match &state.http {
+        Some(built) => built.clone(),
+        None => {
+            let base = url::Url::parse(&up.url).map_err(|e| format!("url: {e}"))?;
+            let built = (base.clone(), client(&base)?);
+            state.http = Some(built.clone());
+            built
+        }
+    };
     if let Some(jwks_url) = &up.trust.jwks_url {
         let held = state.jwks.as_ref().and_then(|(tag, _)| tag.clone());
         let got = get(&http, jwks_url, held.as_deref(), MAX_RESPONSE_BYTES).await?;
