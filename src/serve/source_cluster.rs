@@ -197,8 +197,8 @@ struct Feed {
     /// Change-feed log ConfigMaps (`namespace/name`): the directory each is for, and which
     /// part (`None`: the head).
     feed_sources: HashMap<String, (String, Option<usize>)>,
-    /// Each directory's log head and its resourceVersion.
-    feed_heads: HashMap<String, (Bytes, Option<String>)>,
+    /// Each directory's log head, its resourceVersion, and whether it was read in full.
+    feed_heads: HashMap<String, (Bytes, Option<String>, bool)>,
     /// Further parts of the logs, by directory and number.
     feed_parts: HashMap<(String, usize), Bytes>,
     /// Something a directory lists changed since the last rebuild.
@@ -412,7 +412,8 @@ impl Feed {
         match part {
             None => {
                 let rv = cm.metadata.resource_version.clone();
-                self.feed_heads.insert(dir.clone(), (bytes.clone(), rv));
+                self.feed_heads
+                    .insert(dir.clone(), (bytes.clone(), rv, false));
             }
             Some(i) => {
                 self.feed_parts.insert((dir.clone(), i), bytes.clone());
@@ -421,8 +422,11 @@ impl Feed {
         self.assemble_feed(&dir);
     }
 
+    /// Read `dir`'s log once its head has not been read yet: a writer writes the parts before
+    /// the head, so a part arriving after a head that was read belongs to the next write (it
+    /// costs no decode of the whole log).
     fn assemble_feed(&mut self, dir: &str) {
-        let Some((head, rv)) = self.feed_heads.get(dir) else {
+        let Some((head, rv, false)) = self.feed_heads.get(dir) else {
             return;
         };
         let part = |i: usize| self.feed_parts.get(&(dir.to_string(), i)).cloned();
@@ -430,6 +434,9 @@ impl Feed {
             Ok(mut log) => {
                 log.resource_version = rv.clone();
                 self.index.set_feed(dir, Arc::new(log));
+                if let Some(h) = self.feed_heads.get_mut(dir) {
+                    h.2 = true;
+                }
             }
             Err(e) => {
                 tracing::debug!(directory = %dir, reason = %e, "change-feed log not assembled yet")
@@ -850,6 +857,77 @@ mod tests {
                 .map(|e| e.placement.name.clone())
                 .collect()
         })
+    }
+
+    fn feed_cm(name: &str, part: Option<usize>, bytes: &[u8]) -> Arc<SeenConfigMap> {
+        let (content, ann) = match part {
+            None => (CONTENT_FEED, json!({ANN_DIRECTORY: "dir"})),
+            Some(i) => (
+                CONTENT_FEED_PART,
+                json!({ANN_DIRECTORY: "dir", ANN_FEED_PART: i.to_string()}),
+            ),
+        };
+        let cm = k8s_openapi::api::core::v1::ConfigMap {
+            metadata: serde_json::from_value(json!({"name": name, "namespace": "ops",
+                "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: content}, "annotations": ann}))
+            .unwrap(),
+            binary_data: Some(
+                [(
+                    KEY_FEED.to_string(),
+                    k8s_openapi::ByteString(bytes.to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        Arc::new(SeenConfigMap::from(cm))
+    }
+
+    #[test]
+    fn a_log_in_parts_is_served_once_its_head_and_every_part_named_are_here() {
+        let mut f = feed();
+        let entries: Vec<Arc<Entry>> = (0..60)
+            .map(|i| {
+                let body = format!(r#"{{"name":"n{i}","description":"d","skills":[]}}"#);
+                let placement = Placement {
+                    namespace: "t".into(),
+                    name: format!("n{i}"),
+                    host: format!("n{i}.example"),
+                    ..Placement::default()
+                };
+                Arc::new(Entry::build(placement, Bytes::from(body)).unwrap())
+            })
+            .collect();
+        let log = FeedLog::new("e").advance(&entries, 10, 1).unwrap();
+        let split = log.encode_parts(300).unwrap();
+        assert!(!split.parts.is_empty());
+        // The head first (as a relist may bring it): nothing served until every part is here.
+        f.apply_cm(feed_cm("agentcard-feed-dir", None, &split.head));
+        assert!(f.index.feed("dir").is_none());
+        for (i, p) in split.parts.iter().enumerate() {
+            f.apply_cm(feed_cm(
+                &format!("agentcard-feed-dir-{}", i + 1),
+                Some(i + 1),
+                p,
+            ));
+        }
+        assert_eq!(f.index.feed("dir").unwrap().last_seq, log.last_seq);
+        // The next write: its parts come first and wait for their head.
+        let next = log.advance(&entries[5..], 10, 2).unwrap();
+        let split2 = next.encode_parts(300).unwrap();
+        for (i, p) in split2.parts.iter().enumerate() {
+            f.apply_cm(feed_cm(
+                &format!("agentcard-feed-dir-{}", i + 1),
+                Some(i + 1),
+                p,
+            ));
+        }
+        assert_eq!(f.index.feed("dir").unwrap().last_seq, log.last_seq);
+        f.apply_cm(feed_cm("agentcard-feed-dir", None, &split2.head));
+        assert_eq!(f.index.feed("dir").unwrap().last_seq, next.last_seq);
+        // The head gone: no log.
+        f.remove_cm(&feed_cm("agentcard-feed-dir", None, &split2.head));
+        assert!(f.index.feed("dir").is_none());
     }
 
     #[test]
