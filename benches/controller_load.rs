@@ -678,6 +678,7 @@ async fn writes_floor(
         service_port_name: "http".into(),
         ingress: IngressPolicy::default(),
         routing: Routing::default(),
+        retired_retention_seconds: 604_800,
     };
     let events = Events::new(
         client.clone(),
@@ -738,6 +739,7 @@ async fn writes_floor(
                         routed: None,
                         now: stamp,
                         operator: &settings.operator_namespace,
+                        backend: None,
                     });
                     agentcard_operator::controller::apply_status(&cards, name, &status).await?;
                     events.publish(&event, &applied.object_ref(&())).await?;

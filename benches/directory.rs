@@ -138,6 +138,7 @@ fn main() {
                         content_hash: "0123456789abcdef0123456789abcdef".into(),
                         key_id: "k1".into(),
                         updated_at: "2026-11-30T00:00:00Z".into(),
+                        ..Placement::default()
                     },
                     Bytes::from(json.to_string()),
                 )

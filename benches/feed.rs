@@ -28,6 +28,7 @@ fn entry(ns: &str, name: &str, host: &str, body: String) -> Arc<Entry> {
         content_hash: content_hash(body.as_bytes()),
         key_id: "k1".into(),
         updated_at: "2026-12-01T00:00:00Z".into(),
+        ..Placement::default()
     };
     Arc::new(Entry::build(placement, Bytes::from(body)).expect("a card"))
 }

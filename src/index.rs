@@ -37,9 +37,74 @@ pub struct Published {
     pub last_modified_header: HeaderValue,
     /// `Cache-Control` header value.
     pub cache_control: HeaderValue,
+    /// A deprecated or retired card's headers and 410 period (`None` while active).
+    pub lifecycle: Option<Box<LifecycleHeaders>>,
+}
+
+/// What a deprecated or retired card's responses carry, formatted once.
+#[derive(Debug, Default)]
+pub struct LifecycleHeaders {
+    /// `Deprecation` (RFC 9745: `@<unix seconds>`), `Sunset` (RFC 8594: an HTTP date) and
+    /// `Link: <successor>; rel="successor-version"`, each when known.
+    pub headers: Vec<(http::HeaderName, HeaderValue)>,
+    /// Retired: until when the URL answers 410 Gone (then 404).
+    pub gone_until: Option<SystemTime>,
+}
+
+/// A date or date-time (RFC 3339) as a time; a bare date is its midnight UTC.
+fn rfc3339(text: &str) -> Option<SystemTime> {
+    let ts = text.parse::<jiff::Timestamp>().ok().or_else(|| {
+        let date: jiff::civil::Date = text.parse().ok()?;
+        date.to_zoned(jiff::tz::TimeZone::UTC)
+            .ok()
+            .map(|z| z.timestamp())
+    })?;
+    let secs = u64::try_from(ts.as_second()).ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+impl LifecycleHeaders {
+    /// The headers of `life` (the lifecycle the operator resolved for the card).
+    pub fn of(life: &crate::crd::ServedLifecycle) -> Self {
+        let mut headers = Vec::new();
+        let since = rfc3339(&life.since).unwrap_or(UNIX_EPOCH);
+        let secs = since
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        if life.state == crate::crd::LifecycleState::Deprecated {
+            headers.push((
+                http::HeaderName::from_static("deprecation"),
+                header(&format!("@{secs}")),
+            ));
+            if let Some(at) = life.sunset.as_deref().and_then(rfc3339) {
+                headers.push((
+                    http::HeaderName::from_static("sunset"),
+                    header(&httpdate::fmt_http_date(at)),
+                ));
+            }
+        }
+        let target = life.successor_url.as_ref().or(life.successor.as_ref());
+        if let Some(url) = target.filter(|u| !u.contains(['<', '>', '\r', '\n'])) {
+            headers.push((
+                http::header::LINK,
+                header(&format!("<{url}>; rel=\"successor-version\"")),
+            ));
+        }
+        LifecycleHeaders {
+            headers: headers.into_iter().filter(|(_, v)| !v.is_empty()).collect(),
+            gone_until: life.gone_until.as_deref().and_then(rfc3339),
+        }
+    }
 }
 
 impl Published {
+    /// The same document with a deprecated or retired card's headers.
+    pub fn with_lifecycle(mut self, life: Option<&crate::crd::ServedLifecycle>) -> Self {
+        self.lifecycle = life.map(|l| Box::new(LifecycleHeaders::of(l)));
+        self
+    }
+
     /// Prepare `body` for serving: hash, gzip once, format headers.
     pub fn new(body: impl Into<Bytes>, last_modified: SystemTime, max_age: u32) -> Self {
         let body: Bytes = body.into();
@@ -60,6 +125,7 @@ impl Published {
             last_modified,
             last_modified_header: header(&httpdate::fmt_http_date(last_modified)),
             cache_control: header(&format!("public, max-age={max_age}")),
+            lifecycle: None,
         }
     }
 }

@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// the oldest kept gets 410 and re-lists.
     #[arg(long, default_value_t = 100_000)]
     feed_retention: usize,
+    /// How long a retired card's URL answers 410 Gone with its successor (and the directories
+    /// keep its tombstone) before it is unpublished, in seconds (default 30 days).
+    #[arg(long, default_value_t = 2_592_000)]
+    retired_retention_seconds: u64,
     /// Most bytes (compressed) of each ConfigMap a directory's change-feed log is kept in; a
     /// larger log is split over more.
     #[arg(long, default_value_t = crate::directory::feed::PART_BYTES)]
@@ -186,6 +190,7 @@ fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Confi
                 allowed_sections: patterns(&args.gateway_allowed_sections),
                 service_port: args.service_port,
             },
+            retired_retention_seconds: args.retired_retention_seconds,
         },
         signing_secret: args.signing_secret.clone(),
         create_signing_secret: !args.no_create_signing_secret,

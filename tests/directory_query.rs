@@ -76,6 +76,9 @@ fn reference_values(card: &Card, field: Field) -> Vec<String> {
             .filter_map(|i| i["protocolBinding"].as_str().map(str::to_string))
             .collect(),
         Field::Namespace => vec![card.ns.clone()],
+        // These cards have no backend and no lifecycle.
+        Field::Reachable => vec!["unknown".to_string()],
+        Field::Lifecycle => vec!["Active".to_string()],
     }
 }
 

@@ -282,3 +282,115 @@ async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() 
     );
     eprintln!("screenshots in {}", shots.display());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_result_shows_its_reachability_and_lifecycle_as_a_badge() {
+    chromium();
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let tenant = Tenant::new(&p, &format!("badge-{t}")).await;
+    let ns = tenant.ns.clone();
+    let with_backend = |name: &str| {
+        let mut c = card(name, &format!("{name}-{t}.open.test"), "");
+        c["spec"]["card"]["name"] = json!(format!("Agent {name}"));
+        c["spec"]["backend"] = json!({"serviceName": name, "port": 8000});
+        c
+    };
+    tenant.apply(&with_backend("up")).await.unwrap();
+    tenant.apply(&with_backend("down")).await.unwrap();
+    let mut old = card("old", &format!("old-{t}.open.test"), "");
+    old["spec"]["card"]["name"] = json!("Agent old");
+    old["spec"]["lifecycle"] = json!({"state": "Deprecated", "successor": {"name": "up"}});
+    tenant.apply(&old).await.unwrap();
+    // "up" gets a Service with a ready endpoint; "down" has none.
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(p.admin.clone(), &ns);
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "up"},
+        "spec": {"ports": [{"name": "http", "port": 8000}]}});
+    services
+        .patch("up", &PatchParams::apply("test"), &Patch::Apply(&svc))
+        .await
+        .unwrap();
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(p.admin.clone(), &ns);
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "up-1", "labels": {"kubernetes.io/service-name": "up"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["10.9.9.9"]}],
+        "ports": [{"name": "http", "port": 8000}]});
+    slices
+        .patch("up-1", &PatchParams::apply("test"), &Patch::Apply(&slice))
+        .await
+        .unwrap();
+    for name in ["up", "down", "old"] {
+        wait_card(&p, &ns, name, "Ready", ready).await;
+    }
+    let host = format!("badges-{t}.open.test");
+    let dir = json!({
+        "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDirectory",
+        "metadata": {"name": format!("badges-{t}")},
+        "spec": {"publish": {"host": host}, "displayName": "Badges",
+                 "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [ns]}]}}
+    });
+    Api::<AgentDirectory>::all(p.admin.clone())
+        .patch(
+            &format!("badges-{t}"),
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&dir),
+        )
+        .await
+        .unwrap();
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webui-shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let base = format!("http://{host}/");
+    let addr = p.op.server.addr;
+    let seen = |v: &Value, name: &str| {
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+    };
+    let mut last = Value::Null;
+    let ok = wait_for(Duration::from_secs(30), || {
+        last = browse(&host, addr, &shots, &["badges", &base]);
+        let up = seen(&last, "Agent up");
+        std::future::ready(up.is_some_and(|u| u["reachable"] == "true"))
+    })
+    .await;
+    assert!(ok.is_ok(), "no reachable badge: {last}");
+    let up = seen(&last, "Agent up").unwrap();
+    assert_eq!(up["reachableText"], "reachable", "{last}");
+    assert_eq!(up["visible"], true, "{last}");
+    let down = seen(&last, "Agent down").unwrap();
+    assert_eq!(down["reachable"], "false", "{last}");
+    assert_eq!(down["reachableText"], "unreachable", "{last}");
+    let old = seen(&last, "Agent old").unwrap();
+    assert_eq!(old["reachable"], "unknown", "{last}");
+    assert_eq!(old["lifecycle"], "Deprecated", "{last}");
+    assert!(
+        old["lifecycleText"]
+            .as_str()
+            .unwrap()
+            .starts_with("deprecated → https://up-"),
+        "{last}"
+    );
+    // The same as the native API says.
+    let native = support::http::request(addr, "GET", "/v1/agents", &[("Host", &host)]);
+    let v: Value = serde_json::from_slice(&native.body).unwrap();
+    for a in v["agents"].as_array().unwrap() {
+        let m = &a["_meta"]["agentcard.dev/directory"];
+        let name = format!("Agent {}", m["name"].as_str().unwrap());
+        let shown = seen(&last, &name).unwrap();
+        assert_eq!(shown["reachable"], m["reachable"], "{name}");
+        let state = m["lifecycle"]["state"].as_str().unwrap();
+        assert_eq!(
+            shown["lifecycle"],
+            if state == "Active" {
+                Value::Null
+            } else {
+                json!(state)
+            },
+            "{name}"
+        );
+    }
+}

@@ -6,6 +6,7 @@
 //! [`publish`] (the exact bytes served, optionally with [`compat`] v0.3 fields). Cards made
 //! elsewhere (served by an agent, v1.0 or v0.3) enter through [`import`].
 
+pub mod breaking;
 pub mod canonical;
 pub mod card;
 pub mod compat;

@@ -17,6 +17,9 @@ pub struct Settings {
     pub ingress: IngressPolicy,
     /// Ingresses, HTTPRoutes or nothing.
     pub routing: Routing,
+    /// How long a retired card's URL answers 410 Gone (and the directories keep its
+    /// tombstone) before it is unpublished, in seconds.
+    pub retired_retention_seconds: u64,
 }
 
 /// Everything `run` needs to know about the deployment.

@@ -57,6 +57,8 @@ pub struct Context {
     pub sources: Sources,
     /// The directories' upstreams as this process syncs them (for their status).
     pub federation: Arc<crate::directory::federation::Federation>,
+    /// The agents' Services' ready ports (the `BackendReady` condition).
+    pub backends: Arc<super::backends::Backends>,
 }
 
 impl Context {

@@ -92,6 +92,25 @@ pub enum Error {
         /// The one that last published it (`status.operator`).
         publisher: String,
     },
+    /// The edit breaks callers of the published card and `spec.publish.compatibility` refuses
+    /// it; the last good card stays served.
+    #[error("spec.card: the edit breaks callers of the published card and spec.publish.compatibility is {policy}{hint}: {}", findings.join("; "))]
+    Incompatible {
+        /// `Block` or `RequireMajorVersion`.
+        policy: &'static str,
+        /// What to do about it.
+        hint: &'static str,
+        /// Each breaking change, with its JSON path.
+        findings: Vec<String>,
+    },
+    /// The card is retired and its retention period is over: it is unpublished.
+    #[error("spec.lifecycle.state: Retired since {since}; its URL answered 410 Gone until {until} and the card is now unpublished")]
+    Retired {
+        /// When it was retired.
+        since: String,
+        /// When its 410 period ended.
+        until: String,
+    },
     /// A call to the API server failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -116,6 +135,8 @@ impl Error {
             Error::Signing(_) => "signing",
             Error::Internal(_) => "internal",
             Error::OperatorConflict { .. } => "operator_conflict",
+            Error::Incompatible { .. } => "incompatible",
+            Error::Retired { .. } => "retired",
             Error::Kube(_) => "kube_api",
             Error::Finalizer(e) => match e.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(inner)
@@ -140,6 +161,8 @@ impl Error {
             Error::Signing(_) => "SigningFailed",
             Error::Internal(_) => "InternalError",
             Error::OperatorConflict { .. } => "Conflict",
+            Error::Incompatible { .. } => "BreakingChange",
+            Error::Retired { .. } => "Retired",
             Error::Kube(_) | Error::Finalizer(_) => "WriteFailed",
         }
     }
@@ -152,6 +175,8 @@ impl Error {
                 | Error::HostNotAllowed { .. }
                 | Error::NamespaceCardLimit { .. }
                 | Error::CardTooLarge { .. }
+                | Error::Incompatible { .. }
+                | Error::Retired { .. }
         )
     }
 
@@ -159,7 +184,7 @@ impl Error {
     pub fn loses_claim(&self) -> bool {
         matches!(
             self,
-            Error::HostNotAllowed { .. } | Error::HostConflict { .. }
+            Error::HostNotAllowed { .. } | Error::HostConflict { .. } | Error::Retired { .. }
         )
     }
 }

@@ -13,6 +13,7 @@
 pub mod agentcard;
 pub mod agentdirectory;
 pub mod api_calls;
+pub mod backends;
 pub mod backoff;
 pub mod claims;
 pub mod conditions;

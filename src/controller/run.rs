@@ -86,6 +86,7 @@ pub async fn run(
         configmaps_written: cards.configmaps_written.clone(),
         statuses: cards.statuses.clone(),
     };
+    let backends = Arc::new(super::backends::Backends::default());
     let ctx = Arc::new(Context {
         ownership,
         signing: keys.signing,
@@ -98,6 +99,7 @@ pub async fn run(
         sources: Sources::new(client.clone(), config.source_allow_unmanaged_endpoints)
             .map_err(|e| Error::Internal(format!("building the source HTTP client: {e}")))?,
         federation,
+        backends: backends.clone(),
         client,
         recorder: keys.recorder,
         metrics,
@@ -109,6 +111,15 @@ pub async fn run(
         directories: hubs.directories.store(),
     });
     tasks.push(sweep_deleted_cards(&ctx, cards.gone));
+    let (backend_refs, backend_refs_rx) = channel::<ObjectRef<AgentCard>>();
+    tasks.push(super::backends::watch(
+        &ctx.client,
+        config.watch_namespace.as_deref(),
+        backends,
+        ctx.cards.clone(),
+        ctx.index.clone(),
+        backend_refs,
+    ));
     wait_for_stores(&ctx, &ctx.signing.secrets, cards.configmaps_listed).await;
 
     let repairs = repair_requests(routes.touched, &ctx, routes.directories.clone());
@@ -122,6 +133,7 @@ pub async fn run(
         peers_rx.boxed(),
         routes.card_refs.boxed(),
         repairs.boxed(),
+        backend_refs_rx.boxed(),
     ]);
     drop(routes.directories);
     // Both run until the process stops; either ending ends the controllers.

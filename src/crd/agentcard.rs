@@ -61,6 +61,91 @@ pub struct AgentCardSpec {
     /// interface URL is written into the card as its preferred interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<Box<Backend>>,
+    /// Where the agent is in its life: active (the default), deprecated (still served, with
+    /// `Deprecation`/`Sunset` headers and a successor link) or retired (unpublished: its URL
+    /// answers 410 Gone for a while, then 404).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Box<Lifecycle>>,
+}
+
+/// The lifecycle of a published agent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifecycle {
+    /// `Active`, `Deprecated` or `Retired`.
+    #[serde(default)]
+    pub state: LifecycleState,
+    /// Why, or what callers should do (shown by the directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+    /// The agent that replaces this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successor: Option<Successor>,
+    /// When the agent stops answering (RFC 3339 date or date-time), sent as the `Sunset`
+    /// header while deprecated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]{4}-[0-9]{2}-[0-9]{2}([Tt][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))?$')").message("must be an RFC 3339 date or date-time, e.g. 2027-06-30 or 2027-06-30T00:00:00Z"))]
+    pub sunset: Option<String>,
+}
+
+/// A lifecycle state.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum LifecycleState {
+    /// Served and listed as usual.
+    #[default]
+    Active,
+    /// Served with deprecation headers; listed after active agents.
+    Deprecated,
+    /// Unpublished: 410 Gone with the successor for the retention period, then 404.
+    Retired,
+}
+
+impl LifecycleState {
+    /// The state's name as written in the spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LifecycleState::Active => "Active",
+            LifecycleState::Deprecated => "Deprecated",
+            LifecycleState::Retired => "Retired",
+        }
+    }
+}
+
+/// The agent replacing a deprecated or retired one: an AgentCard (by name, in this namespace
+/// unless another is given) or any agent by its directory identifier.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.name) != has(self.identifier)").message("exactly one of name and identifier"))]
+#[x_kube(validation = Rule::new("!has(self.namespace) || has(self.name)").message("namespace: only with name"))]
+pub struct Successor {
+    /// The successor AgentCard's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub name: Option<String>,
+    /// The successor AgentCard's namespace (default: this card's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub namespace: Option<String>,
+    /// The successor's directory identifier (`urn:air:<host>:<namespace>:<name>`; `urn:ai:`
+    /// is accepted as an alias).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    #[x_kube(validation = Rule::new("self.startsWith('urn:air:') || self.startsWith('urn:ai:')").message("must be a urn:air: identifier"))]
+    pub identifier: Option<String>,
+}
+
+/// What happens to an edit that would break the card's callers (see `Compatible`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum Compatibility {
+    /// Publish it; the `Compatible` condition and a Warning Event list what broke.
+    #[default]
+    Warn,
+    /// Refuse it: the last good card stays served.
+    Block,
+    /// Publish it only when `card.version` bumps its semver major.
+    RequireMajorVersion,
 }
 
 /// Where the card is served.
@@ -95,6 +180,11 @@ pub struct Publish {
     /// an interface with a 0.x `protocolVersion`; signatures still cover the v1.0 form.
     #[serde(default)]
     pub v03_compat: bool,
+    /// What to do with an edit that breaks callers of the last published card (removed
+    /// skills, interfaces or media types, moved URLs, tightened security, capabilities off):
+    /// `Warn` (default), `Block`, or `RequireMajorVersion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compatibility: Option<Compatibility>,
 }
 
 /// Ingress settings of a published card.
@@ -235,6 +325,10 @@ pub struct AgentCardStatus {
     /// empty while one alone does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub contenders: Vec<String>,
+    /// When the card was retired (RFC 3339): its 410 period runs from here, even after it is
+    /// unpublished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_at: Option<String>,
 }
 
 /// The last fetches of an imported card.
@@ -273,4 +367,33 @@ pub struct ServedRoute {
     /// When this card took its claim on host and prefix (RFC 3339): the first card to become
     /// Ready on a claim holds it.
     pub since: String,
+    /// The card's lifecycle as served (absent while active).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Box<ServedLifecycle>>,
+}
+
+/// A deprecated or retired card's lifecycle as the operator resolved it: what the card server
+/// sends (headers, 410) and what the directory shows.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedLifecycle {
+    /// `Deprecated` or `Retired`.
+    pub state: LifecycleState,
+    /// When the card entered this state (RFC 3339; the `Deprecation` header's date).
+    pub since: String,
+    /// The spec's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The `Sunset` date (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sunset: Option<String>,
+    /// The successor's directory identifier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successor: Option<String>,
+    /// The successor's card URL, when it is a card of this cluster that is served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successor_url: Option<String>,
+    /// Retired: until when its URL answers 410 Gone (RFC 3339); then it is unpublished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_until: Option<String>,
 }

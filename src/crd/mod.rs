@@ -5,8 +5,8 @@ pub mod agentcard;
 pub mod agentdirectory;
 
 pub use agentcard::{
-    AgentCard, AgentCardSpec, AgentCardStatus, Overrides, ServedRoute, Source, SourceService,
-    SourceStatus,
+    AgentCard, AgentCardSpec, AgentCardStatus, Compatibility, Lifecycle, LifecycleState, Overrides,
+    ServedLifecycle, ServedRoute, Source, SourceService, SourceStatus, Successor,
 };
 pub use agentdirectory::{AccessMode, AgentDirectory, AgentDirectorySpec, AgentDirectoryStatus};
 

@@ -47,8 +47,10 @@ pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
     if !skills.is_empty() {
         m.insert("capabilities".into(), json!(skills));
     }
-    if (2..=5).contains(&e.examples.len()) {
-        m.insert("representativeQueries".into(), json!(e.examples));
+    // From the skills' examples: two to five (v0.9 requires that many; v0.91 asks for it).
+    if e.examples.len() >= 2 {
+        let queries: Vec<&str> = e.examples.iter().take(5).map(|q| &**q).collect();
+        m.insert("representativeQueries".into(), json!(queries));
     }
     let provider = e.facet_values(Field::Provider).next();
     let mut meta = Map::new();
@@ -59,6 +61,24 @@ pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
     }
     meta.insert("contentHash".into(), json!(e.placement.content_hash));
     meta.insert("keyId".into(), json!(e.placement.key_id));
+    // Scalars again: reachability and the lifecycle, flattened.
+    meta.insert("reachable".into(), json!(e.placement.reachable_str()));
+    meta.insert("lifecycle".into(), json!(e.placement.lifecycle_str()));
+    if let Some(l) = &e.placement.lifecycle {
+        let fields = [
+            ("lifecycleSince", Some(&l.since)),
+            ("lifecycleMessage", l.message.as_ref()),
+            ("sunset", l.sunset.as_ref()),
+            ("successor", l.successor.as_ref()),
+            ("successorUrl", l.successor_url.as_ref()),
+            ("goneUntil", l.gone_until.as_ref()),
+        ];
+        for (k, v) in fields {
+            if let Some(v) = v {
+                meta.insert(k.into(), json!(v));
+            }
+        }
+    }
     if let Some(o) = &e.origin {
         // Catalog metadata holds scalars only.
         meta.insert("originUpstream".into(), json!(o.upstream));
@@ -107,6 +127,36 @@ pub fn manifest<'a>(info: &RegistryInfo<'_>, entries: impl Iterator<Item = &'a E
     })
 }
 
+/// `urn:ai:<rest>` (accepted on input as an alias) as `urn:air:<rest>`.
+pub fn canonical_identifier(id: &str) -> String {
+    match id.strip_prefix("urn:ai:") {
+        Some(rest) => format!("urn:air:{rest}"),
+        None => id.to_string(),
+    }
+}
+
+/// Whether `id` is an ARD identifier: `urn:air:<publisher>(:<segment>)+` (the spec's pattern).
+pub fn is_identifier(id: &str) -> bool {
+    let Some(rest) = id.strip_prefix("urn:air:") else {
+        return false;
+    };
+    let mut parts = rest.split(':');
+    let publisher = parts.next().unwrap_or_default();
+    let segment_ok = |s: &str, extra: &[char]| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
+    };
+    let mut segments = 0;
+    for seg in parts {
+        if !segment_ok(seg, &['.', '_', '-']) {
+            return false;
+        }
+        segments += 1;
+    }
+    segment_ok(publisher, &['.', '-']) && segments > 0
+}
+
 /// A filter key of the registry API.
 fn apply_filter(
     query: &mut Query,
@@ -120,7 +170,10 @@ fn apply_filter(
                 query.nothing = true;
             }
         }
-        "identifier" => query.identifiers = Some(values),
+        // `urn:ai:` is the v0.91 spelling some clients send for `urn:air:`.
+        "identifier" => {
+            query.identifiers = Some(values.iter().map(|v| canonical_identifier(v)).collect());
+        }
         other => match Field::from_ard(other) {
             Some(field) => query.filters.entry(field).or_default().extend(values),
             None => {
@@ -156,7 +209,17 @@ fn only_keys(m: &Map<String, Value>, allowed: &[&str], at: &str) -> Result<(), A
 /// A `QueryModel` (`text`, `filter`) at `at`.
 fn query_model(v: &Value, at: &str, text_required: bool) -> Result<Query, ApiError> {
     let m = object(v, at)?;
-    only_keys(m, &["text", "filter"], at)?;
+    // `@context` (v0.91 §5.3.1): the JSON-LD context filter keys resolve against. Every key
+    // this registry filters by is an ARD base term, so it changes nothing here.
+    only_keys(m, &["text", "filter", "@context"], at)?;
+    match m.get("@context") {
+        None | Some(Value::String(_) | Value::Object(_) | Value::Array(_)) => {}
+        Some(_) => {
+            return Err(ApiError::invalid(format!(
+                "{at}.@context: must be a context (a string, object or array)"
+            )))
+        }
+    }
     let mut query = Query::default();
     match m.get("text") {
         Some(Value::String(t)) => query.text = Some(t.clone()).filter(|t| !t.trim().is_empty()),

@@ -143,6 +143,8 @@ pub fn item(i: &Item, cursor: &Cursor) -> Value {
                 .ok()
                 .and_then(|s| RawValue::from_string(s.to_string()).ok());
             v["card"] = json!(card);
+            v["reachable"] = json!(e.placement.reachable_str());
+            v["lifecycle"] = super::native::lifecycle_json(&e.placement);
             if let Some(o) = &e.origin {
                 v["origin"] = origin_json(o);
             }

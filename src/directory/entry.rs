@@ -26,11 +26,15 @@ pub enum Field {
     Binding,
     /// Kubernetes namespace of the AgentCard.
     Namespace,
+    /// `true`, `false` or `unknown` (the agent's Service has a ready endpoint).
+    Reachable,
+    /// `Active`, `Deprecated` or `Retired`.
+    Lifecycle,
 }
 
 impl Field {
     /// Every field, in the order facets are listed.
-    pub const ALL: [Field; 8] = [
+    pub const ALL: [Field; 10] = [
         Field::Skill,
         Field::Tag,
         Field::Provider,
@@ -39,6 +43,8 @@ impl Field {
         Field::OutputMode,
         Field::Binding,
         Field::Namespace,
+        Field::Reachable,
+        Field::Lifecycle,
     ];
 
     /// The native query parameter of this field.
@@ -52,6 +58,8 @@ impl Field {
             Field::OutputMode => "outputMode",
             Field::Binding => "binding",
             Field::Namespace => "namespace",
+            Field::Reachable => "reachable",
+            Field::Lifecycle => "lifecycle",
         }
     }
 
@@ -88,6 +96,43 @@ pub struct Placement {
     pub key_id: String,
     /// When the served bytes last changed (RFC 3339).
     pub updated_at: String,
+    /// Whether the agent's Service has a ready endpoint (`BackendReady`); `None`: not known
+    /// (no backend or source, or another registry's entry).
+    pub reachable: Option<bool>,
+    /// Deprecated or retired, as the operator resolved it; `None` while active.
+    pub lifecycle: Option<Box<crate::crd::ServedLifecycle>>,
+}
+
+impl Placement {
+    /// `true`, `false` or `unknown`: the `reachable` filter's and facet's value.
+    pub fn reachable_str(&self) -> &'static str {
+        match self.reachable {
+            Some(true) => "true",
+            Some(false) => "false",
+            None => "unknown",
+        }
+    }
+
+    /// `Active`, `Deprecated` or `Retired`.
+    pub fn lifecycle_str(&self) -> &'static str {
+        self.lifecycle
+            .as_ref()
+            .map_or("Active", |l| l.state.as_str())
+    }
+
+    /// Whether the entry is a retired card's tombstone.
+    pub fn retired(&self) -> bool {
+        self.lifecycle
+            .as_ref()
+            .is_some_and(|l| l.state == crate::crd::LifecycleState::Retired)
+    }
+
+    /// Whether the entry is deprecated (ranked after active ones).
+    pub fn deprecated(&self) -> bool {
+        self.lifecycle
+            .as_ref()
+            .is_some_and(|l| l.state == crate::crd::LifecycleState::Deprecated)
+    }
 }
 
 /// One listed card, stored compactly (it is kept for every card of every replica): the
@@ -258,6 +303,8 @@ impl Entry {
             );
         }
         b.facet(Field::Namespace, &placement.namespace);
+        b.facet(Field::Reachable, placement.reachable_str());
+        b.facet(Field::Lifecycle, placement.lifecycle_str());
         let mut token_text = String::new();
         let mut weights = Vec::with_capacity(b.tokens.len());
         for (t, w) in b.tokens {

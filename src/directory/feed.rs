@@ -76,7 +76,13 @@ pub fn card_of(identifier: &str) -> (&str, &str) {
 pub fn version_of(entry: &Entry) -> u64 {
     let p = &entry.placement;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [&p.content_hash, &p.url, &p.updated_at] {
+    // Reachability and lifecycle count once known (a card with neither keeps the version it
+    // had before they existed).
+    let states = match (p.reachable, &p.lifecycle) {
+        (None, None) => String::new(),
+        _ => format!("{}/{}", p.reachable_str(), p.lifecycle_str()),
+    };
+    for part in [&p.content_hash, &p.url, &p.updated_at, &states] {
         for b in part.bytes().chain(std::iter::once(0)) {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
@@ -656,6 +662,7 @@ mod tests {
             content_hash: content_hash(body.as_bytes()),
             key_id: "k".into(),
             updated_at: "2026-01-01T00:00:00Z".into(),
+            ..Placement::default()
         };
         Arc::new(Entry::build(placement, Bytes::from(body)).unwrap())
     }

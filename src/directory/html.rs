@@ -70,6 +70,7 @@ fn layout(title: &str, site: &Site, body: &str) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
 <title>{title}</title><link rel=\"stylesheet\" href=\"{prefix}/assets/style.css\">\
+<link rel=\"ard\" href=\"/.well-known/ard.json\"><link rel=\"ai-catalog\" href=\"/.well-known/ai-catalog.json\">\
 <script src=\"{prefix}/assets/app.js\" defer></script></head><body>\
 <a class=\"skip\" href=\"#main\">Skip to content</a>\
 <header><p class=\"brand\"><a href=\"{prefix}/\">{name}</a></p>{desc}</header>\
@@ -207,7 +208,7 @@ fn result(site: &Site, e: &Entry) -> String {
         .collect();
     format!(
         "<li class=\"result\"><h2><a href=\"{prefix}/agents/{ns}/{name}\">{title}</a></h2>\
-<p class=\"meta\">{provider}<span class=\"host\">{host}</span>{origin}</p><p class=\"desc\">{desc}</p>\
+<p class=\"meta\">{badges}{provider}<span class=\"host\">{host}</span>{origin}</p><p class=\"desc\">{desc}</p>\
 <ul class=\"chips\" aria-label=\"Skills\">{skills}</ul></li>",
         prefix = esc(&site.prefix),
         ns = esc(&url_segment(&e.placement.namespace)),
@@ -229,7 +230,40 @@ fn result(site: &Site, e: &Entry) -> String {
             v = if o.verified { " (verified)" } else { " (unverified)" }
         )),
         desc = esc(&e.description),
+        badges = badges(e),
     )
+}
+
+/// The reachability and lifecycle badges of an entry (the native API's `reachable` and
+/// `lifecycle.state`, as words people read).
+fn badges(e: &Entry) -> String {
+    let p = &e.placement;
+    let (word, title) = match p.reachable {
+        Some(true) => ("reachable", "its Service has a ready endpoint"),
+        Some(false) => (
+            "unreachable",
+            "registered, but its Service has no ready endpoint",
+        ),
+        None => ("reachability unknown", "no backend Service to check"),
+    };
+    let mut html = format!(
+        "<span class=\"badge reach\" data-reachable=\"{}\" title=\"{title}\">{word}</span> ",
+        p.reachable_str()
+    );
+    if let Some(l) = &p.lifecycle {
+        let state = l.state.as_str();
+        let successor = l
+            .successor_url
+            .as_ref()
+            .or(l.successor.as_ref())
+            .map_or_else(String::new, |s| format!(" → {}", link(s, s)));
+        html.push_str(&format!(
+            "<span class=\"badge lifecycle\" data-lifecycle=\"{state}\" title=\"{msg}\">{word}{successor}</span> ",
+            word = state.to_lowercase(),
+            msg = esc(l.message.as_deref().unwrap_or_default()),
+        ));
+    }
+    html
 }
 
 fn url_segment(s: &str) -> String {
@@ -326,6 +360,7 @@ fn facts(e: &Entry, v: &Value) -> String {
             },
         ),
         ("Namespace", esc(&e.placement.namespace)),
+        ("Status", badges(e)),
         ("Card URL", link(&e.placement.url, &e.placement.url)),
         (
             "From",

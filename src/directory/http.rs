@@ -163,11 +163,13 @@ fn is_manifest_path(site: &Site, path: &str) -> bool {
 
 /// The manifest of what the caller sees.
 fn manifest(site: &Site, visible: Visibility<'_>) -> Value {
+    // Retired cards' tombstones are for the APIs that ask for them, not for crawlers.
     let entries = site
         .catalog
         .entries()
         .iter()
-        .filter(|e| visible.is_none_or(|v| v.contains(&e.placement.namespace)));
+        .filter(|e| visible.is_none_or(|v| v.contains(&e.placement.namespace)))
+        .filter(|e| !e.placement.retired());
     ard::manifest(&site.info(), entries.map(|e| e.as_ref()))
 }
 
@@ -175,7 +177,8 @@ fn manifest(site: &Site, visible: Visibility<'_>) -> Value {
 fn search(site: &Site, body: &[u8], visible: Visibility<'_>) -> Result<Value, ApiError> {
     let s = ard::search_request(body)?;
     let ranked = site.catalog.search(&s.query, visible);
-    let source = format!("{}/search", site.info().base_url);
+    // The registry's base URL: `{source}/agents/{identifier}` retrieves an entry (v0.91).
+    let source = site.info().base_url;
     let results: Vec<Value> = ranked
         .hits
         .iter()
@@ -285,7 +288,12 @@ fn one_agent(
     visible: Visibility<'_>,
 ) -> Option<Result<Value, ApiError>> {
     if let Some(id) = path.strip_prefix("/agents/") {
-        let id = percent_decode(id);
+        let id = ard::canonical_identifier(&percent_decode(id));
+        if !ard::is_identifier(&id) {
+            return Some(Err(ApiError::invalid(format!(
+                "identifier: {id:?} is not an ARD identifier (urn:air:<publisher>:<namespace>:<name>)"
+            ))));
+        }
         return Some(
             catalog
                 .get(&id, visible)
@@ -443,7 +451,8 @@ pub async fn handle<B>(
     max_body: usize,
 ) -> (Route, Response<Body>)
 where
-    B: hyper::body::Body,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (parts, body) = req.into_parts();
@@ -454,6 +463,15 @@ where
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
     let rest = path.strip_prefix(site.prefix.as_str()).unwrap_or(path);
     if let Some(resp) = get.then(|| asset(rest, &parts)).flatten() {
+        return (Route::Directory, resp);
+    }
+    if rest == "/mcp" {
+        let resp = mcp(
+            site,
+            authorizer.as_deref(),
+            http::Request::from_parts(parts, body),
+        )
+        .await;
         return (Route::Directory, resp);
     }
     if rest == "/v1/changes" && parts.method == Method::GET {
@@ -497,7 +515,46 @@ where
         );
         response(a, &parts.method, &parts.headers, mode)
     };
-    (Route::Directory, resp)
+    (Route::Directory, with_manifest_link(resp))
+}
+
+/// `/mcp`: the caller checked as for the APIs (401 without a token the cluster accepts, in
+/// Kubernetes mode), then the MCP transport ([`super::mcp`]).
+async fn mcp<B>(
+    site: Arc<Site>,
+    authorizer: Option<&Authorizer>,
+    req: http::Request<B>,
+) -> Response<Body>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mode = site.mode;
+    let visible = match caller_visibility(&site, authorizer, req.headers()).await {
+        Ok(v) => v,
+        Err(e) => return response(Answer::error(&e), req.method(), req.headers(), mode),
+    };
+    let req = req.map(|b| {
+        http_body_util::BodyExt::map_err(b, |e| -> Box<dyn std::error::Error + Send + Sync> {
+            e.into()
+        })
+    });
+    let caller = super::mcp::Caller { site, visible };
+    let (head, body) = super::mcp::serve(caller, req).await.into_parts();
+    let mut resp = Response::from_parts(head, Body::Boxed(body));
+    cors(resp.headers_mut());
+    resp
+}
+
+/// `Link: </.well-known/ard.json>; rel="ard"`: where the registry's ARD manifest is, on every
+/// API answer and page (the relation v0.91 names for discovery; its primary path).
+fn with_manifest_link(mut resp: Response<Body>) -> Response<Body> {
+    resp.headers_mut().insert(
+        http::header::LINK,
+        HeaderValue::from_static("</.well-known/ard.json>; rel=\"ard\""),
+    );
+    resp
 }
 
 /// The web page's embedded assets (`<prefix>/assets/style.css`, `app.js`), when `rest` names

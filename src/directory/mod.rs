@@ -16,6 +16,7 @@ pub mod federation;
 pub mod feed;
 pub mod html;
 pub mod http;
+pub mod mcp;
 pub mod native;
 pub mod query;
 pub mod select;

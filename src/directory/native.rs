@@ -95,12 +95,23 @@ pub fn item(e: &Entry) -> Value {
             "contentHash": e.placement.content_hash,
             "keyId": e.placement.key_id,
             "updatedAt": e.placement.updated_at,
+            "reachable": e.placement.reachable_str(),
+            "lifecycle": lifecycle_json(&e.placement),
         }}
     });
     if let Some(o) = &e.origin {
         v["_meta"]["agentcard.dev/directory"]["origin"] = super::changes::origin_json(o);
     }
     v
+}
+
+/// An entry's lifecycle: `{"state": "Active"}`, or the operator's resolved lifecycle
+/// (`state`, `since`, `message`, `sunset`, `successor`, `successorUrl`, `goneUntil`).
+pub fn lifecycle_json(p: &super::entry::Placement) -> Value {
+    match &p.lifecycle {
+        Some(l) => serde_json::to_value(l).unwrap_or_else(|_| json!({"state": "Active"})),
+        None => json!({"state": "Active"}),
+    }
 }
 
 /// The envelope of a page: `{"agents": [...], "metadata": {"count", "total", "nextCursor"?}}`.

@@ -220,6 +220,11 @@ impl Catalog {
         if visible.is_some() {
             positions.retain(|&i| is_visible(&self.entries[i as usize], visible));
         }
+        // A retired card's tombstone is found by its identifier or by asking for its state,
+        // not among the agents one may call.
+        if !query.filters.contains_key(&Field::Lifecycle) && query.identifiers.is_none() {
+            positions.retain(|&i| !self.entries[i as usize].placement.retired());
+        }
         positions
     }
 
@@ -273,7 +278,12 @@ impl Catalog {
             })
             .collect();
         // Positions are in identifier order and the sort is stable: ties stay by identifier.
-        hits.sort_by(|a, b| b.1.cmp(&a.1));
+        // Deprecated agents after active ones, whatever their score.
+        hits.sort_by(|a, b| {
+            (a.0.placement.deprecated())
+                .cmp(&b.0.placement.deprecated())
+                .then(b.1.cmp(&a.1))
+        });
         Ranked { hits }
     }
 

@@ -24,6 +24,8 @@ pub enum Body {
     Full(Full<Bytes>),
     /// Chunks as they come; the body ends with the stream.
     Stream(std::pin::Pin<Box<dyn futures::Stream<Item = Bytes> + Send>>),
+    /// A body made by a library's service (the MCP transport's answers).
+    Boxed(http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>),
 }
 
 impl Default for Body {
@@ -52,6 +54,7 @@ impl hyper::body::Body for Body {
                 .as_mut()
                 .poll_next(cx)
                 .map(|chunk| chunk.map(|b| Ok(hyper::body::Frame::data(b)))),
+            Body::Boxed(b) => std::pin::Pin::new(b).poll_frame(cx),
         }
     }
 
@@ -59,6 +62,7 @@ impl hyper::body::Body for Body {
         match self {
             Body::Full(full) => full.is_end_stream(),
             Body::Stream(_) => false,
+            Body::Boxed(b) => b.is_end_stream(),
         }
     }
 
@@ -66,6 +70,7 @@ impl hyper::body::Body for Body {
         match self {
             Body::Full(full) => full.size_hint(),
             Body::Stream(_) => hyper::body::SizeHint::default(),
+            Body::Boxed(b) => b.size_hint(),
         }
     }
 }
@@ -129,7 +134,18 @@ pub fn respond(
                 Hit::Card(p) => (Route::Card, p),
                 Hit::Jwks(p) => (Route::Jwks, p),
             };
-            (route, document(&doc, method == Method::HEAD, headers))
+            let head = method == Method::HEAD;
+            match doc.lifecycle.as_deref() {
+                Some(life) if life.gone_until.is_some() => {
+                    (Route::Card, retired(life, host, path, head))
+                }
+                Some(life) => {
+                    let mut resp = document(&doc, head, headers);
+                    lifecycle_headers(resp.headers_mut(), life);
+                    (route, resp)
+                }
+                None => (route, document(&doc, head, headers)),
+            }
         }
         (&Method::OPTIONS, Some(_)) => (Route::Preflight, preflight(headers)),
         (&Method::GET | &Method::HEAD | &Method::OPTIONS, None) => (
@@ -282,6 +298,39 @@ fn json_error(status: StatusCode, message: &str, head: bool) -> Response<Body> {
     if !head {
         *resp.body_mut() = Body::from(body);
     }
+    resp
+}
+
+/// Add a deprecated card's `Deprecation`, `Sunset` and `Link` headers (readable to scripts).
+fn lifecycle_headers(h: &mut HeaderMap, life: &crate::index::LifecycleHeaders) {
+    for (name, value) in &life.headers {
+        h.insert(name.clone(), value.clone());
+    }
+    h.insert(
+        ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("ETag, Last-Modified, Deprecation, Sunset, Link"),
+    );
+}
+
+/// A retired card: 410 Gone with its successor's `Link` until its retention ends, then 404.
+fn retired(
+    life: &crate::index::LifecycleHeaders,
+    host: Option<&str>,
+    path: &str,
+    head: bool,
+) -> Response<Body> {
+    let gone = life
+        .gone_until
+        .is_some_and(|until| std::time::SystemTime::now() < until);
+    if !gone {
+        return not_found(host, path, head);
+    }
+    let mut resp = json_error(
+        StatusCode::GONE,
+        &format!("the agent at {}{path} is retired", host.unwrap_or_default()),
+        head,
+    );
+    lifecycle_headers(resp.headers_mut(), life);
     resp
 }
 

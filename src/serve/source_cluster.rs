@@ -130,6 +130,15 @@ impl CardView {
         self.card.labels()
     }
 
+    /// `BackendReady` as the operator found it: ready, not ready, or not known.
+    fn reachable(&self) -> Option<bool> {
+        self.status()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "BackendReady")
+            .map(|c| c.status == "True")
+    }
+
     fn deleting(&self) -> bool {
         self.card.metadata.deletion_timestamp.is_some()
     }
@@ -142,6 +151,7 @@ impl CardView {
             && self.config_map() == other.config_map()
             && self.url() == other.url()
             && self.key_id() == other.key_id()
+            && self.reachable() == other.reachable()
             && self.deleting() == other.deleting()
     }
 }
@@ -160,6 +170,8 @@ fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<
             .route()
             .map(|r| r.published_at.clone())
             .unwrap_or_default(),
+        reachable: card.reachable(),
+        lifecycle: card.route().and_then(|r| r.lifecycle.clone()),
     };
     Entry::build(placement, body).map(Arc::new)
 }
@@ -267,7 +279,10 @@ impl Feed {
         let since = timestamp(&route.since).unwrap_or(UNIX_EPOCH);
         let modified = timestamp(&route.published_at).unwrap_or(since);
         let host = route.host.trim().trim_end_matches('.').to_ascii_lowercase();
-        let content = Arc::new(Published::new(body.clone(), modified, max_age));
+        let content = Arc::new(
+            Published::new(body.clone(), modified, max_age)
+                .with_lifecycle(route.lifecycle.as_deref()),
+        );
         let key = card.key.clone();
         self.index.upsert(CardEntry {
             source: key.clone(),

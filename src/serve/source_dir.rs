@@ -58,6 +58,7 @@ pub fn static_site(index: &Index, host: &str) -> Site {
                 content_hash: content_hash(&e.content.body),
                 key_id: String::new(),
                 updated_at: updated,
+                ..Placement::default()
             };
             Entry::build(placement, e.content.body.clone()).map(Arc::new)
         })

@@ -679,6 +679,7 @@ fn entry_of(
         content_hash: content_hash(&bytes),
         key_id: String::new(),
         updated_at: updated_at.unwrap_or_default(),
+        ..Placement::default()
     };
     let Some(entry) = Entry::build(placement, bytes) else {
         return Read::Refused(format!("{identifier}: not a JSON object"));

@@ -67,6 +67,23 @@ async function run() {
       }
       return { pages };
     }
+    case "badges": {
+      // What each result's badges say, as a reader sees them (text) and as scripts read them.
+      await page.goto(url);
+      const results = await page.$$eval(".result", (rs) => rs.map((r) => {
+        const reach = r.querySelector(".badge[data-reachable]");
+        const life = r.querySelector(".badge[data-lifecycle]");
+        return {
+          name: r.querySelector("h2").textContent.trim(),
+          reachable: reach ? reach.getAttribute("data-reachable") : null,
+          reachableText: reach ? reach.textContent.trim() : null,
+          visible: reach ? reach.getBoundingClientRect().width > 0 : false,
+          lifecycle: life ? life.getAttribute("data-lifecycle") : null,
+          lifecycleText: life ? life.textContent.trim() : null,
+        };
+      }));
+      return { results };
+    }
     case "card": {
       await page.goto(url);
       const sig = await page.$("[data-verified]");

@@ -3,6 +3,7 @@
 
 pub mod cards;
 pub mod cluster;
+pub mod directory;
 pub mod http;
 pub mod image;
 pub mod netns;

@@ -52,6 +52,15 @@ pub struct Built {
     pub url: String,
     /// The route the card server serves it on.
     pub served: ServedRoute,
+    /// The breaking changes from the card served before, when the served bytes change (filled
+    /// by the reconciler; `None` when nothing was compared).
+    pub breaking: Option<Vec<crate::a2a::breaking::Finding>>,
+    /// What is wrong with the lifecycle's successor (`(reason, message)`), a warning.
+    pub successor_problem: Option<(&'static str, String)>,
+    /// When a retired card was retired (filled by the reconciler).
+    pub retired_at: Option<String>,
+    /// When to look at the card again whatever happens (filled by the reconciler).
+    pub recheck: Option<std::time::Duration>,
 }
 
 impl Built {
@@ -93,6 +102,7 @@ pub fn build(
         max_age_seconds: max_age,
         published_at,
         since: since.to_string(),
+        lifecycle: None,
     };
     Ok(Built {
         configmap,
@@ -106,6 +116,10 @@ pub fn build(
         pending_key: None,
         url: card_url(card),
         served,
+        breaking: None,
+        successor_problem: None,
+        retired_at: None,
+        recheck: None,
     })
 }
 
@@ -399,6 +413,7 @@ mod tests {
                 ..Default::default()
             },
             routing: Routing::default(),
+            retired_retention_seconds: 60,
         }
     }
 

@@ -15,7 +15,9 @@ pub mod apply;
 pub mod build;
 pub mod card;
 pub mod claim;
+pub mod compatibility;
 pub mod contest;
+pub mod lifecycle;
 pub mod reach;
 pub mod source;
 pub mod status;
@@ -125,6 +127,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         (None, _) => publish(&card, ctx, &existing).await,
     };
     let retired = retired_keys(&outcome, previous.as_deref(), ctx);
+    let backend = super::backends::state(&ctx.client, &ctx.backends, &card).await;
     let next = status::next(&status::Found {
         card: &card,
         published: resolved.as_ref().unwrap_or(&card),
@@ -135,9 +138,10 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         routed,
         now: Time(jiff::Timestamp::now()),
         operator: &ctx.settings.operator_namespace,
+        backend,
     });
     report_outcome(&card, ctx, &outcome, &next, &existing).await?;
-    next_action(&card, ctx, outcome)
+    next_action(&card, ctx, outcome, next_backend_check(&next))
 }
 
 /// When another operator installation reconciles `card` too and is running: hold the card as
@@ -220,6 +224,8 @@ async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Ou
         },
     )?;
     let now = jiff::Timestamp::now();
+    let find = |ns: &str, name: &str| ctx.cards.get(&ObjectRef::new(name).within(ns));
+    let life = lifecycle::resolve(card, &find, ctx.settings.retired_retention_seconds, now)?;
     let claim = claim::take(card, &ctx.ownership, now)?;
     let keys = ctx.signing.keys()?;
     let signers = ctx.signing.signers(&keys).await?;
@@ -232,6 +238,11 @@ async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Ou
         now,
     )?;
     ctx.limits.check_size(built.served_len())?;
+    built.served.lifecycle = life.served;
+    built.successor_problem = life.problem;
+    built.retired_at = life.retired_at;
+    built.recheck = life.recheck;
+    built.breaking = compatibility::check(card, existing.configmap, &built)?;
     apply::apply(
         &ctx.client,
         &built,
@@ -272,6 +283,9 @@ async fn report_outcome(
     existing: &Existing<'_>,
 ) -> Result<(), Error> {
     let transition = status::ready_state(card.status.as_ref()) != status::ready_state(Some(next));
+    let compat = status::condition_state(Some(next), status::COMPATIBLE);
+    let breaking_news = compat.as_ref().is_some_and(|(s, _)| s == "False")
+        && status::condition_state(card.status.as_ref(), status::COMPATIBLE) != compat;
     ctx.metrics.set_ready(
         card::card_key(card),
         Some(if outcome.is_ok() { "True" } else { "False" }),
@@ -293,19 +307,47 @@ async fn report_outcome(
     if transition {
         publish_event(ctx, card, outcome).await;
     }
+    if let (true, Some((_, message))) = (breaking_news, compat) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "BreakingChange".into(),
+            note: Some(truncate(&message, 1000)),
+            action: "Publish".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &card.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not record an Event");
+        }
+    }
     ctx.ownership.recheck_card(&freed, card);
     Ok(())
 }
 
 /// When to look at the card again: an imported card every refresh interval, a lost host
 /// conflict after a while (or on the holder's release), otherwise on a change.
-fn next_action(card: &AgentCard, ctx: &Context, outcome: Outcome) -> Result<Action, Error> {
-    let refresh = card.spec.source.as_deref().map(source::refresh);
+fn next_action(
+    card: &AgentCard,
+    ctx: &Context,
+    outcome: Outcome,
+    backend: Option<Duration>,
+) -> Result<Action, Error> {
+    let refresh = [card.spec.source.as_deref().map(source::refresh), backend]
+        .into_iter()
+        .flatten()
+        .min();
     let on_change = || refresh.map_or_else(Action::await_change, Action::requeue);
     match outcome {
-        Ok(_) => {
+        Ok((built, _)) => {
             ctx.backoff.reset(&card::card_key(card));
-            Ok(on_change())
+            let successor = built
+                .successor_problem
+                .as_ref()
+                .map(|_| lifecycle::SUCCESSOR_RECHECK);
+            let soonest = [built.recheck, successor, refresh]
+                .into_iter()
+                .flatten()
+                .min();
+            Ok(soonest.map_or_else(Action::await_change, Action::requeue))
         }
         Err(e) if e.waits_for_change() => {
             count_failure(ctx, &e);
@@ -317,6 +359,16 @@ fn next_action(card: &AgentCard, ctx: &Context, outcome: Outcome) -> Result<Acti
         }
         Err(e) => Err(e),
     }
+}
+
+/// When to look at the agent's Service again: within [`super::backends::RECHECK`] while it is
+/// not ready (a Service created or renumbered changes no EndpointSlice).
+fn next_backend_check(next: &crate::crd::AgentCardStatus) -> Option<Duration> {
+    next.conditions
+        .iter()
+        .find(|c| c.type_ == status::BACKEND_READY)
+        .filter(|c| c.status == "False")
+        .map(|_| super::backends::RECHECK)
 }
 
 /// The Event a reconcile's `outcome` is reported with: Normal when published, Warning with the

@@ -25,6 +25,11 @@ pub const SIGNED: &str = "Signed";
 pub const PUBLISHED: &str = "Published";
 /// Condition type (cards with `spec.source`): the agent's card was fetched and is valid.
 pub const SOURCE_REACHABLE: &str = "SourceReachable";
+/// Condition type: the last edit breaks no caller of the card served before it.
+pub const COMPATIBLE: &str = "Compatible";
+/// Condition type (cards with `spec.backend` or `spec.source`): the agent's Service has a
+/// ready endpoint on its port.
+pub const BACKEND_READY: &str = "BackendReady";
 
 /// What a reconcile found, stage by stage: the inputs of the next status.
 pub struct Found<'a> {
@@ -46,6 +51,9 @@ pub struct Found<'a> {
     pub now: Time,
     /// This operator installation (its namespace), named in the status it writes.
     pub operator: &'a str,
+    /// The agent's Service as the cluster sees it, `(ready, reason, message)` (cards with a
+    /// backend or source).
+    pub backend: Option<(bool, &'static str, String)>,
 }
 
 /// The status after a reconcile that found `found` (pure).
@@ -61,6 +69,20 @@ pub fn next(found: &Found<'_>) -> AgentCardStatus {
         set_retired_signature(&mut status, found);
     }
     set_routing(&mut status, found);
+    set_compatible(&mut status, found);
+    set_successor(&mut status, found);
+    set_backend(&mut status, found);
+    let retired = found
+        .card
+        .spec
+        .lifecycle
+        .as_ref()
+        .is_some_and(|l| l.state == crate::crd::LifecycleState::Retired);
+    match found.outcome {
+        Ok((built, _)) => status.retired_at = built.retired_at.clone(),
+        Err(_) if !retired => status.retired_at = None,
+        Err(_) => {}
+    }
     // Written by this installation alone: any conflict is over.
     status.operator = Some(found.operator.to_string());
     status.contenders.clear();
@@ -309,6 +331,137 @@ fn set_routing(status: &mut AgentCardStatus, found: &Found<'_>) {
     }
 }
 
+/// The `Compatible` condition: what the last compared edit broke (kept as it was while
+/// nothing new was compared, e.g. on a resync of the same card).
+fn set_compatible(status: &mut AgentCardStatus, found: &Found<'_>) {
+    let prev = previous_conditions(found.card);
+    let policy = found.card.spec.publish.compatibility.unwrap_or_default();
+    let next = match found.outcome {
+        Err(e @ Error::Incompatible { .. }) => Some((false, "BreakingChange", e.to_string())),
+        Ok((built, _)) => match &built.breaking {
+            Some(f) if f.is_empty() => Some((
+                true,
+                "Compatible",
+                "no breaking change from the card served before".to_string(),
+            )),
+            Some(f) => {
+                let list: Vec<String> = f.iter().map(ToString::to_string).collect();
+                let (reason, how) = match policy {
+                    crate::crd::Compatibility::RequireMajorVersion => {
+                        ("MajorVersionBumped", "published with a major version bump")
+                    }
+                    _ => (
+                        "BreakingChange",
+                        "published (spec.publish.compatibility: Warn)",
+                    ),
+                };
+                Some((
+                    false,
+                    reason,
+                    format!("{how}; breaks callers: {}", list.join("; ")),
+                ))
+            }
+            None => None,
+        },
+        Err(_) => None,
+    };
+    if let Some((ok, reason, message)) = next {
+        status.conditions.retain(|c| c.type_ != COMPATIBLE);
+        status.conditions.push(condition(
+            &prev,
+            COMPATIBLE,
+            ok,
+            reason,
+            message,
+            found.card.metadata.generation,
+            &found.now,
+        ));
+    } else if let Some(c) = prev.iter().find(|c| c.type_ == COMPATIBLE) {
+        status.conditions.retain(|x| x.type_ != COMPATIBLE);
+        status.conditions.push(c.clone());
+    }
+}
+
+/// The `Successor` condition of a card naming a successor (a warning when it is missing or
+/// retired; the card is published regardless).
+fn set_successor(status: &mut AgentCardStatus, found: &Found<'_>) {
+    let prev = previous_conditions(found.card);
+    status
+        .conditions
+        .retain(|c| c.type_ != super::lifecycle::SUCCESSOR);
+    let named = found
+        .card
+        .spec
+        .lifecycle
+        .as_ref()
+        .is_some_and(|l| l.successor.is_some());
+    let Ok((built, _)) = found.outcome else {
+        if let Some(c) = prev.iter().find(|c| c.type_ == super::lifecycle::SUCCESSOR) {
+            if named {
+                status.conditions.push(c.clone());
+            }
+        }
+        return;
+    };
+    if !named {
+        return;
+    }
+    let (ok, reason, message) = match &built.successor_problem {
+        Some((reason, message)) => (false, *reason, message.clone()),
+        None => {
+            let to = built
+                .served
+                .lifecycle
+                .as_ref()
+                .and_then(|l| l.successor.clone())
+                .unwrap_or_default();
+            (true, "SuccessorFound", format!("successor {to}"))
+        }
+    };
+    status.conditions.push(condition(
+        &prev,
+        super::lifecycle::SUCCESSOR,
+        ok,
+        reason,
+        message,
+        found.card.metadata.generation,
+        &found.now,
+    ));
+}
+
+/// The `BackendReady` condition of a card with a backend or source.
+fn set_backend(status: &mut AgentCardStatus, found: &Found<'_>) {
+    let prev = previous_conditions(found.card);
+    status.conditions.retain(|c| c.type_ != BACKEND_READY);
+    let has_backend = crate::controller::backends::service_of(found.card).is_some();
+    if found.backend.is_none() && has_backend {
+        // The Service could not be read: the last verdict stands.
+        if let Some(c) = prev.iter().find(|c| c.type_ == BACKEND_READY) {
+            status.conditions.push(c.clone());
+        }
+    }
+    if let Some((ok, reason, message)) = &found.backend {
+        status.conditions.push(condition(
+            &prev,
+            BACKEND_READY,
+            *ok,
+            reason,
+            message.clone(),
+            found.card.metadata.generation,
+            &found.now,
+        ));
+    }
+}
+
+/// `(status, message)` of a condition, to detect transitions worth an Event.
+pub fn condition_state(status: Option<&AgentCardStatus>, type_: &str) -> Option<(String, String)> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.message.clone()))
+}
+
 /// `(status, reason)` of the Ready condition, to detect transitions.
 pub fn ready_state(status: Option<&AgentCardStatus>) -> Option<(String, String)> {
     status?
@@ -367,6 +520,7 @@ mod tests {
             routed: None,
             now: Time("2026-12-02T00:00:00Z".parse().unwrap()),
             operator: "agentcard-system",
+            backend: None,
         }
     }
 

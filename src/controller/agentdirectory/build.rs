@@ -120,6 +120,7 @@ mod tests {
             service_port_name: "http".into(),
             ingress: IngressPolicy::default(),
             routing: crate::controller::routing::Routing::default(),
+            retired_retention_seconds: 60,
         };
         let ing = serde_json::to_value(build(&dir, &settings).unwrap().ingress.unwrap()).unwrap();
         assert_eq!(ing["metadata"]["namespace"], "ops");
