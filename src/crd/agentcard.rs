@@ -33,6 +33,8 @@ use crate::a2a::card::AgentCard as A2aCard;
     printcolumn = r#"{"name":"Signed","type":"string","jsonPath":".status.keyId"}"#,
     printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source.service.name"}"#,
     printcolumn = r#"{"name":"Fetched","type":"date","jsonPath":".status.source.fetchedAt","priority":1}"#,
+    printcolumn = r#"{"name":"Backend","type":"string","jsonPath":".status.conditions[?(@.type==\"BackendReady\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Lifecycle","type":"string","jsonPath":".spec.lifecycle.state","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
