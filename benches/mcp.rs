@@ -41,31 +41,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
     let dir = tempfile::tempdir().expect("tempdir");
-    let cards = dir.path().join("cards");
-    std::fs::create_dir(&cards).expect("mkdir");
-    for (_, _, host, json) in dircards::generate(n, 50, 7) {
-        std::fs::write(cards.join(format!("{host}.json")), json.to_string()).expect("write");
-    }
-    let log = dir.path().join("server.log");
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
-        .args(["serve", "--from-dir"])
-        .arg(&cards)
-        .args(["--directory-host", HOST, "--listen", "127.0.0.1:0"])
-        .args(["--admin-listen", "127.0.0.1:0"])
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("serve");
-    let addr = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(a) = text
-            .split("listening public=")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-        {
-            break a.trim_end_matches(',').to_string();
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let (mut server, addr) = dircards::serve_generated(dir.path(), n, 7, HOST);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

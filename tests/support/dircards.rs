@@ -148,3 +148,39 @@ pub fn generate(n: usize, namespaces: usize, seed: u64) -> Vec<(String, String, 
         })
         .collect()
 }
+
+/// `agentcard-operator serve --from-dir` over `n` generated cards (`seed`) written under `dir`,
+/// with a public directory of them on `host`; the process and its public address.
+pub fn serve_generated(
+    dir: &std::path::Path,
+    n: usize,
+    seed: u64,
+    host: &str,
+) -> (std::process::Child, std::net::SocketAddr) {
+    let cards = dir.join("cards");
+    std::fs::create_dir_all(&cards).expect("mkdir");
+    for (_, _, card_host, json) in generate(n, 50, seed) {
+        std::fs::write(cards.join(format!("{card_host}.json")), json.to_string()).expect("write");
+    }
+    let log = dir.join("server.log");
+    let server = std::process::Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
+        .args(["serve", "--from-dir"])
+        .arg(&cards)
+        .args(["--directory-host", host, "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("serve");
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(a) = text
+            .split("listening public=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+        {
+            let addr = a.trim_end_matches(',').parse().expect("addr");
+            return (server, addr);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

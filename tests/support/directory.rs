@@ -112,19 +112,19 @@ pub fn json_of(r: &Resp) -> Value {
 
 /// Validate `doc` against an ARD v0.9 schema (see tests/oracle/ard_validate.py).
 pub fn assert_schema(schema: &str, doc: &Value) {
-    validate("ard_validate.py", "ard-v0.9", schema, doc);
+    validate("ard-v0.9", schema, doc);
 }
 
-/// Validate `doc` against an ARD v0.91 schema (see tests/oracle/ard_validate_v091.py):
+/// Validate `doc` against an ARD v0.91 schema (see tests/oracle/ard_validate.py):
 /// `manifest`, `ardEntry`, or a component of its OpenAPI document.
 pub fn assert_schema_v091(schema: &str, doc: &Value) {
-    validate("ard_validate_v091.py", "ard-v0.91", schema, doc);
+    validate("ard-v0.91", schema, doc);
 }
 
-fn validate(script: &str, data: &str, schema: &str, doc: &Value) {
+fn validate(data: &str, schema: &str, doc: &Value) {
     let input = format!("{}\n", json!({"schema": schema, "doc": doc}));
     let mut cmd = std::process::Command::new(super::oracle().join("venv/bin/python"));
-    cmd.arg(super::root().join("tests/oracle").join(script))
+    cmd.arg(super::root().join("tests/oracle/ard_validate.py"))
         .arg(super::root().join("tests/data").join(data));
     let out = super::run(cmd, Some(input.as_bytes()));
     let verdict: Value = serde_json::from_slice(
