@@ -353,11 +353,20 @@ async fn each_result_shows_its_reachability_and_lifecycle_as_a_badge() {
     let mut last = Value::Null;
     let ok = wait_for(Duration::from_secs(30), || {
         last = browse(&host, addr, &shots, &["badges", &base]);
+        // The successor is linked by its identifier until "old" has looked again for its URL.
         let up = seen(&last, "Agent up");
-        std::future::ready(up.is_some_and(|u| u["reachable"] == "true"))
+        let old = seen(&last, "Agent old");
+        std::future::ready(
+            up.is_some_and(|u| u["reachable"] == "true")
+                && old.is_some_and(|o| {
+                    o["lifecycleText"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("deprecated → https://"))
+                }),
+        )
     })
     .await;
-    assert!(ok.is_ok(), "no reachable badge: {last}");
+    assert!(ok.is_ok(), "no reachable badge or successor link: {last}");
     let up = seen(&last, "Agent up").unwrap();
     assert_eq!(up["reachableText"], "reachable", "{last}");
     assert_eq!(up["visible"], true, "{last}");
