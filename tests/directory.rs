@@ -1414,6 +1414,7 @@ async fn a_directory_federates_another_through_its_change_feed() {
     .await;
     let mut edited = card("a1", &host("a1"), "");
     edited["spec"]["card"]["description"] = json!("Edited under A.");
+    edited["spec"]["lifecycle"] = json!({"state": "Deprecated", "message": "moving on"});
     a.apply(&edited).await.unwrap();
     a.delete("a2").await;
     wait_listed(&p, &bhost, &["a1", "b1"]).await;
@@ -1424,6 +1425,19 @@ async fn a_directory_federates_another_through_its_change_feed() {
     })
     .await;
     assert!(ok.is_ok(), "B serves A's edited card");
+    // ... and says what A says of it: deprecated, reachability unknown (no backend).
+    let ok = wait_for(Duration::from_secs(30), || {
+        let m = json_of(&get(&p, &bhost, &format!("/v1/agents/{}/a1", a.ns), &[]))["_meta"]
+            ["agentcard.dev/directory"]
+            .clone();
+        std::future::ready(
+            m["lifecycle"]["state"] == "Deprecated"
+                && m["lifecycle"]["message"] == "moving on"
+                && m["reachable"] == "unknown",
+        )
+    })
+    .await;
+    assert!(ok.is_ok(), "B shows A's lifecycle");
     // The ARD views agree: a1 with its new content hash, a2 gone.
     let a2_id = format!("urn:air:{}:{}:a2", host("a2"), a.ns);
     let edited_hash = json_of(&get(&p, &bhost, &format!("/v1/agents/{}/a1", a.ns), &[]))["_meta"]

@@ -218,6 +218,13 @@ async fn a_holder_that_cannot_renew_stops_leading_before_its_lease_ends_then_lea
         &["--lease-duration", "6", "--identity", "op-a"],
     );
     assert_eq!(support::operator::lease_holder(&client, OPNS).await, "op-a");
+    // The Lease names op-a as soon as its manager wrote it; the process leads once it has
+    // seen that (a kill in between would test a process that never led).
+    let leading = support::plane::wait_for(Duration::from_secs(10), || {
+        std::future::ready(op.logs().contains("acquired the lease"))
+    })
+    .await;
+    assert!(leading.is_ok(), "never led:\n{}", op.logs());
     // The API server is gone for twice the lease duration: another replica could take the
     // lease after 6 s, so this one must have stopped its controllers by then.
     let started = Instant::now();

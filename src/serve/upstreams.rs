@@ -26,12 +26,13 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use serde_json::{json, Value};
 
 use crate::a2a::jws::verify_card;
 use crate::a2a::{AgentCard as A2aCard, Jwks};
 use crate::contract::content_hash;
 use crate::crd::agentdirectory::{Upstream, UpstreamKind};
-use crate::crd::AgentDirectory;
+use crate::crd::{AgentDirectory, LifecycleState, ServedLifecycle};
 use crate::directory::ard::TYPE_A2A;
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::federation::{Federation, Origin, Synced};
@@ -382,6 +383,44 @@ struct FeedChange {
     card: Option<Box<RawValue>>,
     #[serde(default)]
     origin: Option<FeedOrigin>,
+    #[serde(default)]
+    reachable: Option<String>,
+    #[serde(default)]
+    lifecycle: Option<Value>,
+}
+
+/// What an upstream says of an entry besides its card: where the card is, when it changed,
+/// whether its agent is reachable, its lifecycle (shown as the upstream says, with its origin).
+#[derive(Default)]
+struct Said {
+    url: Option<String>,
+    updated_at: Option<String>,
+    reachable: Option<bool>,
+    lifecycle: Option<Box<ServedLifecycle>>,
+}
+
+/// `"true"` / `"false"` (anything else: not known).
+fn reachable_of(v: Option<&str>) -> Option<bool> {
+    match v {
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        _ => None,
+    }
+}
+
+/// A deprecated or retired lifecycle as the native API and the feed write it.
+fn lifecycle_of(v: Option<&Value>) -> Option<Box<ServedLifecycle>> {
+    let l: ServedLifecycle = serde_json::from_value(v?.clone()).ok()?;
+    (l.state != LifecycleState::Active).then(|| Box::new(l))
+}
+
+/// The same from an ARD entry's flattened `metadata` (`lifecycle`, `lifecycleSince`, ...).
+fn ard_lifecycle(meta: &serde_json::Map<String, Value>) -> Option<Box<ServedLifecycle>> {
+    let text = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_string);
+    let l = json!({"state": text("lifecycle")?, "since": text("lifecycleSince").unwrap_or_default(),
+        "message": text("lifecycleMessage"), "sunset": text("sunset"), "successor": text("successor"),
+        "successorUrl": text("successorUrl"), "goneUntil": text("goneUntil")});
+    lifecycle_of(Some(&l))
 }
 
 #[derive(Deserialize)]
@@ -453,14 +492,18 @@ async fn read_feed(
                         ))
                     } else {
                         let bytes = c.card.map(|r| Bytes::from(r.get().to_string()));
+                        let said = Said {
+                            url: c.url,
+                            updated_at: c.updated_at,
+                            reachable: reachable_of(c.reachable.as_deref()),
+                            lifecycle: lifecycle_of(c.lifecycle.as_ref()),
+                        };
                         entry_of(
                             up,
                             &c.identifier,
                             bytes,
-                            &c.namespace,
-                            &c.name,
-                            c.url,
-                            c.updated_at,
+                            (&c.namespace, &c.name),
+                            said,
                             via,
                             state.jwks.as_ref().map(|j| &*j.1),
                         )
@@ -503,6 +546,20 @@ struct ArdEntry {
     data: Option<Box<RawValue>>,
     #[serde(default)]
     updated_at: Option<String>,
+    #[serde(default)]
+    metadata: serde_json::Map<String, Value>,
+}
+
+impl ArdEntry {
+    /// What the entry says besides its card, the card at `url`.
+    fn said(&self, url: Option<String>) -> Said {
+        Said {
+            url,
+            updated_at: self.updated_at.clone(),
+            reachable: reachable_of(self.metadata.get("reachable").and_then(Value::as_str)),
+            lifecycle: ard_lifecycle(&self.metadata),
+        }
+    }
 }
 
 /// Page the ARD registry's `GET /agents`; nothing when its first page is unchanged.
@@ -578,10 +635,8 @@ async fn ard_entry(
             up,
             &e.identifier,
             Some(bytes),
-            namespace,
-            name,
-            None,
-            e.updated_at.clone(),
+            (namespace, name),
+            e.said(None),
             via,
             jwks.as_deref(),
         );
@@ -619,26 +674,21 @@ async fn ard_entry(
         up,
         &e.identifier,
         bytes,
-        namespace,
-        name,
-        Some(card_url.clone()),
-        e.updated_at.clone(),
+        (namespace, name),
+        e.said(Some(card_url.clone())),
         via,
         jwks.as_deref(),
     )
 }
 
-/// The entry of a card read from `up`, or why it is refused: not a card, too large, or (with
-/// trusted keys) signed by none of them.
-#[allow(clippy::too_many_arguments)]
+/// The entry of a card read from `up` (`card`: its AgentCard's namespace and name), or why it
+/// is refused: not a card, too large, or (with trusted keys) signed by none of them.
 fn entry_of(
     up: &Upstream,
     identifier: &str,
     bytes: Option<Bytes>,
-    namespace: &str,
-    name: &str,
-    url: Option<String>,
-    updated_at: Option<String>,
+    (namespace, name): (&str, &str),
+    said: Said,
     via: Vec<String>,
     jwks: Option<&Jwks>,
 ) -> Read {
@@ -670,7 +720,7 @@ fn entry_of(
         None => false,
     };
     let host = identifier.split(':').nth(2).unwrap_or_default().to_string();
-    let card_url = url.unwrap_or_else(|| up.url.clone());
+    let card_url = said.url.unwrap_or_else(|| up.url.clone());
     let placement = Placement {
         namespace: namespace.to_string(),
         name: name.to_string(),
@@ -678,8 +728,9 @@ fn entry_of(
         url: card_url.clone(),
         content_hash: content_hash(&bytes),
         key_id: String::new(),
-        updated_at: updated_at.unwrap_or_default(),
-        ..Placement::default()
+        updated_at: said.updated_at.unwrap_or_default(),
+        reachable: said.reachable,
+        lifecycle: said.lifecycle,
     };
     let Some(entry) = Entry::build(placement, bytes) else {
         return Read::Refused(format!("{identifier}: not a JSON object"));
@@ -738,6 +789,26 @@ fn select(up: &Upstream, state: &State) -> (Vec<Arc<Entry>>, usize, Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_an_upstream_says_of_reachability_and_lifecycle_is_kept() {
+        assert_eq!(reachable_of(Some("true")), Some(true));
+        assert_eq!(reachable_of(Some("false")), Some(false));
+        assert_eq!(reachable_of(Some("unknown")), None);
+        let native = json!({"state": "Retired", "since": "2026-12-01T00:00:00Z",
+            "successor": "urn:air:b.example:x:b", "goneUntil": "2026-12-31T00:00:00Z"});
+        let l = lifecycle_of(Some(&native)).unwrap();
+        assert_eq!(l.state, LifecycleState::Retired);
+        assert_eq!(l.gone_until.as_deref(), Some("2026-12-31T00:00:00Z"));
+        assert!(lifecycle_of(Some(&json!({"state": "Active"}))).is_none());
+        assert!(lifecycle_of(Some(&json!({"state": "Sideways"}))).is_none());
+        let meta = json!({"lifecycle": "Deprecated", "lifecycleSince": "2026-11-01T00:00:00Z",
+            "lifecycleMessage": "use b", "successor": "urn:air:b.example:x:b"});
+        let l = ard_lifecycle(meta.as_object().unwrap()).unwrap();
+        assert_eq!(l.state, LifecycleState::Deprecated);
+        assert_eq!(l.message.as_deref(), Some("use b"));
+        assert!(ard_lifecycle(json!({"lifecycle": "Active"}).as_object().unwrap()).is_none());
+    }
 
     fn read(name: &str, tag: &str) -> Read {
         let body = format!(
