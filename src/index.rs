@@ -51,8 +51,8 @@ pub struct LifecycleHeaders {
     pub gone_until: Option<SystemTime>,
 }
 
-/// A date or date-time (RFC 3339) as a time; a bare date is its midnight UTC.
-fn rfc3339(text: &str) -> Option<SystemTime> {
+/// A date or date-time (RFC 3339) as a time, whole seconds; a bare date is its midnight UTC.
+pub fn rfc3339(text: &str) -> Option<SystemTime> {
     let ts = text.parse::<jiff::Timestamp>().ok().or_else(|| {
         let date: jiff::civil::Date = text.parse().ok()?;
         date.to_zoned(jiff::tz::TimeZone::UTC)

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -44,12 +44,6 @@ const MAX_FEED_JSON: u64 = 64 * 1024 * 1024;
 
 /// How long changes are gathered before the directories are rebuilt.
 const REBUILD_DELAY: Duration = Duration::from_millis(50);
-
-fn timestamp(text: &str) -> Option<SystemTime> {
-    let ts: jiff::Timestamp = text.parse().ok()?;
-    let secs = u64::try_from(ts.as_second()).ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs(secs))
-}
 
 fn source(cm: &SeenConfigMap) -> String {
     format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any())
@@ -276,8 +270,8 @@ impl Feed {
             },
         };
         let max_age = u32::try_from(route.max_age_seconds.clamp(0, 86_400)).unwrap_or(0);
-        let since = timestamp(&route.since).unwrap_or(UNIX_EPOCH);
-        let modified = timestamp(&route.published_at).unwrap_or(since);
+        let since = crate::index::rfc3339(&route.since).unwrap_or(UNIX_EPOCH);
+        let modified = crate::index::rfc3339(&route.published_at).unwrap_or(since);
         let host = route.host.trim().trim_end_matches('.').to_ascii_lowercase();
         let content = Arc::new(
             Published::new(body.clone(), modified, max_age)
@@ -378,12 +372,12 @@ impl Feed {
                     let ann = &cm.seen;
                     let modified = ann
                         .annotation(ANN_PUBLISHED_AT)
-                        .and_then(timestamp)
+                        .and_then(crate::index::rfc3339)
                         .or_else(|| {
                             cm.metadata
                                 .creation_timestamp
                                 .as_ref()
-                                .and_then(|t| timestamp(&t.0.to_string()))
+                                .and_then(|t| crate::index::rfc3339(&t.0.to_string()))
                         })
                         .unwrap_or(UNIX_EPOCH);
                     let max_age = ann
