@@ -78,11 +78,12 @@ pub fn version_of(entry: &Entry) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     // Reachability and lifecycle count once known (a card with neither keeps the version it
     // had before they existed).
-    let states = match (p.reachable, &p.lifecycle) {
-        (None, None) => String::new(),
-        _ => format!("{}/{}", p.reachable_str(), p.lifecycle_str()),
+    let states: &[&str] = match (p.reachable, &p.lifecycle) {
+        (None, None) => &[],
+        _ => &[p.reachable_str(), p.lifecycle_str()],
     };
-    for part in [&p.content_hash, &p.url, &p.updated_at, &states] {
+    let parts = [p.content_hash.as_str(), &p.url, &p.updated_at];
+    for part in parts.iter().chain(states) {
         for b in part.bytes().chain(std::iter::once(0)) {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
