@@ -163,7 +163,11 @@ fn successor(
         }
         (None, None) => return (None, None, None),
     };
-    let found = find(&ns, &name).filter(|c| given.as_ref().is_none_or(|id| identifier(c) == *id));
+    // Another namespace's card counts only while it is served (public anyway): a tenant must
+    // not learn from this condition whether an unpublished card exists elsewhere.
+    let found = find(&ns, &name)
+        .filter(|c| given.as_ref().is_none_or(|id| identifier(c) == *id))
+        .filter(|c| ns == own_ns || c.status.as_ref().is_some_and(|s| s.served.is_some()));
     let Some(next) = found else {
         return match given {
             // An agent elsewhere: named by its identifier, nothing to check here.
@@ -173,7 +177,11 @@ fn successor(
                 None,
                 Some((
                     "SuccessorNotFound",
-                    format!("spec.lifecycle.successor: AgentCard {ns}/{name} does not exist"),
+                    if ns == own_ns {
+                        format!("spec.lifecycle.successor: AgentCard {ns}/{name} does not exist")
+                    } else {
+                        format!("spec.lifecycle.successor: no AgentCard {ns}/{name} is served")
+                    },
                 )),
             ),
         };
@@ -289,6 +297,31 @@ mod tests {
             r.served.unwrap().successor.as_deref(),
             Some("urn:air:elsewhere.example:x:y")
         );
+    }
+
+    #[test]
+    fn another_namespaces_unserved_card_is_not_disclosed() {
+        let hidden = Arc::new(card("b", serde_json::Value::Null, json!({})));
+        let c = card(
+            "a",
+            json!({"state": "Deprecated", "successor": {"name": "b", "namespace": "other"}}),
+            json!({}),
+        );
+        let r = resolve(&c, &|_, _| Some(hidden.clone()), 60, now()).unwrap();
+        let (reason, message) = r.problem.unwrap();
+        assert_eq!(reason, "SuccessorNotFound");
+        assert!(
+            message.contains("no AgentCard other/b is served"),
+            "{message}"
+        );
+        // The same card in the card's own namespace is named, served or not.
+        let own = card(
+            "a",
+            json!({"state": "Deprecated", "successor": {"name": "b"}}),
+            json!({}),
+        );
+        let r = resolve(&own, &|_, _| Some(hidden.clone()), 60, now()).unwrap();
+        assert!(r.problem.is_none());
     }
 
     #[test]
