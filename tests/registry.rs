@@ -496,7 +496,6 @@ async fn edits_that_break_callers_are_found_and_each_compatibility_rule_applies(
     let t = rand_tag();
     let tenant = Tenant::new(&p, &format!("compat-{t}")).await;
     let ns = tenant.ns.clone();
-    let cards: Api<AgentCard> = Api::namespaced(p.admin.clone(), &ns);
     let hash = |c: &AgentCard| hash_of(c).unwrap();
 
     // Warn (the default): published, every finding listed with its JSON path, an Event.
@@ -634,7 +633,6 @@ async fn edits_that_break_callers_are_found_and_each_compatibility_rule_applies(
     })
     .await;
     assert_ne!(hash(&c), good);
-    let _ = cards;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
