@@ -33,7 +33,7 @@ use super::metrics::ControllerMetrics;
 use super::ownership::{Ownership, OwnershipInputs};
 use super::routing::{self, RouteKind};
 use super::signing::{PublishedKeys, Signing};
-use super::watches::{self, CardIndex, CardTargets, Scope, WrittenFor};
+use super::watches::{self, CardIndex, CardTargets, Gone, Scope, WrittenFor};
 use super::written::{Unseen, WriteMemo, Written};
 use crate::contract::{ANN_CARD, ANN_DIRECTORY, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::{AgentCard, AgentCardStatus, AgentDirectory};
@@ -62,8 +62,8 @@ pub async fn run(
     let cards = start_card_watches(&hubs, &config, &mut tasks);
     let keys = start_key_watches(&client, &hubs, &config, &cards, &mut tasks);
     let routes = start_route_watches(&client, &config, &cards.memo, &mut tasks);
-    let (dir_task, directories_listed, dir_refs_rx) = watch_directories(&hubs);
-    tasks.push(dir_task);
+    let dirs = watch_directories(&hubs);
+    tasks.push(dirs.task);
     let (peers, peers_rx) = channel::<ObjectRef<AgentCard>>();
     let (dir_peers, dir_peers_rx) = channel::<ObjectRef<AgentDirectory>>();
     let ownership = Ownership::new(OwnershipInputs {
@@ -74,7 +74,7 @@ pub async fn run(
         peers,
         directory_peers: dir_peers,
         directories_wait: directories_wait(&client).await,
-        directories_listed,
+        directories_listed: dirs.listed,
         cards_listed: hubs.cards.listed(),
     });
     let written = Written {
@@ -110,7 +110,12 @@ pub async fn run(
         namespaces: hubs.namespaces.store(),
         directories: hubs.directories.store(),
     });
-    tasks.push(sweep_deleted_cards(&ctx, cards.gone));
+    tasks.push(sweep_deleted_cards(
+        &ctx,
+        config.watch_namespace.clone(),
+        cards.gone,
+    ));
+    tasks.push(forget_deleted_directories(&ctx, dirs.gone));
     let (backend_refs, backend_refs_rx) = channel::<ObjectRef<AgentCard>>();
     tasks.push(super::backends::watch(
         &ctx.client,
@@ -124,7 +129,7 @@ pub async fn run(
 
     let repairs = repair_requests(routes.touched, &ctx, routes.directories.clone());
     let directory_triggers = futures::stream::select_all([
-        dir_refs_rx.boxed(),
+        dirs.refs.boxed(),
         dir_peers_rx.boxed(),
         routes.directory_refs.boxed(),
     ]);
@@ -157,7 +162,7 @@ struct CardWatches {
     /// Every directory to count again.
     recount: UnboundedReceiver<()>,
     /// Cards deleted.
-    gone: UnboundedReceiver<Arc<AgentCard>>,
+    gone: UnboundedReceiver<Gone>,
     /// True once the card ConfigMaps are listed.
     configmaps_listed: watch::Receiver<bool>,
     /// Asks for every card to be signed again.
@@ -177,7 +182,7 @@ fn start_card_watches(hubs: &Hubs, config: &Config, tasks: &mut Vec<AbortOnDrop>
     let configmaps_written = Arc::new(Unseen::<SeenConfigMap>::default());
     let (card_refs, refs) = channel::<ObjectRef<AgentCard>>();
     let (dir_recount, recount) = channel::<()>();
-    let (gone_tx, gone) = channel::<Arc<AgentCard>>();
+    let (gone_tx, gone) = channel::<Gone>();
     let targets = CardTargets {
         cards: card_refs.clone(),
         directories: dir_recount.clone(),
@@ -576,15 +581,10 @@ fn watch_routes(
 
 /// The shared AgentDirectory watch: each change reconciles that directory (a relist's at its
 /// end, once the store holds them); the receiver says when the first list is in.
-fn watch_directories(
-    hubs: &Hubs,
-) -> (
-    AbortOnDrop,
-    watch::Receiver<bool>,
-    UnboundedReceiver<ObjectRef<AgentDirectory>>,
-) {
+fn watch_directories(hubs: &Hubs) -> DirectoryWatch {
     let (listed_tx, listed) = watch::channel(false);
     let (refs, refs_rx) = channel::<ObjectRef<AgentDirectory>>();
+    let (gone_tx, gone) = channel::<Arc<AgentDirectory>>();
     let mut feed = hubs.directories.subscribe();
     let task = AbortOnDrop(tokio::spawn(async move {
         let mut relisted = Vec::new();
@@ -601,11 +601,45 @@ fn watch_directories(
                     let _ = refs.unbounded_send(ObjectRef::from_obj(d.as_ref()));
                 }
                 watcher::Event::Init => relisted.clear(),
-                watcher::Event::Delete(_) => {}
+                watcher::Event::Delete(d) => {
+                    let _ = gone_tx.unbounded_send(d);
+                }
             }
         }
     }));
-    (task, listed, refs_rx)
+    DirectoryWatch {
+        task,
+        listed,
+        refs: refs_rx,
+        gone,
+    }
+}
+
+/// What the shared AgentDirectory watch's fan-out gives the controllers.
+struct DirectoryWatch {
+    task: AbortOnDrop,
+    /// True once the first list is in.
+    listed: watch::Receiver<bool>,
+    /// Directories to reconcile.
+    refs: UnboundedReceiver<ObjectRef<AgentDirectory>>,
+    /// Directories deleted.
+    gone: UnboundedReceiver<Arc<AgentDirectory>>,
+}
+
+/// Directories that are gone: each delete event forgets its directory (its routes now, its
+/// host claim).
+fn forget_deleted_directories(
+    ctx: &Arc<Context>,
+    mut gone: UnboundedReceiver<Arc<AgentDirectory>>,
+) -> AbortOnDrop {
+    let ctx = ctx.clone();
+    AbortOnDrop(tokio::spawn(async move {
+        while let Some(dir) = gone.next().await {
+            if let Err(e) = agentdirectory::forget(&dir, &ctx).await {
+                tracing::warn!(directory = %dir.name_any(), category = e.category(), error = %e, "could not clean up after a deleted directory");
+            }
+        }
+    }))
 }
 
 /// How long loading the claims waits for the directories: unbounded when the AgentDirectory
@@ -624,17 +658,27 @@ async fn directories_wait(client: &Client) -> Option<Duration> {
     }
 }
 
-/// Cards that are gone: a card whose finalizer was removed never gets a Cleanup reconcile, so
-/// its deletion event forgets it here.
+/// Cards that are gone: each delete event forgets its card (claims, routes in the operator's
+/// namespace); each (re-)list sweeps the routes of cards deleted while no event could tell
+/// (see [`super::sweep`]).
 fn sweep_deleted_cards(
     ctx: &Arc<Context>,
-    mut gone: UnboundedReceiver<Arc<AgentCard>>,
+    scope: Option<String>,
+    mut gone: UnboundedReceiver<Gone>,
 ) -> AbortOnDrop {
     let ctx = ctx.clone();
     AbortOnDrop(tokio::spawn(async move {
-        while let Some(card) = gone.next().await {
-            if let Err(e) = agentcard::forget(&card, &ctx).await {
-                tracing::warn!(card = %agentcard::card::card_key(&card), category = e.category(), error = %e, "could not clean up after a deleted card");
+        while let Some(event) = gone.next().await {
+            match event {
+                Gone::Card(card) => {
+                    if let Err(e) = agentcard::forget(&card, &ctx).await {
+                        tracing::warn!(card = %agentcard::card::card_key(&card), category = e.category(), error = %e, "could not clean up after a deleted card");
+                    }
+                }
+                Gone::Relisted => {
+                    super::sweep::sweep(&ctx.client, &ctx.written, &ctx.cards, scope.as_deref())
+                        .await;
+                }
             }
         }
     }))

@@ -232,8 +232,17 @@ pub struct CardTargets {
     pub cards: UnboundedSender<ObjectRef<AgentCard>>,
     /// The directory controller (every directory counts again).
     pub directories: UnboundedSender<()>,
-    /// The sweeper (a card that is gone; its finalizer may have been removed).
-    pub gone: UnboundedSender<Arc<AgentCard>>,
+    /// The sweeper: each card that is gone, and each (re-)list.
+    pub gone: UnboundedSender<Gone>,
+}
+
+/// What the sweeper hears from the card watch.
+pub enum Gone {
+    /// A card's delete event: forget it (claims, routes in the operator's namespace).
+    Card(Arc<AgentCard>),
+    /// The cards were (re-)listed: a card deleted meanwhile sent no event, so its routes are
+    /// found by sweeping ([`super::sweep`]).
+    Relisted,
 }
 
 /// Read the shared card watch until it ends: forget the unseen status writes of each card it
@@ -285,6 +294,7 @@ pub async fn fan_out_cards(
                     let _ = targets.cards.unbounded_send(key);
                 }
                 let _ = targets.directories.unbounded_send(());
+                let _ = targets.gone.unbounded_send(Gone::Relisted);
             }
             watcher::Event::Apply(card) => {
                 if scope.holds(&card) {
@@ -310,7 +320,7 @@ pub async fn fan_out_cards(
                     for other in waiting {
                         let _ = targets.cards.unbounded_send(other);
                     }
-                    let _ = targets.gone.unbounded_send(card);
+                    let _ = targets.gone.unbounded_send(Gone::Card(card));
                 }
                 let _ = targets.directories.unbounded_send(());
             }
