@@ -988,6 +988,41 @@ async fn cards_deleted_while_the_operator_is_down_leave_nothing_and_old_finalize
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_scoped_to_one_namespace_keeps_and_serves_only_that_namespace() {
+    let s = setup("scoped", &[]).await;
+    // A second installation, for another namespace, publishes a card there.
+    let other_op = TestNamespace::new(&s.client, "scoped-other-op").await;
+    let other = TestNamespace::new(&s.client, "scoped-other").await;
+    let other_operator = Operator::start(&other_op.name, &other.name, &[]);
+    let other_cards: Api<AgentCard> = Api::namespaced(s.client.clone(), &other.name);
+    let theirs = host("theirs", &other.name);
+    apply(&other_cards, &example("theirs", &theirs))
+        .await
+        .unwrap();
+    wait_card(&other_cards, "theirs", &other_operator, "Ready", ready).await;
+    apply(&s.cards, &example("ours", &host("ours", &s.ns.name)))
+        .await
+        .unwrap();
+    wait_card(&s.cards, "ours", &s.operator, "Ready", ready).await;
+    let path = PATH_CARD;
+    let served = wait_for(Duration::from_secs(20), || {
+        std::future::ready(
+            other_operator.get(&theirs, path).status == 200
+                && s.operator.get(&host("ours", &s.ns.name), path).status == 200,
+        )
+    })
+    .await;
+    assert!(served.is_ok(), "each installation serves its own card");
+    // The first installation never stored the other namespace's card or its ConfigMap: its
+    // server does not know the host.
+    assert_eq!(s.operator.get(&theirs, path).status, 404);
+    assert_eq!(
+        other_operator.get(&host("ours", &s.ns.name), path).status,
+        404
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_operators_one_reconciles_and_the_other_takes_over() {
     let client = client().await;
     let op_ns = TestNamespace::new(&client, "ha-op").await;

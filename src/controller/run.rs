@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use super::agentcard::{self, source::Sources};
 use super::agentdirectory;
+use super::agentdirectory::count::{Counts, Recount};
 use super::backoff::{backoff_delay, Backoff};
 use super::config::Config;
 use super::context::Context;
@@ -62,7 +63,7 @@ pub async fn run(
     let cards = start_card_watches(&hubs, &config, &mut tasks);
     let keys = start_key_watches(&client, &hubs, &config, &cards, &mut tasks);
     let routes = start_route_watches(&client, &config, &cards.memo, &mut tasks);
-    let dirs = watch_directories(&hubs);
+    let dirs = watch_directories(&hubs, cards.recount_tx.clone());
     tasks.push(dirs.task);
     let (peers, peers_rx) = channel::<ObjectRef<AgentCard>>();
     let (dir_peers, dir_peers_rx) = channel::<ObjectRef<AgentDirectory>>();
@@ -109,6 +110,7 @@ pub async fn run(
         index: cards.index.clone(),
         namespaces: hubs.namespaces.store(),
         directories: hubs.directories.store(),
+        counts: Arc::new(Counts::default()),
     });
     tasks.push(sweep_deleted_cards(
         &ctx,
@@ -116,6 +118,17 @@ pub async fn run(
         cards.gone,
     ));
     tasks.push(forget_deleted_directories(&ctx, dirs.gone));
+    let (counted, counted_rx) = channel::<ObjectRef<AgentDirectory>>();
+    tasks.push(AbortOnDrop(tokio::spawn(agentdirectory::count::run(
+        agentdirectory::count::Sources {
+            cards: hubs.cards.store(),
+            namespaces: hubs.namespaces.store(),
+            directories: hubs.directories.store(),
+        },
+        ctx.counts.clone(),
+        cards.recount,
+        counted,
+    ))));
     let (backend_refs, backend_refs_rx) = channel::<ObjectRef<AgentCard>>();
     tasks.push(super::backends::watch(
         &ctx.client,
@@ -130,6 +143,7 @@ pub async fn run(
     let repairs = repair_requests(routes.touched, &ctx, routes.directories.clone());
     let directory_triggers = futures::stream::select_all([
         dirs.refs.boxed(),
+        counted_rx.boxed(),
         dir_peers_rx.boxed(),
         routes.directory_refs.boxed(),
     ]);
@@ -144,7 +158,7 @@ pub async fn run(
     // Both run until the process stops; either ending ends the controllers.
     tokio::select! {
         () = run_card_controller(&ctx, &config, card_triggers) => {}
-        () = run_directory_controller(&ctx, cards.recount, directory_triggers) => {}
+        () = run_directory_controller(&ctx, directory_triggers) => {}
     }
     drop((tasks, cards.resign_all));
     Ok(())
@@ -160,7 +174,9 @@ struct CardWatches {
     /// Cards to reconcile.
     refs: UnboundedReceiver<ObjectRef<AgentCard>>,
     /// Every directory to count again.
-    recount: UnboundedReceiver<()>,
+    recount: UnboundedReceiver<Recount>,
+    /// Where the directory counts hear of changes (the directory watch sends there too).
+    recount_tx: UnboundedSender<Recount>,
     /// Cards deleted.
     gone: UnboundedReceiver<Gone>,
     /// True once the card ConfigMaps are listed.
@@ -181,7 +197,7 @@ fn start_card_watches(hubs: &Hubs, config: &Config, tasks: &mut Vec<AbortOnDrop>
     let statuses = Arc::new(Unseen::<AgentCardStatus>::default());
     let configmaps_written = Arc::new(Unseen::<SeenConfigMap>::default());
     let (card_refs, refs) = channel::<ObjectRef<AgentCard>>();
-    let (dir_recount, recount) = channel::<()>();
+    let (dir_recount, recount) = channel::<Recount>();
     let (gone_tx, gone) = channel::<Gone>();
     let targets = CardTargets {
         cards: card_refs.clone(),
@@ -201,6 +217,7 @@ fn start_card_watches(hubs: &Hubs, config: &Config, tasks: &mut Vec<AbortOnDrop>
         configmaps_written,
         refs,
         recount,
+        recount_tx: dir_recount.clone(),
         gone,
         configmaps_listed,
         resign_all,
@@ -287,7 +304,7 @@ fn start_route_watches(
     memo: &Arc<WriteMemo>,
     tasks: &mut Vec<AbortOnDrop>,
 ) -> RouteWatches {
-    let (ingress_task, ingresses, touched) = watch_ingresses(client, memo);
+    let (ingress_task, ingresses, touched) = watch_ingresses(client, config, memo);
     tasks.push(ingress_task);
     let (card_tx, card_refs) = channel::<ObjectRef<AgentCard>>();
     let (directories, directory_refs) = channel::<ObjectRef<AgentDirectory>>();
@@ -362,7 +379,7 @@ fn watch_namespaces(
     hubs: &Hubs,
     index: &Arc<Mutex<CardIndex>>,
     card_refs: &UnboundedSender<ObjectRef<AgentCard>>,
-    dir_recount: &UnboundedSender<()>,
+    dir_recount: &UnboundedSender<Recount>,
 ) -> AbortOnDrop {
     AbortOnDrop(tokio::spawn(watches::fan_out_namespaces(
         hubs.namespaces.subscribe(),
@@ -506,6 +523,7 @@ fn watch_jwks_configmap(client: &Client, opns: &str, jwks: UnboundedSender<()>) 
 /// per reconcile, and an edited or deleted one reported so it is put back.
 fn watch_ingresses(
     client: &Client,
+    config: &Config,
     memo: &Arc<WriteMemo>,
 ) -> (
     AbortOnDrop,
@@ -519,6 +537,7 @@ fn watch_ingresses(
         watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
     )
     .default_backoff()
+    .filter(config.hub_scope().event_filter())
     .reflect(writer)
     .inspect(move |ev| memo.forget_event("Ingress", ev));
     let (task, touched) = watches::drive(feed, WrittenFor::of::<SeenIngress>);
@@ -548,6 +567,7 @@ fn watch_routes(
         watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
     )
     .default_backoff()
+    .filter(config.hub_scope().event_filter())
     .modify(|r: &mut DynamicObject| crate::store::compact_meta(&mut r.metadata))
     .reflect(writer)
     .inspect(move |ev| memo.forget_event("HTTPRoute", ev))
@@ -581,7 +601,7 @@ fn watch_routes(
 
 /// The shared AgentDirectory watch: each change reconciles that directory (a relist's at its
 /// end, once the store holds them); the receiver says when the first list is in.
-fn watch_directories(hubs: &Hubs) -> DirectoryWatch {
+fn watch_directories(hubs: &Hubs, recount: UnboundedSender<Recount>) -> DirectoryWatch {
     let (listed_tx, listed) = watch::channel(false);
     let (refs, refs_rx) = channel::<ObjectRef<AgentDirectory>>();
     let (gone_tx, gone) = channel::<Arc<AgentDirectory>>();
@@ -592,16 +612,19 @@ fn watch_directories(hubs: &Hubs) -> DirectoryWatch {
             match event {
                 watcher::Event::InitDone => {
                     let _ = listed_tx.send(true);
+                    let _ = recount.unbounded_send(Recount::All);
                     for key in relisted.drain(..) {
                         let _ = refs.unbounded_send(key);
                     }
                 }
                 watcher::Event::InitApply(d) => relisted.push(ObjectRef::from_obj(d.as_ref())),
                 watcher::Event::Apply(d) => {
+                    let _ = recount.unbounded_send(Recount::Directory(d.clone()));
                     let _ = refs.unbounded_send(ObjectRef::from_obj(d.as_ref()));
                 }
                 watcher::Event::Init => relisted.clear(),
                 watcher::Event::Delete(d) => {
+                    let _ = recount.unbounded_send(Recount::DirectoryGone(d.clone()));
                     let _ = gone_tx.unbounded_send(d);
                 }
             }
@@ -754,11 +777,11 @@ async fn run_card_controller(
     .await;
 }
 
-/// The directory controller: a recount of every directory on any card event (debounced, so
-/// a bulk apply costs a few counts, not one per card), each directory on its own triggers.
+/// The directory controller, on its triggers: its own changes, its routes', its peers' on the
+/// hosts it waits for, and a change of its count ([`agentdirectory::count`]; debounced, so a
+/// bulk apply costs a few status writes, not one per card).
 async fn run_directory_controller(
     ctx: &Arc<Context>,
-    recount: UnboundedReceiver<()>,
     triggers: impl Stream<Item = ObjectRef<AgentDirectory>> + Send + 'static,
 ) {
     Controller::for_stream(
@@ -766,7 +789,6 @@ async fn run_directory_controller(
         ctx.directories.clone(),
     )
     .with_config(kube::runtime::controller::Config::default().debounce(DIRECTORY_DEBOUNCE))
-    .reconcile_all_on(recount)
     .reconcile_on(triggers)
     .run(
         agentdirectory::reconcile,

@@ -22,6 +22,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 
+use super::agentdirectory::count::Recount;
 use super::written::{Unseen, WriteMemo};
 use crate::contract::{ANN_ALLOWED_HOSTS, ANN_DIRECTORY, CONTENT_CARD, LABEL_CONTENT};
 use crate::crd::AgentCard;
@@ -231,7 +232,7 @@ pub struct CardTargets {
     /// The card controller (the card itself).
     pub cards: UnboundedSender<ObjectRef<AgentCard>>,
     /// The directory controller (every directory counts again).
-    pub directories: UnboundedSender<()>,
+    pub directories: UnboundedSender<Recount>,
     /// The sweeper: each card that is gone, and each (re-)list.
     pub gone: UnboundedSender<Gone>,
 }
@@ -293,7 +294,7 @@ pub async fn fan_out_cards(
                 for key in keys {
                     let _ = targets.cards.unbounded_send(key);
                 }
-                let _ = targets.directories.unbounded_send(());
+                let _ = targets.directories.unbounded_send(Recount::All);
                 let _ = targets.gone.unbounded_send(Gone::Relisted);
             }
             watcher::Event::Apply(card) => {
@@ -301,9 +302,12 @@ pub async fn fan_out_cards(
                     lock().apply(&card);
                     let _ = targets.cards.unbounded_send(name_ref(card.as_ref()));
                 }
-                let _ = targets.directories.unbounded_send(());
+                let _ = targets.directories.unbounded_send(Recount::Card(card));
             }
             watcher::Event::Delete(card) => {
+                let _ = targets
+                    .directories
+                    .unbounded_send(Recount::CardGone(card.clone()));
                 if scope.holds(&card) {
                     let key = name_ref(card.as_ref());
                     let ns = key.namespace.clone().unwrap_or_default();
@@ -322,7 +326,6 @@ pub async fn fan_out_cards(
                     }
                     let _ = targets.gone.unbounded_send(Gone::Card(card));
                 }
-                let _ = targets.directories.unbounded_send(());
             }
         }
     }
@@ -353,7 +356,7 @@ pub async fn fan_out_namespaces(
     feed: impl Stream<Item = Shared<Namespace>>,
     index: Arc<Mutex<CardIndex>>,
     cards: UnboundedSender<ObjectRef<AgentCard>>,
-    directories: UnboundedSender<()>,
+    directories: UnboundedSender<Recount>,
 ) {
     futures::pin_mut!(feed);
     let mut allowance: HashMap<String, Option<String>> = HashMap::new();
@@ -375,14 +378,14 @@ pub async fn fan_out_namespaces(
             watcher::Event::InitApply(ns) => (ns, true),
             watcher::Event::Delete(ns) => {
                 allowance.remove(&ns.name_any());
-                let _ = directories.unbounded_send(());
+                let _ = directories.unbounded_send(Recount::All);
                 continue;
             }
             watcher::Event::InitDone => {
                 for name in relisted.take().unwrap_or_default() {
                     recheck(&name);
                 }
-                let _ = directories.unbounded_send(());
+                let _ = directories.unbounded_send(Recount::All);
                 continue;
             }
             watcher::Event::Init => {
@@ -391,7 +394,7 @@ pub async fn fan_out_namespaces(
             }
         };
         if !initial {
-            let _ = directories.unbounded_send(());
+            let _ = directories.unbounded_send(Recount::All);
         }
         let name = ns.name_any();
         let now = ns.annotations().get(ANN_ALLOWED_HOSTS).cloned();

@@ -12,6 +12,7 @@
 
 pub mod apply;
 pub mod build;
+pub mod count;
 pub mod status;
 
 use std::sync::Arc;
@@ -35,7 +36,6 @@ use super::write::apply_status;
 use crate::contract::normalize_prefix;
 use crate::crd::agentdirectory::DirectoryRoute;
 use crate::crd::AgentDirectory;
-use crate::directory::select;
 
 /// How often a published directory is looked at again without a change.
 const RECHECK: Duration = Duration::from_secs(3600);
@@ -163,26 +163,22 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
     })
 }
 
-/// Cards the directory lists now, by the lease holder's stores.
+/// Cards the directory lists now: the count kept in step with the card events
+/// ([`count`]), or counted here before the counting task has seen the directory.
 fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
+    if let Some(count) = ctx.counts.get(&dir.name_any()) {
+        return count;
+    }
+    let none = std::collections::BTreeMap::new();
     let count = ctx
         .cards
         .state()
         .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter(|c| {
-            c.status
-                .as_ref()
-                .is_some_and(|s| s.url.is_some() && s.content_hash.is_some() && s.served.is_some())
-        })
         .filter(|c| {
             let ns = c.namespace().unwrap_or_default();
-            let ns_labels = ctx
-                .namespaces
-                .get(&ObjectRef::new(&ns))
-                .map(|n| n.labels().clone())
-                .unwrap_or_default();
-            select::listed(&dir.spec, &ns_labels, c.labels())
+            let labels = ctx.namespaces.get(&ObjectRef::new(&ns));
+            let labels = labels.as_ref().map_or(&none, |n| n.labels());
+            count::seen(c, labels).listed_by(&dir.spec)
         })
         .count();
     i64::try_from(count).unwrap_or(i64::MAX)
