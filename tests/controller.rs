@@ -1377,15 +1377,26 @@ async fn two_installations_with_different_keys_hold_a_shared_card_instead_of_fig
     assert_eq!(a.get(&host("one", &ns.name), PATH_CARD).status, 200);
     // One Warning Event per card, and both installations count the conflict.
     let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
-    let conflict_events = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Conflict"))
-        .count();
-    assert_eq!(conflict_events, names.len(), "one Conflict Event per card");
+    let conflict_events = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Conflict"))
+            .count()
+    };
+    // Events are written by a background writer: wait for them, then check none more came.
+    let _ = wait_for(Duration::from_secs(10), || async {
+        conflict_events().await >= names.len()
+    })
+    .await;
+    assert_eq!(
+        conflict_events().await,
+        names.len(),
+        "one Conflict Event per card"
+    );
     for o in [&a, &b] {
         assert!(
             o.metrics()

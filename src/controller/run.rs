@@ -61,7 +61,7 @@ pub async fn run(
     ensure_signing_secret(&client, &config).await?;
     let mut tasks = Vec::new();
     let cards = start_card_watches(&hubs, &config, &mut tasks);
-    let keys = start_key_watches(&client, &hubs, &config, &cards, &mut tasks);
+    let keys = start_key_watches(&client, &hubs, &config, &cards, &metrics, &mut tasks);
     let routes = start_route_watches(&client, &config, &cards.memo, &mut tasks);
     let dirs = watch_directories(&hubs, cards.recount_tx.clone());
     tasks.push(dirs.task);
@@ -236,6 +236,7 @@ fn start_key_watches(
     hubs: &Hubs,
     config: &Config,
     cards: &CardWatches,
+    metrics: &ControllerMetrics,
     tasks: &mut Vec<AbortOnDrop>,
 ) -> KeyWatches {
     let opns = &config.settings.operator_namespace;
@@ -248,12 +249,13 @@ fn start_key_watches(
         watch_jwks_configmap(client, opns, jwks_triggers),
     ]);
     // One recorder for the whole process: the card controller and the key rotation share it.
-    let recorder = Arc::new(Events::new(
+    let recorder = Arc::new(Events::queued(
         client.clone(),
         Reporter {
             controller: MANAGER.into(),
             instance: Some(config.instance.clone()),
         },
+        metrics.events_dropped.clone(),
     ));
     let (published_tx, published) = watch::channel(None::<PublishedKeys>);
     let publisher = Publisher {
