@@ -112,9 +112,11 @@ pub async fn run(
         directories: hubs.directories.store(),
         counts: Arc::new(Counts::default()),
     });
+    let (stores_listed, stores_listed_rx) = watch::channel(false);
     tasks.push(sweep_deleted_cards(
         &ctx,
         config.watch_namespace.clone(),
+        stores_listed_rx,
         cards.gone,
     ));
     tasks.push(forget_deleted_directories(&ctx, dirs.gone));
@@ -139,6 +141,7 @@ pub async fn run(
         backend_refs,
     ));
     wait_for_stores(&ctx, &ctx.signing.secrets, cards.configmaps_listed).await;
+    let _ = stores_listed.send(true);
 
     let repairs = repair_requests(routes.touched, &ctx, routes.directories.clone());
     let directory_triggers = futures::stream::select_all([
@@ -685,14 +688,18 @@ async fn directories_wait(client: &Client) -> Option<Duration> {
 
 /// Cards that are gone: each delete event forgets its card (claims, routes in the operator's
 /// namespace); each (re-)list sweeps the routes of cards deleted while no event could tell
-/// (see [`super::sweep`]).
+/// (see [`super::sweep`]). Starts once `stores_listed` says the stores are listed.
 fn sweep_deleted_cards(
     ctx: &Arc<Context>,
     scope: Option<String>,
+    mut stores_listed: watch::Receiver<bool>,
     mut gone: UnboundedReceiver<Gone>,
 ) -> AbortOnDrop {
     let ctx = ctx.clone();
     AbortOnDrop(tokio::spawn(async move {
+        // What the stores do not hold yet cannot be judged (nor waited for here: a store wakes
+        // only its latest waiter, and the controllers' start waits on them).
+        let _ = stores_listed.wait_for(|l| *l).await;
         while let Some(event) = gone.next().await {
             match event {
                 Gone::Card(card) => {

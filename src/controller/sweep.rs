@@ -8,7 +8,7 @@
 //! re-list) leaves it behind: the sweep finds those by uid and deletes them.
 //!
 //! Data flow: the card watch's fan-out asks for a sweep after each (re-)list, the first one
-//! included ([`super::watches::Gone::Relisted`]); [`sweep`] waits for the route stores, reads
+//! included ([`super::watches::Gone::Relisted`]); once the route stores are listed, [`sweep`] reads
 //! the uids of the cards the card store holds, asks [`orphans`] (pure) which routes name none
 //! of them, and deletes each on the resourceVersion it was judged by (a route rewritten since,
 //! for a card re-created under the same name, is left to that card).
@@ -60,18 +60,15 @@ pub fn orphans<'a>(
 }
 
 /// Delete the card routes in the operator's namespace whose card is gone; `scope`: the
-/// namespace whose cards this process reconciles (every namespace when `None`). Returns how
-/// many were deleted.
+/// namespace whose cards this process reconciles (every namespace when `None`). Call once the
+/// route stores are listed (an empty store would find nothing). Returns how many were
+/// deleted.
 pub async fn sweep(
     client: &Client,
     written: &Written,
     cards: &Store<AgentCard>,
     scope: Option<&str>,
 ) -> usize {
-    let _ = written.ingresses.wait_until_ready().await;
-    if let Some(routes) = &written.routes {
-        let _ = routes.wait_until_ready().await;
-    }
     let state = cards.state();
     let live: HashSet<&str> = state
         .iter()

@@ -64,14 +64,26 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
         release_deleted(&card, &ctx).await
     } else {
         match drop_legacy_finalizer(&card, &ctx).await {
-            Ok(()) => reconcile_apply(card, &ctx).await,
+            Ok(()) => reconcile_apply(card.clone(), &ctx).await,
             Err(e) => Err(e),
         }
+    };
+    // Deleted while this reconcile wrote: its delete event may have been handled before
+    // those writes landed, so what they put in the operator's namespace goes now.
+    let result = match result {
+        Ok(action) if gone(&card, &ctx) => forget(&card, &ctx).await.map(|()| action),
+        other => other,
     };
     ctx.metrics
         .duration
         .observe(started.elapsed().as_secs_f64());
     result
+}
+
+/// Whether `card` is no longer in the store (or another card of its name is).
+fn gone(card: &AgentCard, ctx: &Context) -> bool {
+    let key = ObjectRef::new(&card.name_any()).within(&card.namespace().unwrap_or_default());
+    ctx.cards.get(&key).is_none_or(|c| c.uid() != card.uid())
 }
 
 /// A card being deleted: forget it, and let go of an earlier version's finalizer.
@@ -440,6 +452,7 @@ pub async fn forget(card: &AgentCard, ctx: &Context) -> Result<(), Error> {
         // ones, but only when it gets to them, and the agent's path stays routed meanwhile.
         let existing = Existing::of(&ctx.written, card, None);
         apply::unpublish(&ctx.client, card, &ctx.settings, &existing).await?;
+        apply::remove_gone_card_routes(&ctx.client, card, &ctx.settings).await?;
         let key = card::card_key(card);
         ctx.metrics.set_ready(key.clone(), None);
         ctx.backoff.reset(&key);
