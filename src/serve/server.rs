@@ -330,6 +330,8 @@ async fn serve_connection(
     let verdicts = shared.verdicts.clone();
     shared.metrics.connections.inc();
     let gauge = shared.metrics.connections.clone();
+    // One reference count per request, not one per field.
+    let shared = Arc::new(shared);
     // Requests this connection has received: one that has had none yet is not idle but about
     // to send (it connected to be served), so closing lets it.
     let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
