@@ -147,20 +147,17 @@ struct Accumulator {
 impl TextIndex {
     /// Index the tokens of each entry, `tokens(i)` being the `(token, weight)` pairs of the
     /// entry at position `i` (each token once).
-    pub fn build<'a, I>(len: usize, mut tokens: impl FnMut(usize) -> I) -> TextIndex
-    where
-        I: Iterator<Item = (&'a str, u8)>,
-    {
+    pub fn build(len: usize, mut tokens: impl FnMut(usize) -> Vec<(String, u8)>) -> TextIndex {
         let mut growing: BTreeMap<Box<str>, Growing> = BTreeMap::new();
         for i in 0..len {
             let position = u32::try_from(i).unwrap_or(u32::MAX);
             for (t, w) in tokens(i) {
-                match growing.get_mut(t) {
+                match growing.get_mut(t.as_str()) {
                     Some(list) => list.push(position, w),
                     None => {
                         let mut list = Growing::default();
                         list.push(position, w);
-                        growing.insert(t.into(), list);
+                        growing.insert(t.into_boxed_str(), list);
                     }
                 }
             }
@@ -299,7 +296,12 @@ mod tests {
             &[("weathering", 5), ("weather", 1)],
             &[("rain", 2)],
         ];
-        let index = TextIndex::build(3, |i| entries[i].iter().copied());
+        let index = TextIndex::build(3, |i| {
+            entries[i]
+                .iter()
+                .map(|(t, w)| (t.to_string(), *w))
+                .collect()
+        });
         let words = vec!["weather".to_string()];
         let s = index.scores(&words, 3);
         // Exact 5 → 10 of 10; prefix 5 (5) beats exact 1 (2) → 50 of 100.
