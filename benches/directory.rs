@@ -3,7 +3,9 @@
 //! single filter, three filters, text search, and first and deep pages, each beside a plain
 //! linear scan over the same entries in the same run.
 //!
-//! `cargo bench --bench directory` (`DIR_BENCH_SIZES=10000,100000`, `DIR_BENCH_QUERIES=2000`).
+//! `cargo bench --bench directory` (`DIR_BENCH_SIZES=10000,100000`, `DIR_BENCH_QUERIES=2000`;
+//! `DIR_BENCH_ONLY=text` runs only the queries whose label contains `text`, and
+//! `DIR_BENCH_LINEAR=0` skips the linear scans, for profiling one query).
 //! Memory is the live heap counted by a wrapping global allocator, not RSS (which freed memory
 //! the allocator keeps would blur).
 
@@ -103,6 +105,14 @@ fn linear(entries: &[Arc<Entry>], q: &Query, skip: usize, limit: usize) -> usize
     hits.iter().skip(skip).take(limit).count()
 }
 
+/// How a scenario asks the engine: a listing page by cursor, a page of the ranking (what
+/// `POST /search` asks), or the whole ranking.
+enum Ask {
+    List,
+    Page,
+    Ranking,
+}
+
 fn query(filters: &[(Field, &str)], text: Option<&str>) -> Query {
     Query {
         filters: filters
@@ -154,6 +164,7 @@ fn main() {
             .filter_map(|(p, b)| Entry::build(p, b).map(Arc::new))
             .collect();
         let built_entries = t.elapsed();
+        let entries_each = live_bytes().saturating_sub(before) as f64 / n as f64;
         let t = Instant::now();
         let catalog = Catalog::build(entries.clone());
         let built_index = t.elapsed();
@@ -169,6 +180,11 @@ fn main() {
             built_index.as_secs_f64() * 1e3,
             (raw_each + overhead) / raw_each
         );
+        println!(
+            "  of which entries {entries_each:.0} B (struct {} B), index {:.0} B",
+            std::mem::size_of::<Entry>(),
+            overhead - entries_each
+        );
         let entries = catalog.entries().to_vec();
         let deep = n / 2;
         let mut rng = Rng(5);
@@ -177,12 +193,13 @@ fn main() {
         let providers: Vec<&str> = (0..queries).map(|_| rng.pick(PROVIDERS)).collect();
         let bindings: Vec<&str> = (0..queries).map(|_| rng.pick(BINDINGS)).collect();
         let words_: Vec<&str> = (0..queries).map(|_| rng.pick(WORDS)).collect();
-        type Scenario<'a> = (&'a str, Box<dyn Fn(usize) -> Query + 'a>, usize);
+        type Scenario<'a> = (&'a str, Box<dyn Fn(usize) -> Query + 'a>, usize, Ask);
         let scenarios: Vec<Scenario> = vec![
             (
                 "single filter (tag), first page",
                 Box::new(|i| query(&[(Field::Tag, tags[i])], None)),
                 0,
+                Ask::List,
             ),
             (
                 "three filters (skill, provider, binding), first page",
@@ -197,28 +214,43 @@ fn main() {
                     )
                 }),
                 0,
+                Ask::List,
             ),
             (
                 "text search, first page",
                 Box::new(|i| query(&[], Some(words_[i]))),
                 0,
+                Ask::Page,
+            ),
+            (
+                "text search, whole ranking (Catalog::search)",
+                Box::new(|i| query(&[], Some(words_[i]))),
+                0,
+                Ask::Ranking,
             ),
             (
                 "no filter, deep page (offset n/2)",
                 Box::new(|_| Query::default()),
                 deep,
+                Ask::List,
             ),
             (
                 "single filter (tag), deep page",
                 Box::new(|i| query(&[(Field::Tag, tags[i])], None)),
                 deep / 20,
+                Ask::List,
             ),
         ];
         println!(
             "{:<55} {:>12} {:>12} {:>12} {:>12}",
             "query (limit 20)", "engine p50", "engine p99", "linear p50", "linear p99"
         );
-        for (label, make, skip) in &scenarios {
+        let only = std::env::var("DIR_BENCH_ONLY").unwrap_or_default();
+        let linear_runs = match std::env::var("DIR_BENCH_LINEAR").as_deref() {
+            Ok("0") => 0,
+            _ => queries.min(300),
+        };
+        for (label, make, skip, ask) in scenarios.iter().filter(|s| s.0.contains(only.as_str())) {
             let qs: Vec<Query> = (0..queries).map(make).collect();
             // Deep pages go by cursor: the identifier of the entry before the page.
             let cursor = |q: &Query| -> Option<String> {
@@ -229,20 +261,21 @@ fn main() {
             };
             let cursors: Vec<Option<String>> = qs.iter().map(cursor).collect();
             let (e50, e99, found_e) = measure(
-                |i| {
-                    if qs[i].text.is_some() {
-                        catalog.search(&qs[i], None).hits.len().min(20)
-                    } else {
-                        catalog
-                            .list(&qs[i], None, cursors[i].as_deref(), 20)
-                            .items
-                            .len()
-                    }
+                |i| match ask {
+                    Ask::List => catalog
+                        .list(&qs[i], None, cursors[i].as_deref(), 20)
+                        .items
+                        .len(),
+                    Ask::Page => catalog.search_page(&qs[i], None, 0, 20).hits.len(),
+                    Ask::Ranking => catalog.search(&qs[i], None).hits.len().min(20),
                 },
                 queries,
             );
-            let (l50, l99, found_l) =
-                measure(|i| linear(&entries, &qs[i], *skip, 20), queries.min(300));
+            let (l50, l99, found_l) = if linear_runs > 0 {
+                measure(|i| linear(&entries, &qs[i], *skip, 20), linear_runs)
+            } else {
+                Default::default()
+            };
             let _ = (found_e, found_l);
             println!(
                 "{label:<55} {:>9.1} µs {:>9.1} µs {:>9.1} µs {:>9.1} µs",

@@ -232,6 +232,26 @@ fn the_engine_agrees_with_a_plain_filter_on_random_queries_and_pages() {
                 );
             }
         }
+        // A page of the ranking is that slice of it, the total all of it.
+        let offset = r.below(ranked.hits.len() + 2);
+        let page = catalog.search_page(&q, visible.as_ref(), offset, limit);
+        assert_eq!(page.total, ranked.hits.len(), "round {round}: ranked total");
+        let slice: Vec<(&str, u8)> = ranked
+            .hits
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(e, s)| (e.identifier.as_str(), *s))
+            .collect();
+        let got_page: Vec<(&str, u8)> = page
+            .hits
+            .iter()
+            .map(|(e, s)| (e.identifier.as_str(), *s))
+            .collect();
+        assert_eq!(
+            got_page, slice,
+            "round {round}: page {offset}+{limit} of {q:?}"
+        );
         ids.sort();
         assert_eq!(ids, expected, "round {round}: search of {q:?}");
         // Facets count exactly the matching cards' values.

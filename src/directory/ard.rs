@@ -48,8 +48,8 @@ pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
         m.insert("capabilities".into(), json!(skills));
     }
     // From the skills' examples: two to five (v0.9 requires that many; v0.91 asks for it).
-    if e.examples.len() >= 2 {
-        let queries: Vec<&str> = e.examples.iter().take(5).map(|q| &**q).collect();
+    let queries: Vec<&str> = e.examples().take(5).collect();
+    if queries.len() >= 2 {
         m.insert("representativeQueries".into(), json!(queries));
     }
     let provider = e.facet_values(Field::Provider).next();

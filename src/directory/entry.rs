@@ -1,6 +1,12 @@
 //! One listed card as the query engine sees it: the signed bytes (shared with the card index,
 //! served verbatim), where it is published, and the values every filter and the text ranking
-//! look at, lower-cased once when the entry is built.
+//! look at.
+//!
+//! [`Entry::build`] parses the card once and keeps what filters, facets and the text need as
+//! written, in one string with a span (kind and end) per value, since an entry is kept for
+//! every card of every replica. Namespace, reachability and lifecycle are read from the
+//! [`Placement`], not copied. The text tokens are not kept: [`Entry::tokens`] derives them
+//! from the kept strings when the catalog's index is built (or a reference score is asked).
 
 use std::collections::{HashMap, HashSet};
 
@@ -136,8 +142,7 @@ impl Placement {
 }
 
 /// One listed card, stored compactly (it is kept for every card of every replica): the
-/// values filters and facets need as written, one flat list; the text tokens as one string
-/// with a weight per token.
+/// values filters, facets and the text need as written, in one string.
 #[derive(Debug)]
 pub struct Entry {
     /// `urn:air:<card host>:<namespace>:<name>`.
@@ -152,19 +157,39 @@ pub struct Entry {
     pub description: Box<str>,
     /// The card's `version`.
     pub version: Box<str>,
-    /// Skill examples, as written.
-    pub examples: Box<[Box<str>]>,
-    /// Facet values as written, by field, without repeats within a field.
-    facets: Box<[(Field, Box<str>)]>,
-    /// Skill names (a skill filter matches an id or a name; facets count ids).
-    skill_names: Box<[Box<str>]>,
-    /// Text tokens (lower case), each followed by `\0`.
-    token_text: Box<str>,
-    /// Weight of each token (name 5, skill names and tags 3, description 2, the rest 1).
-    token_weights: Box<[u8]>,
+    /// Facet values, skill names and descriptions, and examples as written, one after another
+    /// (each kind without repeats).
+    strings: Box<str>,
+    /// Per value of `strings`, in order: its [`Kind`] in the top bits, where it ends below.
+    spans: Box<[u32]>,
     /// Where it came from, for an entry of another registry (federation); `None` for the
     /// cluster's own cards.
     pub origin: Option<Box<super::federation::Origin>>,
+}
+
+/// What a value of [`Entry`]'s strings is: a facet field's value or one of the texts only the
+/// ranking (or the ARD entry) reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Facet(Field),
+    SkillName,
+    SkillDescription,
+    Example,
+}
+
+/// Bits of a span that hold where its value ends (the rest hold its kind).
+const SPAN_END_BITS: u32 = 27;
+
+impl Kind {
+    /// The kind's number in a span's top bits.
+    fn code(self) -> u32 {
+        match self {
+            Kind::Facet(f) => f as u32,
+            Kind::SkillName => Field::ALL.len() as u32,
+            Kind::SkillDescription => Field::ALL.len() as u32 + 1,
+            Kind::Example => Field::ALL.len() as u32 + 2,
+        }
+    }
 }
 
 fn strings(v: &Value) -> impl Iterator<Item = &str> {
@@ -194,33 +219,83 @@ pub fn query_words(text: &str) -> Vec<String> {
     out.list
 }
 
-/// Collects facet values and weighted tokens while an entry is built, in first-seen order
-/// and without repeats (hashed: a large card's words cost linear time, not quadratic).
+/// Collects the kept values while an entry is built, in first-seen order and without repeats
+/// within a kind (hashed: a large card's values cost linear time, not quadratic).
 #[derive(Default)]
 struct Builder {
-    facets: Vec<(Field, Box<str>)>,
-    seen_facets: HashSet<(Field, Box<str>)>,
-    tokens: Vec<(String, u8)>,
-    token_at: HashMap<String, usize>,
+    strings: String,
+    spans: Vec<u32>,
+    seen: HashSet<(Kind, Box<str>)>,
 }
 
 impl Builder {
     fn facet(&mut self, field: Field, value: &str) {
-        if !value.is_empty() && self.seen_facets.insert((field, value.into())) {
-            self.facets.push((field, value.into()));
+        self.push(Kind::Facet(field), value);
+    }
+
+    fn push(&mut self, kind: Kind, value: &str) {
+        if !value.is_empty() && self.seen.insert((kind, value.into())) {
+            self.strings.push_str(value);
+            let end = u32::try_from(self.strings.len()).unwrap_or(u32::MAX);
+            self.spans.push((kind.code() << SPAN_END_BITS) | end);
         }
     }
 
+    /// Whether every value ends where a span can say.
+    fn fits(&self) -> bool {
+        self.strings.len() < 1 << SPAN_END_BITS
+    }
+}
+
+/// Collects weighted tokens: each once, with its best weight.
+#[derive(Default)]
+struct Tokens {
+    list: Vec<(String, u8)>,
+    at: HashMap<String, usize>,
+}
+
+impl Tokens {
     fn text(&mut self, text: &str, weight: u8) {
         for w in words(text) {
-            match self.token_at.get(&w) {
-                Some(&i) => self.tokens[i].1 = self.tokens[i].1.max(weight),
+            match self.at.get(&w) {
+                Some(&i) => self.list[i].1 = self.list[i].1.max(weight),
                 None => {
-                    self.token_at.insert(w.clone(), self.tokens.len());
-                    self.tokens.push((w, weight));
+                    self.at.insert(w.clone(), self.list.len());
+                    self.list.push((w, weight));
                 }
             }
         }
+    }
+}
+
+/// The card-level facet values: provider, capabilities, default modes, bindings.
+fn card_facets(card: &Value, b: &mut Builder) {
+    b.facet(
+        Field::Provider,
+        card["provider"]["organization"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+    let caps = &card["capabilities"];
+    for flag in ["streaming", "pushNotifications", "extendedAgentCard"] {
+        if caps[flag].as_bool() == Some(true) {
+            b.facet(Field::Capability, flag);
+        }
+    }
+    for ext in caps["extensions"].as_array().into_iter().flatten() {
+        b.facet(Field::Capability, ext["uri"].as_str().unwrap_or_default());
+    }
+    for m in strings(&card["defaultInputModes"]) {
+        b.facet(Field::InputMode, m);
+    }
+    for m in strings(&card["defaultOutputModes"]) {
+        b.facet(Field::OutputMode, m);
+    }
+    for iface in card["supportedInterfaces"].as_array().into_iter().flatten() {
+        b.facet(
+            Field::Binding,
+            iface["protocolBinding"].as_str().unwrap_or_default(),
+        );
     }
 }
 
@@ -239,10 +314,6 @@ impl Distinct {
     }
 }
 
-fn boxed(list: Vec<String>) -> Box<[Box<str>]> {
-    list.into_iter().map(String::into_boxed_str).collect()
-}
-
 impl Entry {
     /// Build the entry of a signed card (`body`) published at `placement`; `None` when the
     /// bytes are not a JSON object.
@@ -251,22 +322,16 @@ impl Entry {
         card.as_object()?;
         let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
         let mut b = Builder::default();
-        b.text(card["name"].as_str().unwrap_or_default(), 5);
-        b.text(card["description"].as_str().unwrap_or_default(), 2);
-        let (mut examples, mut skill_names) = (Distinct::default(), Distinct::default());
         for skill in card["skills"].as_array().into_iter().flatten() {
-            let (id, name) = (text(&skill["id"]), text(&skill["name"]));
-            b.facet(Field::Skill, &id);
-            skill_names.push(&name);
-            b.text(&name, 3);
-            b.text(skill["description"].as_str().unwrap_or_default(), 1);
+            b.facet(Field::Skill, skill["id"].as_str().unwrap_or_default());
+            b.push(Kind::SkillName, skill["name"].as_str().unwrap_or_default());
+            let description = skill["description"].as_str().unwrap_or_default();
+            b.push(Kind::SkillDescription, description);
             for tag in strings(&skill["tags"]) {
                 b.facet(Field::Tag, tag);
-                b.text(tag, 3);
             }
             for example in strings(&skill["examples"]) {
-                examples.push(example);
-                b.text(example, 1);
+                b.push(Kind::Example, example);
             }
             for m in strings(&skill["inputModes"]) {
                 b.facet(Field::InputMode, m);
@@ -275,43 +340,8 @@ impl Entry {
                 b.facet(Field::OutputMode, m);
             }
         }
-        b.facet(
-            Field::Provider,
-            card["provider"]["organization"]
-                .as_str()
-                .unwrap_or_default(),
-        );
-        let caps = &card["capabilities"];
-        for flag in ["streaming", "pushNotifications", "extendedAgentCard"] {
-            if caps[flag].as_bool() == Some(true) {
-                b.facet(Field::Capability, flag);
-            }
-        }
-        for ext in caps["extensions"].as_array().into_iter().flatten() {
-            b.facet(Field::Capability, ext["uri"].as_str().unwrap_or_default());
-        }
-        for m in strings(&card["defaultInputModes"]) {
-            b.facet(Field::InputMode, m);
-        }
-        for m in strings(&card["defaultOutputModes"]) {
-            b.facet(Field::OutputMode, m);
-        }
-        for iface in card["supportedInterfaces"].as_array().into_iter().flatten() {
-            b.facet(
-                Field::Binding,
-                iface["protocolBinding"].as_str().unwrap_or_default(),
-            );
-        }
-        b.facet(Field::Namespace, &placement.namespace);
-        b.facet(Field::Reachable, placement.reachable_str());
-        b.facet(Field::Lifecycle, placement.lifecycle_str());
-        let mut token_text = String::new();
-        let mut weights = Vec::with_capacity(b.tokens.len());
-        for (t, w) in b.tokens {
-            token_text.push_str(&t);
-            token_text.push('\0');
-            weights.push(w);
-        }
+        card_facets(&card, &mut b);
+        b.fits().then_some(())?;
         Some(Entry {
             identifier: format!(
                 "urn:air:{}:{}:{}",
@@ -322,11 +352,8 @@ impl Entry {
             version: text(&card["version"]).into(),
             placement,
             body,
-            examples: boxed(examples.list),
-            facets: b.facets.into_boxed_slice(),
-            skill_names: boxed(skill_names.list),
-            token_text: token_text.into_boxed_str(),
-            token_weights: weights.into_boxed_slice(),
+            strings: b.strings.into_boxed_str(),
+            spans: b.spans.into_boxed_slice(),
             origin: None,
         })
     }
@@ -346,8 +373,8 @@ impl Entry {
     /// The values of `field` this entry matches (lower-cased, without repeats).
     pub fn values(&self, field: Field) -> Vec<String> {
         let mut out = Distinct::default();
-        let names = self.skill_names.iter().filter(|_| field == Field::Skill);
-        for v in self.facet_values(field).chain(names.map(|n| &**n)) {
+        let names = self.of(Kind::SkillName).filter(|_| field == Field::Skill);
+        for v in self.facet_values(field).chain(names) {
             out.push(&v.to_lowercase());
         }
         out.list
@@ -355,10 +382,27 @@ impl Entry {
 
     /// The values of `field` counted in facets, as written.
     pub fn facet_values(&self, field: Field) -> impl Iterator<Item = &str> {
-        self.facets
-            .iter()
-            .filter(move |(f, _)| *f == field)
-            .map(|(_, v)| &**v)
+        let placed = match field {
+            Field::Namespace => Some(self.placement.namespace.as_str()),
+            Field::Reachable => Some(self.placement.reachable_str()),
+            Field::Lifecycle => Some(self.placement.lifecycle_str()),
+            _ => None,
+        };
+        placed
+            .filter(|v| !v.is_empty())
+            .into_iter()
+            .chain(self.of(Kind::Facet(field)))
+    }
+
+    /// The kept values of `kind`, in order.
+    fn of(&self, kind: Kind) -> impl Iterator<Item = &str> {
+        let mut start = 0;
+        self.spans.iter().filter_map(move |&span| {
+            let end = (span & ((1 << SPAN_END_BITS) - 1)) as usize;
+            let value = self.strings.get(start..end);
+            start = end;
+            value.filter(|_| span >> SPAN_END_BITS == kind.code())
+        })
     }
 
     /// Skill tags, as written, without repeats.
@@ -371,11 +415,29 @@ impl Entry {
         self.facet_values(Field::Skill).collect()
     }
 
-    /// The text tokens with their weights.
-    pub fn tokens(&self) -> impl Iterator<Item = (&str, u8)> {
-        self.token_text
-            .split_terminator('\0')
-            .zip(self.token_weights.iter().copied())
+    /// Skill examples, as written, without repeats.
+    pub fn examples(&self) -> impl Iterator<Item = &str> {
+        self.of(Kind::Example)
+    }
+
+    /// The text tokens (lower case, each once) with their weights: name 5, skill names and
+    /// tags 3, description 2, the rest (skill descriptions, examples) 1. Derived from the
+    /// kept strings on each call (the catalog's index keeps them, the entry does not).
+    pub fn tokens(&self) -> Vec<(String, u8)> {
+        let mut t = Tokens::default();
+        t.text(&self.display_name, 5);
+        t.text(&self.description, 2);
+        for (kind, weight) in [
+            (Kind::SkillName, 3),
+            (Kind::Facet(Field::Tag), 3),
+            (Kind::SkillDescription, 1),
+            (Kind::Example, 1),
+        ] {
+            for v in self.of(kind) {
+                t.text(v, weight);
+            }
+        }
+        t.list
     }
 
     /// Text relevance of this entry for `query` words, 0–100: each word found scores its
@@ -384,10 +446,12 @@ impl Entry {
         if query.is_empty() {
             return 0;
         }
+        let tokens = self.tokens();
         let mut total = 0u32;
         for q in query {
             let mut best = 0u32;
-            for (t, w) in self.tokens() {
+            for (t, w) in &tokens {
+                let (t, w) = (t.as_str(), *w);
                 if t == q {
                     best = best.max(u32::from(w) * 2);
                 } else if t.starts_with(q.as_str()) {

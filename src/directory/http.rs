@@ -208,14 +208,14 @@ fn manifest(site: &Site, visible: Visibility<'_>) -> Value {
 /// `POST /search` (ARD): ranked catalog entries, paged by offset tokens.
 fn search(site: &Site, body: &[u8], visible: Visibility<'_>) -> Result<Value, ApiError> {
     let s = ard::search_request(body)?;
-    let ranked = site.catalog.search(&s.query, visible);
+    let ranked = site
+        .catalog
+        .search_page(&s.query, visible, s.offset, s.page_size);
     // The registry's base URL: `{source}/agents/{identifier}` retrieves an entry (v0.91).
     let source = site.info().base_url;
     let results: Vec<Value> = ranked
         .hits
         .iter()
-        .skip(s.offset)
-        .take(s.page_size)
         .map(|(e, score)| {
             let mut m = ard::catalog_entry(e);
             m.insert("score".into(), json!(score));
@@ -225,7 +225,7 @@ fn search(site: &Site, body: &[u8], visible: Visibility<'_>) -> Result<Value, Ap
         .collect();
     let mut out = json!({"results": results});
     let end = s.offset.saturating_add(s.page_size);
-    if ranked.hits.len() > end {
+    if ranked.total > end {
         out["pageToken"] = json!(token::encode_offset(end));
     }
     Ok(out)

@@ -24,6 +24,7 @@ pub mod native;
 pub mod query;
 pub mod select;
 pub mod site;
+mod text;
 pub mod token;
 
 /// An error answer of the registry APIs: `{"errorCode", "message"}` with its HTTP status.

@@ -2,15 +2,20 @@
 //! Pure (no HTTP, no Kubernetes): the ARD and native handlers are thin views of it.
 //!
 //! A [`Catalog`] is an immutable snapshot, built when the listed cards change: entries sorted
-//! by identifier (the stable order of listings) plus, per field and lower-cased value, the
-//! sorted positions of the entries that have it. A query is OR within a field and AND across
-//! fields, so it is a union of posting lists per field and an intersection across fields, then
-//! the caller's visibility (namespaces it may read) and, with text, a ranking.
+//! by identifier (the stable order of listings); per field and lower-cased value, the sorted
+//! positions of the entries that have it; the text index ([`super::text`]); and, per
+//! position, the entry's namespace (as a number) and lifecycle, so visibility and tombstones
+//! are checked without reading the entries. A query is OR within a field and AND across
+//! fields, so it is a union of posting lists per field and an intersection across fields,
+//! then the caller's visibility (namespaces it may read), tombstones left out and, with text,
+//! the entries some word matches; a ranking orders those by a counting sort on (deprecated,
+//! score), which keeps identifier order within a score.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::entry::{query_words, Entry, Field};
+use super::text::{Scores, TextIndex};
 
 /// What a caller asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,14 +33,23 @@ pub struct Query {
 /// The namespaces a caller may see (`None`: every namespace).
 pub type Visibility<'a> = Option<&'a HashSet<String>>;
 
+/// Per-position state bit: the entry is a retired card's tombstone.
+const RETIRED: u8 = 1;
+/// Per-position state bit: the entry is deprecated (ranked after active ones).
+const DEPRECATED: u8 = 2;
+
 /// One directory's listed cards, indexed.
 #[derive(Debug, Default)]
 pub struct Catalog {
     entries: Vec<Arc<Entry>>,
+    /// The namespaces of the entries, sorted, without repeats.
+    namespaces: Vec<String>,
+    /// Per position: the index of its entry's namespace in `namespaces`.
+    namespace_of: Vec<u32>,
+    /// Per position: [`RETIRED`] and [`DEPRECATED`] bits.
+    state: Vec<u8>,
     postings: HashMap<(Field, String), Vec<u32>>,
-    /// Text token → the entries holding it, each `position << 3 | weight` (sorted by token, so
-    /// a prefix is a range).
-    tokens: BTreeMap<Box<str>, Vec<u32>>,
+    text: TextIndex,
 }
 
 /// One page of an ordered listing.
@@ -49,15 +63,38 @@ pub struct Page {
     pub total: usize,
 }
 
-/// Entries ranked by text relevance.
+/// Entries ranked by text relevance, borrowed from the catalog (a ranking of many thousand
+/// entries copies no entry and touches no reference count; a page clones what it shows).
 #[derive(Debug)]
-pub struct Ranked {
+pub struct Ranked<'a> {
+    /// `(entry, score 0–100)`, best first (ties by identifier).
+    pub hits: Vec<(&'a Arc<Entry>, u8)>,
+}
+
+/// One page of a ranking, the entries cloned for the answer.
+#[derive(Debug)]
+pub struct RankedPage {
     /// `(entry, score 0–100)`, best first (ties by identifier).
     pub hits: Vec<(Arc<Entry>, u8)>,
+    /// Number of entries ranked in all.
+    pub total: usize,
 }
+
+/// Number of ranks: active scores 100 to 0, then deprecated ones.
+const RANKS: usize = 202;
 
 /// One facet's counts, largest first (ties by value).
 pub type Buckets = Vec<(String, usize)>;
+
+/// Who may see what and which tombstones count, per position, for one query.
+struct Admit<'c> {
+    /// Per namespace index: visible (`None`: all are).
+    namespaces: Option<Vec<bool>>,
+    /// Whether retired entries are left out.
+    skip_retired: bool,
+    /// The text scores, when the query has text (entries scoring 0 are left out).
+    scores: Option<&'c Scores>,
+}
 
 impl Catalog {
     /// Index `entries` (any order; duplicates by identifier keep the first).
@@ -65,18 +102,8 @@ impl Catalog {
         entries.sort_by(|a, b| a.identifier.cmp(&b.identifier));
         entries.dedup_by(|a, b| a.identifier == b.identifier);
         let mut postings: HashMap<(Field, String), Vec<u32>> = HashMap::new();
-        let mut tokens: BTreeMap<Box<str>, Vec<u32>> = BTreeMap::new();
         for (i, e) in entries.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
-            for (t, w) in e.tokens() {
-                let packed = (i << 3) | u32::from(w.min(7));
-                match tokens.get_mut(t) {
-                    Some(list) => list.push(packed),
-                    None => {
-                        tokens.insert(t.into(), vec![packed]);
-                    }
-                }
-            }
             for field in Field::ALL {
                 for v in e.values(field) {
                     postings.entry((field, v)).or_default().push(i);
@@ -86,58 +113,36 @@ impl Catalog {
         for list in postings.values_mut() {
             list.shrink_to_fit();
         }
-        for list in tokens.values_mut() {
-            list.shrink_to_fit();
-        }
+        let text = TextIndex::build(entries.len(), |i| entries[i].tokens());
+        let mut namespaces: Vec<String> = entries
+            .iter()
+            .map(|e| e.placement.namespace.clone())
+            .collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let namespace_of = entries
+            .iter()
+            .map(|e| {
+                let i = namespaces.partition_point(|n| *n < e.placement.namespace);
+                u32::try_from(i).unwrap_or(u32::MAX)
+            })
+            .collect();
+        let state = entries.iter().map(|e| state_of(e)).collect();
         Catalog {
             entries,
+            namespaces,
+            namespace_of,
+            state,
             postings,
-            tokens,
+            text,
         }
     }
 
-    /// Text relevance (0–100, as [`Entry::score`]) of every entry matching a word of `text`,
-    /// from the token index: a word scores twice its token's weight on an exact match, the
-    /// weight when it only starts the token.
-    fn text_scores(&self, text: Option<&str>) -> Option<HashMap<u32, u8>> {
-        let query = query_words(text?);
-        if query.is_empty() {
-            return None;
-        }
-        let mut totals: HashMap<u32, u32> = HashMap::new();
-        for q in &query {
-            let mut best: HashMap<u32, u32> = HashMap::new();
-            for (token, list) in self.tokens.range::<str, _>((
-                std::ops::Bound::Included(q.as_str()),
-                std::ops::Bound::Unbounded,
-            )) {
-                if !token.starts_with(q.as_str()) {
-                    break;
-                }
-                let exact = **token == **q;
-                for packed in list {
-                    let (i, w) = (packed >> 3, packed & 7);
-                    let s = if exact { w * 2 } else { w };
-                    let b = best.entry(i).or_insert(0);
-                    *b = (*b).max(s);
-                }
-            }
-            for (i, s) in best {
-                *totals.entry(i).or_insert(0) += s;
-            }
-        }
-        let max = 10 * u32::try_from(query.len()).unwrap_or(u32::MAX);
-        Some(
-            totals
-                .into_iter()
-                .map(|(i, t)| {
-                    (
-                        i,
-                        u8::try_from((t * 100).div_ceil(max).min(100)).unwrap_or(100),
-                    )
-                })
-                .collect(),
-        )
+    /// Text relevance (0–100, as [`Entry::score`]) of every position, when the query has
+    /// words.
+    fn text_scores(&self, text: Option<&str>) -> Option<Scores> {
+        let words = query_words(text?);
+        (!words.is_empty()).then(|| self.text.scores(&words, self.entries.len()))
     }
 
     /// Number of entries.
@@ -157,11 +162,8 @@ impl Catalog {
 
     /// The entry `identifier`, when visible.
     pub fn get(&self, identifier: &str, visible: Visibility<'_>) -> Option<Arc<Entry>> {
-        let i = self
-            .entries
-            .binary_search_by(|e| e.identifier.as_str().cmp(identifier))
-            .ok()?;
-        let e = &self.entries[i];
+        let i = self.position(identifier)?;
+        let e = &self.entries[i as usize];
         is_visible(e, visible).then(|| e.clone())
     }
 
@@ -179,7 +181,17 @@ impl Catalog {
             .cloned()
     }
 
-    /// Positions matching the filters, ascending (`None`: no filter, everything).
+    /// The position of the entry `identifier`.
+    fn position(&self, identifier: &str) -> Option<u32> {
+        let i = self
+            .entries
+            .binary_search_by(|e| e.identifier.as_str().cmp(identifier))
+            .ok()?;
+        u32::try_from(i).ok()
+    }
+
+    /// Positions matching the filters and identifiers, ascending (`None`: neither given,
+    /// everything).
     fn filtered(&self, query: &Query) -> Option<Vec<u32>> {
         let mut result: Option<Vec<u32>> = None;
         for (field, values) in &query.filters {
@@ -194,38 +206,90 @@ impl Catalog {
                 Some(prev) => intersect(&prev, &union),
             });
         }
+        if let Some(ids) = &query.identifiers {
+            let mut wanted: Vec<u32> = ids.iter().filter_map(|id| self.position(id)).collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            result = Some(match result {
+                None => wanted,
+                Some(prev) => intersect(&prev, &wanted),
+            });
+        }
         result
     }
 
-    fn matching(&self, query: &Query, visible: Visibility<'_>) -> Vec<u32> {
+    /// What decides, per position, whether a filtered entry is admitted for `query`.
+    fn admit<'c>(
+        &self,
+        query: &Query,
+        visible: Visibility<'_>,
+        scores: Option<&'c Scores>,
+    ) -> Admit<'c> {
+        Admit {
+            namespaces: visible.map(|v| self.namespaces.iter().map(|n| v.contains(n)).collect()),
+            // A retired card's tombstone is found by its identifier or by asking for its
+            // state, not among the agents one may call.
+            skip_retired: !query.filters.contains_key(&Field::Lifecycle)
+                && query.identifiers.is_none(),
+            scores,
+        }
+    }
+
+    /// Whether the entry at position `i` passes `admit`.
+    fn admitted(&self, admit: &Admit<'_>, i: u32) -> bool {
+        let at = i as usize;
+        let visible = admit.namespaces.as_ref().is_none_or(|v| {
+            let ns = self.namespace_of.get(at).copied().unwrap_or(u32::MAX);
+            v.get(ns as usize).copied().unwrap_or(false)
+        });
+        let retired = self.state.get(at).is_some_and(|s| s & RETIRED != 0);
+        visible && !(admit.skip_retired && retired) && admit.scores.is_none_or(|s| s.matches(i))
+    }
+
+    /// Calls `f` with each position matching `query` (filters, identifiers, visibility,
+    /// tombstones and, with `scores`, text), ascending. Without filters, text walks only the
+    /// positions some word matches.
+    fn each_match(
+        &self,
+        query: &Query,
+        visible: Visibility<'_>,
+        scores: Option<&Scores>,
+        f: impl FnMut(u32),
+    ) {
         if query.nothing {
-            return Vec::new();
+            return;
         }
-        let all = || (0..u32::try_from(self.entries.len()).unwrap_or(u32::MAX)).collect();
-        let mut positions = self.filtered(query).unwrap_or_else(all);
-        if let Some(ids) = &query.identifiers {
-            let mut wanted: Vec<u32> = ids
-                .iter()
-                .filter_map(|id| {
-                    let i = self
-                        .entries
-                        .binary_search_by(|e| e.identifier.as_str().cmp(id))
-                        .ok()?;
-                    u32::try_from(i).ok()
-                })
-                .collect();
-            wanted.sort_unstable();
-            positions = intersect(&positions, &wanted);
+        let admit = self.admit(query, visible, scores);
+        let admitted = |&i: &u32| self.admitted(&admit, i);
+        match (self.filtered(query), scores) {
+            (Some(positions), _) => positions.into_iter().filter(admitted).for_each(f),
+            (None, Some(s)) => s.positions().filter(admitted).for_each(f),
+            (None, None) => (0..u32::try_from(self.entries.len()).unwrap_or(u32::MAX))
+                .filter(admitted)
+                .for_each(f),
         }
-        if visible.is_some() {
-            positions.retain(|&i| is_visible(&self.entries[i as usize], visible));
-        }
-        // A retired card's tombstone is found by its identifier or by asking for its state,
-        // not among the agents one may call.
-        if !query.filters.contains_key(&Field::Lifecycle) && query.identifiers.is_none() {
-            positions.retain(|&i| !self.entries[i as usize].placement.retired());
-        }
-        positions
+    }
+
+    /// The positions [`Catalog::each_match`] visits.
+    fn matching(
+        &self,
+        query: &Query,
+        visible: Visibility<'_>,
+        scores: Option<&Scores>,
+    ) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.each_match(query, visible, scores, |i| out.push(i));
+        out
+    }
+
+    /// Where position `i` ranks: deprecated after active, then by score (100 first), as a
+    /// number below [`RANKS`].
+    fn rank(&self, i: u32, score: u8) -> usize {
+        let deprecated = self
+            .state
+            .get(i as usize)
+            .is_some_and(|s| s & DEPRECATED != 0);
+        usize::from(deprecated) * 101 + usize::from(100 - score.min(100))
     }
 
     /// Entries matching `query` in identifier order, `limit` of them after identifier
@@ -237,10 +301,8 @@ impl Catalog {
         after: Option<&str>,
         limit: usize,
     ) -> Page {
-        let mut positions = self.matching(query, visible);
-        if let Some(scores) = self.text_scores(query.text.as_deref()) {
-            positions.retain(|i| scores.contains_key(i));
-        }
+        let scores = self.text_scores(query.text.as_deref());
+        let positions = self.matching(query, visible, scores.as_ref());
         let total = positions.len();
         let start = match after {
             Some(id) => {
@@ -264,27 +326,67 @@ impl Catalog {
     }
 
     /// Entries matching `query`, ranked by the text's relevance (all scores 100 without text).
-    pub fn search(&self, query: &Query, visible: Visibility<'_>) -> Ranked {
+    /// Deprecated agents come after active ones, whatever their score; ties stay in
+    /// identifier order. [`Catalog::search_page`] answers one page of it for less.
+    pub fn search(&self, query: &Query, visible: Visibility<'_>) -> Ranked<'_> {
         let scores = self.text_scores(query.text.as_deref());
-        let mut hits: Vec<(Arc<Entry>, u8)> = self
-            .matching(query, visible)
-            .into_iter()
-            .filter_map(|i| {
-                let score = match &scores {
-                    None => 100,
-                    Some(s) => *s.get(&i)?,
-                };
-                (score > 0).then(|| (self.entries[i as usize].clone(), score))
-            })
-            .collect();
-        // Positions are in identifier order and the sort is stable: ties stay by identifier.
-        // Deprecated agents after active ones, whatever their score.
-        hits.sort_by(|a, b| {
-            (a.0.placement.deprecated())
-                .cmp(&b.0.placement.deprecated())
-                .then(b.1.cmp(&a.1))
-        });
+        let score = |i: u32| scores.as_ref().map_or(100, |s| s.get(i));
+        let positions = self.matching(query, visible, scores.as_ref());
+        // Counting sort on the rank: stable (positions ascend), linear.
+        let mut next = [0usize; RANKS + 1];
+        for &i in &positions {
+            next[self.rank(i, score(i)) + 1] += 1;
+        }
+        for r in 1..next.len() {
+            next[r] += next[r - 1];
+        }
+        let Some(first) = self.entries.first() else {
+            return Ranked { hits: Vec::new() };
+        };
+        let mut hits = vec![(first, 0); positions.len()];
+        for i in positions {
+            let s = score(i);
+            let slot = &mut next[self.rank(i, s)];
+            hits[*slot] = (&self.entries[i as usize], s);
+            *slot += 1;
+        }
         Ranked { hits }
+    }
+
+    /// The `limit` entries from `offset` of [`Catalog::search`]'s ranking, and how many rank
+    /// in all: one pass over the matches keeping the best `offset + limit` in a bounded heap
+    /// (matches come in identifier order, so a later one displaces the worst kept only with a
+    /// better rank), without materializing or sorting the whole ranking.
+    pub fn search_page(
+        &self,
+        query: &Query,
+        visible: Visibility<'_>,
+        offset: usize,
+        limit: usize,
+    ) -> RankedPage {
+        let scores = self.text_scores(query.text.as_deref());
+        let score = |i: u32| scores.as_ref().map_or(100, |s| s.get(i));
+        let keep = offset.saturating_add(limit);
+        let mut best: BinaryHeap<(usize, u32)> = BinaryHeap::with_capacity(keep.min(1024));
+        let mut total = 0;
+        self.each_match(query, visible, scores.as_ref(), |i| {
+            total += 1;
+            let r = self.rank(i, score(i));
+            if best.len() < keep {
+                best.push((r, i));
+            } else if best.peek().is_some_and(|worst| r < worst.0) {
+                if let Some(mut worst) = best.peek_mut() {
+                    *worst = (r, i);
+                }
+            }
+        });
+        let hits = best
+            .into_sorted_vec()
+            .into_iter()
+            .skip(offset)
+            .map(|(_, i)| (self.entries[i as usize].clone(), score(i)))
+            .collect();
+        RankedPage { hits, total }
     }
 
     /// Counts of each value of `fields` over the entries matching `query`.
@@ -309,32 +411,44 @@ impl Catalog {
         fields.sort_unstable();
         fields.dedup();
         let scores = self.text_scores(query.text.as_deref());
-        let mut counts: BTreeMap<Field, BTreeMap<String, usize>> = BTreeMap::new();
-        let mut total = 0;
-        for i in self.matching(query, visible) {
+        let positions = self.matching(query, visible, scores.as_ref());
+        let mut counts: BTreeMap<Field, HashMap<&str, usize>> = BTreeMap::new();
+        for &i in &positions {
             let e = &self.entries[i as usize];
-            if scores.as_ref().is_some_and(|s| !s.contains_key(&i)) {
-                continue;
-            }
-            total += 1;
             for field in &fields {
                 let c = counts.entry(*field).or_default();
                 for v in e.facet_values(*field) {
-                    *c.entry(v.to_string()).or_default() += 1;
+                    *c.entry(v).or_default() += 1;
                 }
             }
         }
         let facets = fields
             .iter()
             .map(|f| {
-                let mut buckets: Buckets =
-                    counts.remove(f).unwrap_or_default().into_iter().collect();
+                let mut buckets: Buckets = counts
+                    .remove(f)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(v, c)| (v.to_string(), c))
+                    .collect();
                 buckets.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 (*f, buckets)
             })
             .collect();
-        (facets, total)
+        (facets, positions.len())
     }
+}
+
+/// The [`RETIRED`] and [`DEPRECATED`] bits of `e`.
+fn state_of(e: &Entry) -> u8 {
+    let mut s = 0;
+    if e.placement.retired() {
+        s |= RETIRED;
+    }
+    if e.placement.deprecated() {
+        s |= DEPRECATED;
+    }
+    s
 }
 
 fn is_visible(e: &Entry, visible: Visibility<'_>) -> bool {
@@ -527,6 +641,48 @@ mod tests {
             .search(&q(&[], Some("nothing-like-this")), None)
             .hits
             .is_empty());
+    }
+
+    #[test]
+    fn deprecated_agents_rank_after_active_ones_and_tombstones_not_at_all() {
+        use crate::crd::{LifecycleState, ServedLifecycle};
+        let with_state = |name: &str, text: &str, state: Option<LifecycleState>| {
+            let placement = Placement {
+                namespace: "a".into(),
+                name: name.into(),
+                host: format!("{name}.example.com"),
+                lifecycle: state.map(|state| {
+                    Box::new(ServedLifecycle {
+                        state,
+                        ..Default::default()
+                    })
+                }),
+                ..Default::default()
+            };
+            let body = Bytes::from(json!({ "name": text }).to_string());
+            Arc::new(Entry::build(placement, body).unwrap())
+        };
+        let c = Catalog::build(vec![
+            with_state("old", "weather weather", Some(LifecycleState::Deprecated)),
+            with_state("gone", "weather", Some(LifecycleState::Retired)),
+            with_state("new", "weather station", None),
+            with_state("other", "weathering", None),
+        ]);
+        let query = q(&[], Some("weather"));
+        let ranked: Vec<&str> = c
+            .search(&query, None)
+            .hits
+            .iter()
+            .map(|(e, _)| e.placement.name.as_str())
+            .collect();
+        assert_eq!(ranked, ["new", "other", "old"]);
+        let page = c.search_page(&query, None, 1, 5);
+        let names: Vec<&str> = page
+            .hits
+            .iter()
+            .map(|(e, _)| e.placement.name.as_str())
+            .collect();
+        assert_eq!((names, page.total), (vec!["other", "old"], 3));
     }
 
     #[test]
