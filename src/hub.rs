@@ -31,9 +31,6 @@ use crate::store::{compact_card, compact_meta};
 /// A watch event with the object shared.
 pub type Shared<K> = Event<Arc<K>>;
 
-/// Which watched objects a hub stores (the others are dropped as they arrive).
-pub type Keep<K> = Arc<dyn Fn(&K) -> bool + Send + Sync>;
-
 /// What a process watches: every namespace, or (`run --watch-namespace`) one namespace's
 /// cards and card ConfigMaps, with the operator's own namespace for the JWKS.
 #[derive(Clone, Debug, Default)]
@@ -95,19 +92,22 @@ where
         + 'static,
 {
     /// Start watching `api` (with `config`), each object trimmed by `compact` before it is
-    /// stored and forwarded, and only the objects `keep` holds (all when `None`) stored at all.
+    /// stored and forwarded, and only the objects `scope` keeps stored at all.
     pub fn start(
         api: Api<K>,
         config: watcher::Config,
         compact: fn(&mut K),
-        keep: Option<Keep<K>>,
+        scope: &Scope,
     ) -> Hub<K> {
         let (store, mut writer) = reflector::store();
         let subscribers = Arc::new(Mutex::new(Subscribers {
             senders: Vec::new(),
             synced: false,
         }));
-        let feed = watcher(api, config).default_backoff().modify(compact);
+        let feed = watcher(api, config)
+            .default_backoff()
+            .filter(scope.event_filter())
+            .modify(compact);
         let forward = subscribers.clone();
         let reader = store.clone();
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
@@ -123,13 +123,6 @@ where
                         continue;
                     }
                 };
-                if let (Some(keep), Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) =
-                    (&keep, &event)
-                {
-                    if !keep(o) {
-                        continue;
-                    }
-                }
                 writer.apply_watcher_event(&event);
                 // Subscribers get the store's own `Arc`s: what they keep of an object (the
                 // card server keeps the card bytes) shares its memory with the store.
@@ -240,37 +233,31 @@ impl Hubs {
             Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
             None => watcher::Config::default(),
         };
-        let configmaps_kept: Option<Keep<SeenConfigMap>> = scope.namespace.is_some().then(|| {
-            let scope = scope.clone();
-            let keep: Keep<SeenConfigMap> =
-                Arc::new(move |cm: &SeenConfigMap| scope.keeps(cm.metadata.namespace.as_deref()));
-            keep
-        });
         Arc::new(Hubs {
             cards: Hub::start(
                 cards,
                 watcher::Config::default().any_semantic(),
                 compact_card,
-                None,
+                &Scope::default(),
             ),
             namespaces: Hub::start(
                 Api::all(client.clone()),
                 namespaces,
                 |ns: &mut Namespace| compact_meta(&mut ns.metadata),
-                None,
+                &Scope::default(),
             ),
             directories: Hub::start(
                 Api::all(client.clone()),
                 watcher::Config::default().any_semantic(),
                 |d: &mut AgentDirectory| d.metadata.managed_fields = None,
-                None,
+                &Scope::default(),
             ),
             configmaps: Hub::start(
                 Api::all(client.clone()),
                 watcher::Config::default().labels(PUBLISHED_SELECTOR),
                 // Reduced while it is deserialised (`SeenConfigMap: From<ConfigMap>`).
                 |_: &mut SeenConfigMap| {},
-                configmaps_kept,
+                scope,
             ),
         })
     }
