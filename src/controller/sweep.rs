@@ -16,12 +16,12 @@
 use std::collections::HashSet;
 
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, DeleteParams, DynamicObject, Preconditions};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::routing::httproute_resource;
-use super::write::managed;
+use super::write::{delete_at_version, managed, Deleted};
 use super::written::Written;
 use crate::contract::{ANN_CARD, LABEL_CARD_UID};
 use crate::crd::AgentCard;
@@ -118,26 +118,19 @@ pub async fn sweep(
     deleted
 }
 
-/// Delete each orphan on the version it was judged by; a conflict (rewritten since) or a 404
-/// (gone already) leaves it be. Returns how many went.
+/// Delete each orphan on the version it was judged by; one rewritten since or gone already is
+/// left be. Returns how many went.
 async fn delete_each<K>(api: &Api<K>, orphans: Vec<Orphan>) -> usize
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut deleted = 0;
     for o in orphans {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: o.version,
-                uid: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match api.delete(&o.name, &params).await {
-            Ok(_) => deleted += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        match delete_at_version(api, &o.name, o.version).await {
+            Ok(Deleted::Yes) => deleted += 1,
+            Ok(Deleted::Absent | Deleted::Changed) => {}
             Err(e) => {
-                tracing::warn!(name = %o.name, error = %e, "could not remove a deleted card's route");
+                tracing::warn!(name = %o.name, category = e.category(), error = %e, "could not remove a deleted card's route");
             }
         }
     }

@@ -115,6 +115,42 @@ where
     }
 }
 
+/// What [`delete_at_version`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Deleted {
+    /// Deleted.
+    Yes,
+    /// Not there (any more).
+    Absent,
+    /// Changed since `version`: left as it is.
+    Changed,
+}
+
+/// Delete `name` only as it was at resourceVersion `version` (what the caller judged it by):
+/// an object rewritten since is someone's newer write and stays.
+pub async fn delete_at_version<K>(
+    api: &Api<K>,
+    name: &str,
+    version: Option<String>,
+) -> Result<Deleted, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: version,
+            uid: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(Deleted::Yes),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Deleted::Absent),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Deleted::Changed),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn name_in_use<K: Resource>(obj: &K, dt: &K::DynamicType) -> Error {
     Error::NameInUse {
         kind: K::kind(dt).into_owned(),

@@ -22,8 +22,9 @@ use crate::controller::config::Settings;
 use crate::controller::error::Error;
 use crate::controller::routing::RouteKind;
 use crate::controller::write::{
-    configmap_current, configmap_removals, delete_if_present, delete_route_if_ours,
-    ingress_current, ingress_removals, managed, write, write_route, Rules,
+    configmap_current, configmap_removals, delete_at_version, delete_if_present,
+    delete_route_if_ours, ingress_current, ingress_removals, managed, write, write_route, Deleted,
+    Rules,
 };
 use crate::controller::written::{WriteMemo, Written};
 use crate::crd::AgentCard;
@@ -247,14 +248,40 @@ async fn remove_replaced_routes(
 }
 
 /// Take the card off the air: delete its ConfigMap and both Ingresses (and HTTPRoutes), each
-/// only when it is ours. Used when the card loses (or never gets) its claim, and when it is
-/// deleted (then without the ConfigMap: garbage collection takes it, and nothing serves it).
+/// only when it is ours. Used when the card loses (or never gets) its claim.
 pub async fn unpublish(
     client: &Client,
     card: &AgentCard,
     settings: &Settings,
     existing: &Existing<'_>,
 ) -> Result<(), Error> {
+    let routes = remove_local(client, card, existing).await?;
+    cleanup(client, card, settings, existing.ingress.as_deref(), routes).await
+}
+
+/// Take a card that is gone (or being deleted) off the air: its backend route at once
+/// (garbage collection would take it, and its ConfigMap, only when it gets to them, and the
+/// agent's path stays routed meanwhile), and its route in the operator's namespace as the API
+/// server has it now ([`remove_gone_card_routes`]).
+pub async fn unpublish_gone(
+    client: &Client,
+    card: &AgentCard,
+    settings: &Settings,
+    existing: &Existing<'_>,
+) -> Result<(), Error> {
+    let routes = remove_local(client, card, existing).await?;
+    let routes = routes || settings.routing.kind == RouteKind::HttpRoute;
+    remove_gone_card_routes(client, card, settings, routes).await
+}
+
+/// What [`unpublish`] removes from the card's namespace: its ConfigMap (when `existing` has it)
+/// and its backend Ingress and HTTPRoute, when they are the card's. Whether HTTPRoutes are in
+/// play for it.
+async fn remove_local(
+    client: &Client,
+    card: &AgentCard,
+    existing: &Existing<'_>,
+) -> Result<bool, Error> {
     let ns = card.namespace().unwrap_or_default();
     if let Some(cm) = existing
         .configmap
@@ -279,7 +306,7 @@ pub async fn unpublish(
         })
         .await?;
     }
-    cleanup(client, card, settings, existing.ingress.as_deref(), routes).await
+    Ok(routes)
 }
 
 /// Remove what garbage collection cannot: the Ingress (and HTTPRoute, when `routes`) in the
@@ -305,25 +332,26 @@ async fn cleanup(
     delete_if_present(&ingresses, &name).await
 }
 
-/// Remove the card's route in the operator's namespace as the API server has it now (not as
-/// the watch last showed it): after the card is gone, a reconcile that was in flight may have
-/// written it a moment ago. Only a route labelled with this card's uid goes, on the version
-/// read.
-pub async fn remove_gone_card_routes(
+/// Remove the card's route in the operator's namespace (its HTTPRoute too, with `routes`) as
+/// the API server has it now, not as the watch last showed it: after the card is gone, a
+/// reconcile that was in flight may have written it a moment ago. Only a route labelled with
+/// this card's uid goes, on the version read.
+async fn remove_gone_card_routes(
     client: &Client,
     card: &AgentCard,
     settings: &Settings,
+    routes: bool,
 ) -> Result<(), Error> {
     let (Some(uid), opns) = (card.uid(), &settings.operator_namespace) else {
         return Ok(());
     };
     let name = ingress_name(&card.namespace().unwrap_or_default(), &card.name_any());
     let of_card = |m: &dyn MetaView| managed(m) && m.label(LABEL_CARD_UID) == Some(uid.as_str());
-    if settings.routing.kind == RouteKind::HttpRoute {
+    if routes {
         delete_route_if_ours(client, opns, &name, of_card).await?;
     }
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), opns);
-    // Rewritten between the read and the delete (409): read again.
+    // Rewritten between the read and the delete: read again.
     for _ in 0..3 {
         let Some(found) = ingresses.get_opt(&name).await? else {
             return Ok(());
@@ -332,18 +360,9 @@ pub async fn remove_gone_card_routes(
         if !of_card(&seen.seen) {
             return Ok(());
         }
-        let params = kube::api::DeleteParams {
-            preconditions: Some(kube::api::Preconditions {
-                resource_version: seen.metadata.resource_version.clone(),
-                uid: None,
-            }),
-            ..kube::api::DeleteParams::background()
-        };
-        match ingresses.delete(&name, &params).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(e.into()),
+        let version = seen.metadata.resource_version.clone();
+        if delete_at_version(&ingresses, &name, version).await? != Deleted::Changed {
+            return Ok(());
         }
     }
     Ok(())

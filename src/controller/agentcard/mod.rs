@@ -63,16 +63,17 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
         // the air now; the delete event forgets it again, which changes nothing.
         release_deleted(&card, &ctx).await
     } else {
-        match drop_legacy_finalizer(&card, &ctx).await {
+        let result = match drop_legacy_finalizer(&card, &ctx).await {
             Ok(()) => reconcile_apply(card.clone(), &ctx).await,
             Err(e) => Err(e),
+        };
+        // Deleted while this reconcile wrote (whether or not it then failed): its delete
+        // event may have been handled before those writes landed, so they go now.
+        if gone(&card, &ctx) {
+            forget(&card, &ctx).await.and(result)
+        } else {
+            result
         }
-    };
-    // Deleted while this reconcile wrote: its delete event may have been handled before
-    // those writes landed, so what they put in the operator's namespace goes now.
-    let result = match result {
-        Ok(action) if gone(&card, &ctx) => forget(&card, &ctx).await.map(|()| action),
-        other => other,
     };
     ctx.metrics
         .duration
@@ -448,11 +449,8 @@ pub async fn forget(card: &AgentCard, ctx: &Context) -> Result<(), Error> {
         ctx.sources.forget(&uid);
     }
     if !replaced {
-        // Its routes go now, the backend's too: garbage collection would take the owned
-        // ones, but only when it gets to them, and the agent's path stays routed meanwhile.
         let existing = Existing::of(&ctx.written, card, None);
-        apply::unpublish(&ctx.client, card, &ctx.settings, &existing).await?;
-        apply::remove_gone_card_routes(&ctx.client, card, &ctx.settings).await?;
+        apply::unpublish_gone(&ctx.client, card, &ctx.settings, &existing).await?;
         let key = card::card_key(card);
         ctx.metrics.set_ready(key.clone(), None);
         ctx.backoff.reset(&key);
