@@ -1,10 +1,10 @@
-//! How many cards each directory lists (`status.cardCount`), kept in step with the watches at
+//! How many cards each directory lists (`status.cards`), kept in step with the watches at
 //! O(directories) per card event: counting every card for every directory at each card event
 //! cost O(cards × directories) per event, which a bulk publish pays thousands of times.
 //!
 //! Data flow: the card, Namespace and AgentDirectory fan-outs send [`Recount`]s to one task
-//! ([`run`]), which owns a [`Tally`] (pure: each card's directories, each directory's count)
-//! and publishes the counts in [`Counts`] (read by reconciles). A card event looks at that card
+//! ([`run`]), which keeps a [`Tally`] (pure: each card's directories, each directory's count)
+//! in [`Counts`], where reconciles read it. A card event looks at that card
 //! against each directory; a directory event counts that directory over every card; a
 //! Namespace event or a (re-)list counts everything again (rare). Each directory whose count
 //! changed is sent to the directory controller, and only those.
@@ -36,20 +36,21 @@ pub enum Recount {
     All,
 }
 
-/// The counts the reconciles read, by directory name.
+/// The counts the reconciles read: the counting task's [`Tally`], behind a lock held for no
+/// `.await`.
 #[derive(Default)]
 pub struct Counts {
-    counts: Mutex<HashMap<String, i64>>,
+    tally: Mutex<Tally>,
 }
 
 impl Counts {
     /// How many cards directory `name` lists, once counted.
     pub fn get(&self, name: &str) -> Option<i64> {
-        self.lock().get(name).copied()
+        self.lock().count(name)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -194,7 +195,7 @@ pub struct Sources {
 }
 
 /// How counting sees `card`, in a namespace with `namespace_labels`.
-pub fn seen<'a>(card: &'a AgentCard, namespace_labels: &'a BTreeMap<String, String>) -> Seen<'a> {
+fn seen<'a>(card: &'a AgentCard, namespace_labels: &'a BTreeMap<String, String>) -> Seen<'a> {
     let published = card.metadata.deletion_timestamp.is_none()
         && card
             .status
@@ -221,15 +222,14 @@ fn namespace_labels(namespaces: &Store<Namespace>) -> HashMap<String, BTreeMap<S
         .collect()
 }
 
-/// Keep the counts until `recounts` ends, sending each directory whose count changed to
-/// `changed`.
+/// Keep `counts` until `recounts` ends, sending each directory whose count changed to
+/// `changed`. What a recount reads from the stores is gathered before the lock is taken.
 pub async fn run(
     sources: Sources,
     counts: Arc<Counts>,
     mut recounts: UnboundedReceiver<Recount>,
     changed: UnboundedSender<ObjectRef<AgentDirectory>>,
 ) {
-    let mut tally = Tally::default();
     let none = BTreeMap::new();
     while let Some(event) = recounts.next().await {
         let moved: Vec<Arc<str>> = match event {
@@ -241,12 +241,9 @@ pub async fn run(
                     .map(|n| n.labels().clone())
                     .unwrap_or_default();
                 let now = seen(&card, &labels);
-                tally.card(&now.key.clone(), Some(&now))
+                counts.lock().card(&now.key, Some(&now))
             }
-            Recount::CardGone(card) => {
-                let key = seen(&card, &none).key;
-                tally.card(&key, None)
-            }
+            Recount::CardGone(card) => counts.lock().card(&seen(&card, &none).key, None),
             Recount::Directory(dir) => {
                 let (cards, labels) =
                     (sources.cards.state(), namespace_labels(&sources.namespaces));
@@ -255,14 +252,16 @@ pub async fn run(
                     seen(c, labels.get(ns).unwrap_or(&none))
                 });
                 let name = dir.name_any();
-                if tally.directory(&name, Some(&dir.spec), each) {
+                if counts.lock().directory(&name, Some(&dir.spec), each) {
                     vec![name.into()]
                 } else {
                     Vec::new()
                 }
             }
             Recount::DirectoryGone(dir) => {
-                tally.directory(&dir.name_any(), None, std::iter::empty());
+                counts
+                    .lock()
+                    .directory(&dir.name_any(), None, std::iter::empty());
                 Vec::new()
             }
             Recount::All => {
@@ -274,7 +273,7 @@ pub async fn run(
                     .iter()
                     .map(|d| (d.name_any(), d.spec.clone()))
                     .collect();
-                tally.everything(&dirs, || {
+                counts.lock().everything(&dirs, || {
                     cards.iter().map(|c| {
                         let ns = c.metadata.namespace.as_deref().unwrap_or_default();
                         seen(c, labels.get(ns).unwrap_or(&none))
@@ -282,16 +281,6 @@ pub async fn run(
                 })
             }
         };
-        {
-            let mut published = counts.lock();
-            published.clear();
-            published.extend(
-                tally
-                    .directories
-                    .iter()
-                    .map(|(n, (_, c))| (n.to_string(), *c)),
-            );
-        }
         for name in moved {
             let _ = changed.unbounded_send(ObjectRef::new(&name));
         }

@@ -85,7 +85,7 @@ pub fn error_policy(dir: Arc<AgentDirectory>, error: &Error, ctx: Arc<Context>) 
 }
 
 /// The directory's key in the backoff table (cards use `namespace/name`).
-fn backoff_key(dir: &AgentDirectory) -> String {
+pub fn backoff_key(dir: &AgentDirectory) -> String {
     format!("AgentDirectory/{}", dir.name_any())
 }
 
@@ -163,23 +163,11 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
     })
 }
 
-/// Cards the directory lists now: the count kept in step with the card events
-/// ([`count`]), or counted here before the counting task has seen the directory.
+/// Cards the directory lists now: the count kept in step with the card events ([`count`]).
+/// Before the counting task has seen the directory, the count its status already says (the
+/// task triggers a reconcile once it has counted).
 fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
-    if let Some(count) = ctx.counts.get(&dir.name_any()) {
-        return count;
-    }
-    let none = std::collections::BTreeMap::new();
-    let count = ctx
-        .cards
-        .state()
-        .iter()
-        .filter(|c| {
-            let ns = c.namespace().unwrap_or_default();
-            let labels = ctx.namespaces.get(&ObjectRef::new(&ns));
-            let labels = labels.as_ref().map_or(&none, |n| n.labels());
-            count::seen(c, labels).listed_by(&dir.spec)
-        })
-        .count();
-    i64::try_from(count).unwrap_or(i64::MAX)
+    ctx.counts
+        .get(&dir.name_any())
+        .unwrap_or_else(|| dir.status.as_ref().map_or(0, |s| s.cards))
 }
