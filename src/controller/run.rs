@@ -655,19 +655,33 @@ struct DirectoryWatch {
 }
 
 /// Directories that are gone: each delete event forgets its directory (its routes now, its
-/// host claim).
+/// host claim), again with backoff when that fails.
 fn forget_deleted_directories(
     ctx: &Arc<Context>,
-    mut gone: UnboundedReceiver<Arc<AgentDirectory>>,
+    gone: UnboundedReceiver<Arc<AgentDirectory>>,
 ) -> AbortOnDrop {
     let ctx = ctx.clone();
+    let (retry, retries) = channel::<Arc<AgentDirectory>>();
     AbortOnDrop(tokio::spawn(async move {
+        let mut gone = futures::stream::select(gone, retries);
         while let Some(dir) = gone.next().await {
             if let Err(e) = agentdirectory::forget(&dir, &ctx).await {
-                tracing::warn!(directory = %dir.name_any(), category = e.category(), error = %e, "could not clean up after a deleted directory");
+                let delay = ctx.backoff.next(&agentdirectory::backoff_key(&dir));
+                tracing::warn!(directory = %dir.name_any(), category = e.category(), error = %e, retry_in = ?delay, "could not clean up after a deleted directory");
+                again_after(&retry, dir, delay);
             }
         }
     }))
+}
+
+/// Send `item` to `tx` after `delay`: what failed on an event that will not come again is
+/// tried again, with backoff (the API server may be away).
+fn again_after<T: Send + 'static>(tx: &UnboundedSender<T>, item: T, delay: Duration) {
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let _ = tx.unbounded_send(item);
+    });
 }
 
 /// How long loading the claims waits for the directories: unbounded when the AgentDirectory
@@ -688,23 +702,29 @@ async fn directories_wait(client: &Client) -> Option<Duration> {
 
 /// Cards that are gone: each delete event forgets its card (claims, routes in the operator's
 /// namespace); each (re-)list sweeps the routes of cards deleted while no event could tell
-/// (see [`super::sweep`]). Starts once `stores_listed` says the stores are listed.
+/// (see [`super::sweep`]). Starts once `stores_listed` says the stores are listed; a forget
+/// that fails is tried again with backoff.
 fn sweep_deleted_cards(
     ctx: &Arc<Context>,
     scope: Option<String>,
     mut stores_listed: watch::Receiver<bool>,
-    mut gone: UnboundedReceiver<Gone>,
+    gone: UnboundedReceiver<Gone>,
 ) -> AbortOnDrop {
     let ctx = ctx.clone();
+    let (retry, retries) = channel::<Gone>();
     AbortOnDrop(tokio::spawn(async move {
         // What the stores do not hold yet cannot be judged (nor waited for here: a store wakes
         // only its latest waiter, and the controllers' start waits on them).
         let _ = stores_listed.wait_for(|l| *l).await;
+        let mut gone = futures::stream::select(gone, retries);
         while let Some(event) = gone.next().await {
             match event {
                 Gone::Card(card) => {
                     if let Err(e) = agentcard::forget(&card, &ctx).await {
-                        tracing::warn!(card = %agentcard::card::card_key(&card), category = e.category(), error = %e, "could not clean up after a deleted card");
+                        let key = agentcard::card::card_key(&card);
+                        let delay = ctx.backoff.next(&key);
+                        tracing::warn!(card = %key, category = e.category(), error = %e, retry_in = ?delay, "could not clean up after a deleted card");
+                        again_after(&retry, Gone::Card(card), delay);
                     }
                 }
                 Gone::Relisted => {
