@@ -91,7 +91,13 @@ impl Key {
             post,
             path: path.into(),
             query: normalised.finish().into(),
-            body: if post { body.clone() } else { Bytes::new() },
+            // A copy: the request's body may be a slice of the connection's read buffer,
+            // which a kept key would otherwise hold (and the weight would not count).
+            body: if post {
+                Bytes::copy_from_slice(body)
+            } else {
+                Bytes::new()
+            },
         })
     }
 
@@ -304,6 +310,23 @@ mod tests {
             visible,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_post_key_owns_its_body_rather_than_a_slice_of_the_read_buffer() {
+        let s = site(AccessMode::Public, vec![entry("a", "one")]);
+        // A body as hyper hands it over: a slice of a larger read buffer.
+        let buffer = Bytes::from(vec![b'x'; 64 * 1024]);
+        let body = buffer.slice(100..120);
+        let key = Key::new(&s, &Method::POST, "/search", None, &body, None).unwrap();
+        assert_eq!(key.body, body);
+        let held = key.body.as_ptr_range();
+        let buf = buffer.as_ptr_range();
+        assert!(
+            held.end <= buf.start || held.start >= buf.end,
+            "the key holds the read buffer"
+        );
+        assert_eq!(key.weight(), 20 + "/search".len() as u64);
     }
 
     #[test]

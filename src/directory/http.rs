@@ -124,7 +124,10 @@ pub fn cached_answer(
     if a.status != 200 {
         return Err(a);
     }
-    let rendered = Rendered::new(Bytes::from(a.body));
+    let mut body = a.body;
+    // What is kept is weighed by its length: hold no spare capacity beyond it.
+    body.shrink_to_fit();
+    let rendered = Rendered::new(Bytes::from(body));
     if let Some(key) = key {
         cache.insert(key, rendered.clone());
     }
