@@ -31,6 +31,46 @@ use crate::store::{compact_card, compact_meta};
 /// A watch event with the object shared.
 pub type Shared<K> = Event<Arc<K>>;
 
+/// Which watched objects a hub stores (the others are dropped as they arrive).
+pub type Keep<K> = Arc<dyn Fn(&K) -> bool + Send + Sync>;
+
+/// What a process watches: every namespace, or (`run --watch-namespace`) one namespace's
+/// cards and card ConfigMaps, with the operator's own namespace for the JWKS.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// The one namespace whose cards are watched (every namespace when `None`).
+    pub namespace: Option<String>,
+    /// The operator's namespace (its ConfigMaps are kept in every scope).
+    pub operator_namespace: String,
+}
+
+impl Scope {
+    /// Whether an object of namespace `ns` is kept: every one without a namespace scope, else
+    /// those of the watched namespace and of the operator's.
+    pub fn keeps(&self, ns: Option<&str>) -> bool {
+        match &self.namespace {
+            None => true,
+            Some(watched) => ns == Some(watched.as_str()) || ns == Some(&self.operator_namespace),
+        }
+    }
+
+    /// A watch stream's filter: events of objects [`Scope::keeps`] rejects are dropped before
+    /// any store holds them.
+    pub fn event_filter<K: kube::Resource, E>(
+        &self,
+    ) -> impl FnMut(&Result<Event<K>, E>) -> std::future::Ready<bool> {
+        let scope = self.clone();
+        move |event| {
+            std::future::ready(match event {
+                Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => {
+                    scope.keeps(o.meta().namespace.as_deref())
+                }
+                _ => true,
+            })
+        }
+    }
+}
+
 struct Subscribers<K> {
     senders: Vec<UnboundedSender<Shared<K>>>,
     synced: bool,
@@ -55,8 +95,13 @@ where
         + 'static,
 {
     /// Start watching `api` (with `config`), each object trimmed by `compact` before it is
-    /// stored and forwarded.
-    pub fn start(api: Api<K>, config: watcher::Config, compact: fn(&mut K)) -> Hub<K> {
+    /// stored and forwarded, and only the objects `keep` holds (all when `None`) stored at all.
+    pub fn start(
+        api: Api<K>,
+        config: watcher::Config,
+        compact: fn(&mut K),
+        keep: Option<Keep<K>>,
+    ) -> Hub<K> {
         let (store, mut writer) = reflector::store();
         let subscribers = Arc::new(Mutex::new(Subscribers {
             senders: Vec::new(),
@@ -78,6 +123,13 @@ where
                         continue;
                     }
                 };
+                if let (Some(keep), Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) =
+                    (&keep, &event)
+                {
+                    if !keep(o) {
+                        continue;
+                    }
+                }
                 writer.apply_watcher_event(&event);
                 // Subscribers get the store's own `Arc`s: what they keep of an object (the
                 // card server keeps the card bytes) shares its memory with the store.
@@ -175,29 +227,50 @@ pub struct Hubs {
 }
 
 impl Hubs {
-    /// Start the four watches.
-    pub fn start(client: &Client) -> Arc<Hubs> {
+    /// Start the four watches, for `scope`: with one namespace, its cards are listed from
+    /// that namespace alone, its Namespace alone, and of the published ConfigMaps only those
+    /// of that namespace and of the operator's are stored (two namespaces cannot share one
+    /// watch).
+    pub fn start(client: &Client, scope: &Scope) -> Arc<Hubs> {
+        let cards = match &scope.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let namespaces = match &scope.namespace {
+            Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+            None => watcher::Config::default(),
+        };
+        let configmaps_kept: Option<Keep<SeenConfigMap>> = scope.namespace.is_some().then(|| {
+            let scope = scope.clone();
+            let keep: Keep<SeenConfigMap> =
+                Arc::new(move |cm: &SeenConfigMap| scope.keeps(cm.metadata.namespace.as_deref()));
+            keep
+        });
         Arc::new(Hubs {
             cards: Hub::start(
-                Api::all(client.clone()),
+                cards,
                 watcher::Config::default().any_semantic(),
                 compact_card,
+                None,
             ),
             namespaces: Hub::start(
                 Api::all(client.clone()),
-                watcher::Config::default(),
+                namespaces,
                 |ns: &mut Namespace| compact_meta(&mut ns.metadata),
+                None,
             ),
             directories: Hub::start(
                 Api::all(client.clone()),
                 watcher::Config::default().any_semantic(),
                 |d: &mut AgentDirectory| d.metadata.managed_fields = None,
+                None,
             ),
             configmaps: Hub::start(
                 Api::all(client.clone()),
                 watcher::Config::default().labels(PUBLISHED_SELECTOR),
                 // Reduced while it is deserialised (`SeenConfigMap: From<ConfigMap>`).
                 |_: &mut SeenConfigMap| {},
+                configmaps_kept,
             ),
         })
     }

@@ -257,7 +257,13 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let index = Arc::new(Index::new());
     // One watch per kind for the card server and the controllers.
-    let hubs = crate::hub::Hubs::start(&client);
+    let hubs = crate::hub::Hubs::start(
+        &client,
+        &crate::hub::Scope {
+            namespace: args.watch_namespace.clone(),
+            operator_namespace: args.namespace.clone(),
+        },
+    );
     let federation = Arc::new(crate::directory::federation::Federation::default());
     let feed = tokio::spawn(source_cluster::watch_cluster(
         hubs.clone(),

@@ -889,6 +889,139 @@ async fn deleting_a_card_removes_its_ingress_and_configmap() {
     );
 }
 
+/// The finalizers of card `name`.
+async fn finalizers_of(cards: &Api<AgentCard>, name: &str) -> Vec<String> {
+    cards
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cards_deleted_while_the_operator_is_down_leave_nothing_and_old_finalizers_go() {
+    use agentcard_operator::controller::finalizers::LEGACY_CARD;
+    let mut s = setup("sweep", &[]).await;
+    // A card as an earlier version left it (its finalizer, beside someone else's), and a new one.
+    let mut old = example("old", &host("old", &s.ns.name));
+    old["metadata"]["finalizers"] = json!([LEGACY_CARD, "example.com/hold"]);
+    apply(&s.cards, &old).await.unwrap();
+    apply(&s.cards, &example("gone", &host("gone", &s.ns.name)))
+        .await
+        .unwrap();
+    wait_card(&s.cards, "old", &s.operator, "Ready", ready).await;
+    wait_card(&s.cards, "gone", &s.operator, "Ready", ready).await;
+    // The earlier version's finalizer goes on the next reconcile, and only it; the operator
+    // adds none.
+    let cleared = wait_for(Duration::from_secs(30), || async {
+        finalizers_of(&s.cards, "old").await == ["example.com/hold"]
+    })
+    .await;
+    assert!(
+        cleared.is_ok(),
+        "{:?}",
+        finalizers_of(&s.cards, "old").await
+    );
+    assert!(finalizers_of(&s.cards, "gone").await.is_empty());
+
+    // With the operator down, a deleted card goes at once: nothing holds it in deletion.
+    s.operator.terminate();
+    assert!(s.operator.wait_exit(Duration::from_secs(30)).is_some());
+    s.cards
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(s.cards.get_opt("gone").await.unwrap().is_none());
+    let op_ingresses: Api<Ingress> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let (gone_route, old_route) = (
+        ingress_name(&s.ns.name, "gone"),
+        ingress_name(&s.ns.name, "old"),
+    );
+    assert!(op_ingresses.get_opt(&gone_route).await.unwrap().is_some());
+
+    // The next operator sweeps its route in the operator's namespace at start-up (garbage
+    // collection took its ConfigMap), and leaves the live card's alone.
+    s.operator = Operator::start(&s.op_ns.name, &s.ns.name, &[]);
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let swept = wait_for(Duration::from_secs(60), || async {
+        matches!(op_ingresses.get_opt(&gone_route).await, Ok(None))
+            && matches!(cms.get_opt("agentcard-gone").await, Ok(None))
+    })
+    .await;
+    assert!(
+        swept.is_ok(),
+        "the deleted card's route stayed\n{}",
+        s.operator.logs()
+    );
+    assert!(op_ingresses.get_opt(&old_route).await.unwrap().is_some());
+
+    // A card held in deletion by someone else's finalizer is taken off the air at once.
+    s.cards
+        .delete("old", &DeleteParams::default())
+        .await
+        .unwrap();
+    let off = wait_for(Duration::from_secs(30), || async {
+        matches!(op_ingresses.get_opt(&old_route).await, Ok(None))
+    })
+    .await;
+    assert!(
+        off.is_ok(),
+        "a card being deleted stayed routed\n{}",
+        s.operator.logs()
+    );
+    assert!(s.cards.get_opt("old").await.unwrap().is_some());
+    s.cards
+        .patch(
+            "old",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    let went = wait_for(Duration::from_secs(30), || async {
+        matches!(s.cards.get_opt("old").await, Ok(None))
+    })
+    .await;
+    assert!(went.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_scoped_to_one_namespace_keeps_and_serves_only_that_namespace() {
+    let s = setup("scoped", &[]).await;
+    // A second installation, for another namespace, publishes a card there.
+    let other_op = TestNamespace::new(&s.client, "scoped-other-op").await;
+    let other = TestNamespace::new(&s.client, "scoped-other").await;
+    let other_operator = Operator::start(&other_op.name, &other.name, &[]);
+    let other_cards: Api<AgentCard> = Api::namespaced(s.client.clone(), &other.name);
+    let theirs = host("theirs", &other.name);
+    apply(&other_cards, &example("theirs", &theirs))
+        .await
+        .unwrap();
+    wait_card(&other_cards, "theirs", &other_operator, "Ready", ready).await;
+    apply(&s.cards, &example("ours", &host("ours", &s.ns.name)))
+        .await
+        .unwrap();
+    wait_card(&s.cards, "ours", &s.operator, "Ready", ready).await;
+    let path = PATH_CARD;
+    let served = wait_for(Duration::from_secs(20), || {
+        std::future::ready(
+            other_operator.get(&theirs, path).status == 200
+                && s.operator.get(&host("ours", &s.ns.name), path).status == 200,
+        )
+    })
+    .await;
+    assert!(served.is_ok(), "each installation serves its own card");
+    // The first installation never stored the other namespace's card or its ConfigMap: its
+    // server does not know the host.
+    assert_eq!(s.operator.get(&theirs, path).status, 404);
+    assert_eq!(
+        other_operator.get(&host("ours", &s.ns.name), path).status,
+        404
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_operators_one_reconciles_and_the_other_takes_over() {
     let client = client().await;
@@ -1244,15 +1377,26 @@ async fn two_installations_with_different_keys_hold_a_shared_card_instead_of_fig
     assert_eq!(a.get(&host("one", &ns.name), PATH_CARD).status, 200);
     // One Warning Event per card, and both installations count the conflict.
     let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
-    let conflict_events = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Conflict"))
-        .count();
-    assert_eq!(conflict_events, names.len(), "one Conflict Event per card");
+    let conflict_events = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Conflict"))
+            .count()
+    };
+    // Events are written by a background writer: wait for them, then check none more came.
+    let _ = wait_for(Duration::from_secs(10), || async {
+        conflict_events().await >= names.len()
+    })
+    .await;
+    assert_eq!(
+        conflict_events().await,
+        names.len(),
+        "one Conflict Event per card"
+    );
     for o in [&a, &b] {
         assert!(
             o.metrics()

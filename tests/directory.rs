@@ -278,11 +278,16 @@ async fn a_directory_lists_the_served_cards_its_selectors_pick_and_speaks_ard() 
         .unwrap()
         .2
         .contains(&format!("AgentDirectory dir-{t}")));
-    apply_directory(&p, &directory(&format!("dir2-{t}"), &dhost, json!({}))).await;
-    wait_directory(&p, &format!("dir2-{t}"), "conflict", |d| {
-        d.status.as_ref().is_some_and(|s| {
-            s.conditions.iter().any(|c| c.reason == "HostConflict") && s.served.is_none()
-        })
+    // (The second one as an earlier version left it: with its finalizer, which goes.)
+    let mut second = directory(&format!("dir2-{t}"), &dhost, json!({}));
+    second["metadata"]["finalizers"] =
+        json!([agentcard_operator::controller::finalizers::LEGACY_DIRECTORY]);
+    apply_directory(&p, &second).await;
+    wait_directory(&p, &format!("dir2-{t}"), "conflict, no finalizer", |d| {
+        d.metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
+            && d.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| c.reason == "HostConflict") && s.served.is_none()
+            })
     })
     .await;
     let api: Api<AgentDirectory> = Api::all(p.admin.clone());
@@ -290,10 +295,12 @@ async fn a_directory_lists_the_served_cards_its_selectors_pick_and_speaks_ard() 
         .await
         .unwrap();
 
-    // Deleted, the directory is served no more, and its host is free.
+    // Deleted, the directory goes at once (nothing holds it in deletion), is served no more,
+    // and its host is free.
     api.delete(&format!("dir-{t}"), &DeleteParams::default())
         .await
         .unwrap();
+    assert!(api.get_opt(&format!("dir-{t}")).await.unwrap().is_none());
     wait_for(Duration::from_secs(15), || {
         std::future::ready(get(&p, &dhost, "/.well-known/ard.json", &[]).status == 404)
     })

@@ -52,3 +52,13 @@ pub struct Config {
     /// Import also from endpoint addresses that are not a Pod of the card's namespace.
     pub source_allow_unmanaged_endpoints: bool,
 }
+
+impl Config {
+    /// What this process watches, as the watches filter it (see [`crate::hub::Scope`]).
+    pub fn hub_scope(&self) -> crate::hub::Scope {
+        crate::hub::Scope {
+            namespace: self.watch_namespace.clone(),
+            operator_namespace: self.settings.operator_namespace.clone(),
+        }
+    }
+}

@@ -59,6 +59,8 @@ pub struct Context {
     pub federation: Arc<crate::directory::federation::Federation>,
     /// The agents' Services' ready ports (the `BackendReady` condition).
     pub backends: Arc<super::backends::Backends>,
+    /// How many cards each directory lists, kept by the counting task.
+    pub counts: Arc<super::agentdirectory::count::Counts>,
 }
 
 impl Context {

@@ -114,9 +114,6 @@ pub enum Error {
     /// A call to the API server failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    /// The finalizer machinery failed.
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
 impl Error {
@@ -138,11 +135,6 @@ impl Error {
             Error::Incompatible { .. } => "incompatible",
             Error::Retired { .. } => "retired",
             Error::Kube(_) => "kube_api",
-            Error::Finalizer(e) => match e.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(inner)
-                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.category(),
-                _ => "finalizer",
-            },
         }
     }
 
@@ -163,7 +155,7 @@ impl Error {
             Error::OperatorConflict { .. } => "Conflict",
             Error::Incompatible { .. } => "BreakingChange",
             Error::Retired { .. } => "Retired",
-            Error::Kube(_) | Error::Finalizer(_) => "WriteFailed",
+            Error::Kube(_) => "WriteFailed",
         }
     }
 

@@ -13,12 +13,24 @@
 //! cache once its last publish returns. Repeats within one generation still become a series;
 //! a repeat that falls into the next generation is written as a new Event, as a restarted
 //! operator would write it.
+//!
+//! The controllers publish through a queue ([`Events::queued`]): a reconcile hands its Event
+//! over and returns, and one background writer publishes them in order. In a bulk publish the
+//! Events then take no reconcile slot and yield the API server to the writes that serve cards
+//! (the status that makes a card served comes first). Past [`QUEUE`] waiting Events, new ones
+//! are dropped and counted (`agentcard_events_dropped_total`), as client-go's broadcaster
+//! drops past its queue: Events say what happened, the status says what is.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::Client;
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
+
+/// Events waiting for the background writer before new ones are dropped.
+pub const QUEUE: usize = 4096;
 
 /// Events published through one recorder before the next starts afresh: bounds its cache
 /// (and the scan each publish makes of it) to this many entries.
@@ -26,6 +38,12 @@ pub const PER_GENERATION: usize = 128;
 
 /// Publishes Events for the controllers (see the module doc).
 pub struct Events {
+    direct: Arc<Direct>,
+    queue: Option<(mpsc::Sender<(Event, ObjectReference)>, Counter)>,
+}
+
+/// Publishes each Event when asked, through the current generation's recorder.
+struct Direct {
     client: Client,
     reporter: Reporter,
     current: Mutex<Generation>,
@@ -37,10 +55,68 @@ struct Generation {
 }
 
 impl Events {
-    /// Events reported as `reporter`.
+    /// Events reported as `reporter`, each published when [`Events::publish`] is awaited.
     pub fn new(client: Client, reporter: Reporter) -> Events {
-        let recorder = Recorder::new(client.clone(), reporter.clone());
         Events {
+            direct: Arc::new(Direct::new(client, reporter)),
+            queue: None,
+        }
+    }
+
+    /// Events reported as `reporter`, handed to one background writer (see the module doc);
+    /// `dropped` counts those refused by a full queue. Call within a Tokio runtime; the writer
+    /// ends when these Events are dropped.
+    pub fn queued(client: Client, reporter: Reporter, dropped: Counter) -> Events {
+        let direct = Arc::new(Direct::new(client, reporter));
+        let (tx, mut rx) = mpsc::channel::<(Event, ObjectReference)>(QUEUE);
+        let writer = direct.clone();
+        tokio::spawn(async move {
+            while let Some((event, regarding)) = rx.recv().await {
+                if let Err(e) = writer.publish(&event, &regarding).await {
+                    tracing::warn!(reason = %event.reason, error = %e, "could not record an Event");
+                }
+            }
+        });
+        Events {
+            direct,
+            queue: Some((tx, dropped)),
+        }
+    }
+
+    /// Publish `event` about `regarding`: at once, or (queued) handed to the writer, in which
+    /// case a failure is the writer's to log and this returns at once.
+    pub async fn publish(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        match &self.queue {
+            None => self.direct.publish(event, regarding).await,
+            Some((tx, dropped)) => {
+                if tx.try_send((copy(event), regarding.clone())).is_err() {
+                    dropped.inc();
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A copy of `event` to queue (kube's `Event` is not `Clone`).
+fn copy(event: &Event) -> Event {
+    Event {
+        type_: event.type_,
+        reason: event.reason.clone(),
+        note: event.note.clone(),
+        action: event.action.clone(),
+        secondary: event.secondary.clone(),
+    }
+}
+
+impl Direct {
+    fn new(client: Client, reporter: Reporter) -> Direct {
+        let recorder = Recorder::new(client.clone(), reporter.clone());
+        Direct {
             client,
             reporter,
             current: Mutex::new(Generation {
@@ -66,12 +142,7 @@ impl Events {
         (current.recorder.clone(), renewed)
     }
 
-    /// Publish `event` about `regarding`.
-    pub async fn publish(
-        &self,
-        event: &Event,
-        regarding: &ObjectReference,
-    ) -> Result<(), kube::Error> {
+    async fn publish(&self, event: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
         let (recorder, _) = self.recorder();
         recorder.publish(event, regarding).await
     }
@@ -94,7 +165,7 @@ mod tests {
             },
         );
         let renewed: Vec<bool> = (0..PER_GENERATION * 2 + 1)
-            .map(|_| events.recorder().1)
+            .map(|_| events.direct.recorder().1)
             .collect();
         assert!(renewed[..PER_GENERATION].iter().all(|r| !r));
         assert!(renewed[PER_GENERATION]);
@@ -102,5 +173,35 @@ mod tests {
             .iter()
             .all(|r| !r));
         assert!(renewed[2 * PER_GENERATION]);
+    }
+
+    #[tokio::test]
+    async fn queued_events_return_at_once_and_past_the_queue_are_dropped_and_counted() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let dropped = Counter::default();
+        let events = Events::queued(
+            client,
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+            dropped.clone(),
+        );
+        let event = Event {
+            type_: kube::runtime::events::EventType::Normal,
+            reason: "Published".into(),
+            note: None,
+            action: "Publish".into(),
+            secondary: None,
+        };
+        // A current-thread runtime: the writer takes nothing until this test yields.
+        for _ in 0..QUEUE + 10 {
+            events
+                .publish(&event, &ObjectReference::default())
+                .await
+                .unwrap();
+        }
+        assert_eq!(dropped.get(), 10);
     }
 }

@@ -36,6 +36,8 @@ pub struct ControllerMetrics {
     pub cards: Family<ConditionLabels, Gauge>,
     /// Requests to the API server, by verb and resource (see [`super::api_calls`]).
     pub api_calls: super::api_calls::ApiCalls,
+    /// Events dropped because the queue to the Event writer was full.
+    pub events_dropped: Counter,
     /// Ready status of each card this process reconciled, feeding `cards` on scrape.
     ready: std::sync::Mutex<std::collections::HashMap<String, &'static str>>,
 }
@@ -48,6 +50,7 @@ impl Default for ControllerMetrics {
             duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             cards: Family::default(),
             api_calls: Family::default(),
+            events_dropped: Counter::default(),
             ready: Default::default(),
         }
     }
@@ -103,6 +106,11 @@ impl ControllerMetrics {
             "agentcard_api_requests",
             "Requests this process sent to the API server, by verb and resource",
             self.api_calls.clone(),
+        );
+        registry.register(
+            "agentcard_events_dropped",
+            "Kubernetes Events dropped because the queue to the Event writer was full",
+            self.events_dropped.clone(),
         );
     }
 }

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use super::agentcard::{self, source::Sources};
 use super::agentdirectory;
+use super::agentdirectory::count::{Counts, Recount};
 use super::backoff::{backoff_delay, Backoff};
 use super::config::Config;
 use super::context::Context;
@@ -33,7 +34,7 @@ use super::metrics::ControllerMetrics;
 use super::ownership::{Ownership, OwnershipInputs};
 use super::routing::{self, RouteKind};
 use super::signing::{PublishedKeys, Signing};
-use super::watches::{self, CardIndex, CardTargets, Scope, WrittenFor};
+use super::watches::{self, CardIndex, CardTargets, Gone, Scope, WrittenFor};
 use super::written::{Unseen, WriteMemo, Written};
 use crate::contract::{ANN_CARD, ANN_DIRECTORY, LABEL_MANAGED_BY, MANAGER};
 use crate::crd::{AgentCard, AgentCardStatus, AgentDirectory};
@@ -60,10 +61,10 @@ pub async fn run(
     ensure_signing_secret(&client, &config).await?;
     let mut tasks = Vec::new();
     let cards = start_card_watches(&hubs, &config, &mut tasks);
-    let keys = start_key_watches(&client, &hubs, &config, &cards, &mut tasks);
+    let keys = start_key_watches(&client, &hubs, &config, &cards, &metrics, &mut tasks);
     let routes = start_route_watches(&client, &config, &cards.memo, &mut tasks);
-    let (dir_task, directories_listed, dir_refs_rx) = watch_directories(&hubs);
-    tasks.push(dir_task);
+    let dirs = watch_directories(&hubs, cards.recount_tx.clone());
+    tasks.push(dirs.task);
     let (peers, peers_rx) = channel::<ObjectRef<AgentCard>>();
     let (dir_peers, dir_peers_rx) = channel::<ObjectRef<AgentDirectory>>();
     let ownership = Ownership::new(OwnershipInputs {
@@ -74,7 +75,7 @@ pub async fn run(
         peers,
         directory_peers: dir_peers,
         directories_wait: directories_wait(&client).await,
-        directories_listed,
+        directories_listed: dirs.listed,
         cards_listed: hubs.cards.listed(),
     });
     let written = Written {
@@ -109,8 +110,27 @@ pub async fn run(
         index: cards.index.clone(),
         namespaces: hubs.namespaces.store(),
         directories: hubs.directories.store(),
+        counts: Arc::new(Counts::default()),
     });
-    tasks.push(sweep_deleted_cards(&ctx, cards.gone));
+    let (stores_listed, stores_listed_rx) = watch::channel(false);
+    tasks.push(sweep_deleted_cards(
+        &ctx,
+        config.watch_namespace.clone(),
+        stores_listed_rx,
+        cards.gone,
+    ));
+    tasks.push(forget_deleted_directories(&ctx, dirs.gone));
+    let (counted, counted_rx) = channel::<ObjectRef<AgentDirectory>>();
+    tasks.push(AbortOnDrop(tokio::spawn(agentdirectory::count::run(
+        agentdirectory::count::Sources {
+            cards: hubs.cards.store(),
+            namespaces: hubs.namespaces.store(),
+            directories: hubs.directories.store(),
+        },
+        ctx.counts.clone(),
+        cards.recount,
+        counted,
+    ))));
     let (backend_refs, backend_refs_rx) = channel::<ObjectRef<AgentCard>>();
     tasks.push(super::backends::watch(
         &ctx.client,
@@ -121,10 +141,12 @@ pub async fn run(
         backend_refs,
     ));
     wait_for_stores(&ctx, &ctx.signing.secrets, cards.configmaps_listed).await;
+    let _ = stores_listed.send(true);
 
     let repairs = repair_requests(routes.touched, &ctx, routes.directories.clone());
     let directory_triggers = futures::stream::select_all([
-        dir_refs_rx.boxed(),
+        dirs.refs.boxed(),
+        counted_rx.boxed(),
         dir_peers_rx.boxed(),
         routes.directory_refs.boxed(),
     ]);
@@ -139,7 +161,7 @@ pub async fn run(
     // Both run until the process stops; either ending ends the controllers.
     tokio::select! {
         () = run_card_controller(&ctx, &config, card_triggers) => {}
-        () = run_directory_controller(&ctx, cards.recount, directory_triggers) => {}
+        () = run_directory_controller(&ctx, directory_triggers) => {}
     }
     drop((tasks, cards.resign_all));
     Ok(())
@@ -155,9 +177,11 @@ struct CardWatches {
     /// Cards to reconcile.
     refs: UnboundedReceiver<ObjectRef<AgentCard>>,
     /// Every directory to count again.
-    recount: UnboundedReceiver<()>,
+    recount: UnboundedReceiver<Recount>,
+    /// Where the directory counts hear of changes (the directory watch sends there too).
+    recount_tx: UnboundedSender<Recount>,
     /// Cards deleted.
-    gone: UnboundedReceiver<Arc<AgentCard>>,
+    gone: UnboundedReceiver<Gone>,
     /// True once the card ConfigMaps are listed.
     configmaps_listed: watch::Receiver<bool>,
     /// Asks for every card to be signed again.
@@ -176,8 +200,8 @@ fn start_card_watches(hubs: &Hubs, config: &Config, tasks: &mut Vec<AbortOnDrop>
     let statuses = Arc::new(Unseen::<AgentCardStatus>::default());
     let configmaps_written = Arc::new(Unseen::<SeenConfigMap>::default());
     let (card_refs, refs) = channel::<ObjectRef<AgentCard>>();
-    let (dir_recount, recount) = channel::<()>();
-    let (gone_tx, gone) = channel::<Arc<AgentCard>>();
+    let (dir_recount, recount) = channel::<Recount>();
+    let (gone_tx, gone) = channel::<Gone>();
     let targets = CardTargets {
         cards: card_refs.clone(),
         directories: dir_recount.clone(),
@@ -196,6 +220,7 @@ fn start_card_watches(hubs: &Hubs, config: &Config, tasks: &mut Vec<AbortOnDrop>
         configmaps_written,
         refs,
         recount,
+        recount_tx: dir_recount.clone(),
         gone,
         configmaps_listed,
         resign_all,
@@ -214,6 +239,7 @@ fn start_key_watches(
     hubs: &Hubs,
     config: &Config,
     cards: &CardWatches,
+    metrics: &ControllerMetrics,
     tasks: &mut Vec<AbortOnDrop>,
 ) -> KeyWatches {
     let opns = &config.settings.operator_namespace;
@@ -226,12 +252,13 @@ fn start_key_watches(
         watch_jwks_configmap(client, opns, jwks_triggers),
     ]);
     // One recorder for the whole process: the card controller and the key rotation share it.
-    let recorder = Arc::new(Events::new(
+    let recorder = Arc::new(Events::queued(
         client.clone(),
         Reporter {
             controller: MANAGER.into(),
             instance: Some(config.instance.clone()),
         },
+        metrics.events_dropped.clone(),
     ));
     let (published_tx, published) = watch::channel(None::<PublishedKeys>);
     let publisher = Publisher {
@@ -282,7 +309,7 @@ fn start_route_watches(
     memo: &Arc<WriteMemo>,
     tasks: &mut Vec<AbortOnDrop>,
 ) -> RouteWatches {
-    let (ingress_task, ingresses, touched) = watch_ingresses(client, memo);
+    let (ingress_task, ingresses, touched) = watch_ingresses(client, config, memo);
     tasks.push(ingress_task);
     let (card_tx, card_refs) = channel::<ObjectRef<AgentCard>>();
     let (directories, directory_refs) = channel::<ObjectRef<AgentDirectory>>();
@@ -357,7 +384,7 @@ fn watch_namespaces(
     hubs: &Hubs,
     index: &Arc<Mutex<CardIndex>>,
     card_refs: &UnboundedSender<ObjectRef<AgentCard>>,
-    dir_recount: &UnboundedSender<()>,
+    dir_recount: &UnboundedSender<Recount>,
 ) -> AbortOnDrop {
     AbortOnDrop(tokio::spawn(watches::fan_out_namespaces(
         hubs.namespaces.subscribe(),
@@ -501,6 +528,7 @@ fn watch_jwks_configmap(client: &Client, opns: &str, jwks: UnboundedSender<()>) 
 /// per reconcile, and an edited or deleted one reported so it is put back.
 fn watch_ingresses(
     client: &Client,
+    config: &Config,
     memo: &Arc<WriteMemo>,
 ) -> (
     AbortOnDrop,
@@ -514,6 +542,7 @@ fn watch_ingresses(
         watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
     )
     .default_backoff()
+    .filter(config.hub_scope().event_filter())
     .reflect(writer)
     .inspect(move |ev| memo.forget_event("Ingress", ev));
     let (task, touched) = watches::drive(feed, WrittenFor::of::<SeenIngress>);
@@ -543,6 +572,7 @@ fn watch_routes(
         watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
     )
     .default_backoff()
+    .filter(config.hub_scope().event_filter())
     .modify(|r: &mut DynamicObject| crate::store::compact_meta(&mut r.metadata))
     .reflect(writer)
     .inspect(move |ev| memo.forget_event("HTTPRoute", ev))
@@ -576,15 +606,10 @@ fn watch_routes(
 
 /// The shared AgentDirectory watch: each change reconciles that directory (a relist's at its
 /// end, once the store holds them); the receiver says when the first list is in.
-fn watch_directories(
-    hubs: &Hubs,
-) -> (
-    AbortOnDrop,
-    watch::Receiver<bool>,
-    UnboundedReceiver<ObjectRef<AgentDirectory>>,
-) {
+fn watch_directories(hubs: &Hubs, recount: UnboundedSender<Recount>) -> DirectoryWatch {
     let (listed_tx, listed) = watch::channel(false);
     let (refs, refs_rx) = channel::<ObjectRef<AgentDirectory>>();
+    let (gone_tx, gone) = channel::<Arc<AgentDirectory>>();
     let mut feed = hubs.directories.subscribe();
     let task = AbortOnDrop(tokio::spawn(async move {
         let mut relisted = Vec::new();
@@ -592,20 +617,57 @@ fn watch_directories(
             match event {
                 watcher::Event::InitDone => {
                     let _ = listed_tx.send(true);
+                    let _ = recount.unbounded_send(Recount::All);
                     for key in relisted.drain(..) {
                         let _ = refs.unbounded_send(key);
                     }
                 }
                 watcher::Event::InitApply(d) => relisted.push(ObjectRef::from_obj(d.as_ref())),
                 watcher::Event::Apply(d) => {
+                    let _ = recount.unbounded_send(Recount::Directory(d.clone()));
                     let _ = refs.unbounded_send(ObjectRef::from_obj(d.as_ref()));
                 }
                 watcher::Event::Init => relisted.clear(),
-                watcher::Event::Delete(_) => {}
+                watcher::Event::Delete(d) => {
+                    let _ = recount.unbounded_send(Recount::DirectoryGone(d.clone()));
+                    let _ = gone_tx.unbounded_send(d);
+                }
             }
         }
     }));
-    (task, listed, refs_rx)
+    DirectoryWatch {
+        task,
+        listed,
+        refs: refs_rx,
+        gone,
+    }
+}
+
+/// What the shared AgentDirectory watch's fan-out gives the controllers.
+struct DirectoryWatch {
+    task: AbortOnDrop,
+    /// True once the first list is in.
+    listed: watch::Receiver<bool>,
+    /// Directories to reconcile.
+    refs: UnboundedReceiver<ObjectRef<AgentDirectory>>,
+    /// Directories deleted.
+    gone: UnboundedReceiver<Arc<AgentDirectory>>,
+}
+
+/// Directories that are gone: each delete event forgets its directory (its routes now, its
+/// host claim).
+fn forget_deleted_directories(
+    ctx: &Arc<Context>,
+    mut gone: UnboundedReceiver<Arc<AgentDirectory>>,
+) -> AbortOnDrop {
+    let ctx = ctx.clone();
+    AbortOnDrop(tokio::spawn(async move {
+        while let Some(dir) = gone.next().await {
+            if let Err(e) = agentdirectory::forget(&dir, &ctx).await {
+                tracing::warn!(directory = %dir.name_any(), category = e.category(), error = %e, "could not clean up after a deleted directory");
+            }
+        }
+    }))
 }
 
 /// How long loading the claims waits for the directories: unbounded when the AgentDirectory
@@ -624,17 +686,31 @@ async fn directories_wait(client: &Client) -> Option<Duration> {
     }
 }
 
-/// Cards that are gone: a card whose finalizer was removed never gets a Cleanup reconcile, so
-/// its deletion event forgets it here.
+/// Cards that are gone: each delete event forgets its card (claims, routes in the operator's
+/// namespace); each (re-)list sweeps the routes of cards deleted while no event could tell
+/// (see [`super::sweep`]). Starts once `stores_listed` says the stores are listed.
 fn sweep_deleted_cards(
     ctx: &Arc<Context>,
-    mut gone: UnboundedReceiver<Arc<AgentCard>>,
+    scope: Option<String>,
+    mut stores_listed: watch::Receiver<bool>,
+    mut gone: UnboundedReceiver<Gone>,
 ) -> AbortOnDrop {
     let ctx = ctx.clone();
     AbortOnDrop(tokio::spawn(async move {
-        while let Some(card) = gone.next().await {
-            if let Err(e) = agentcard::forget(&card, &ctx).await {
-                tracing::warn!(card = %agentcard::card::card_key(&card), category = e.category(), error = %e, "could not clean up after a deleted card");
+        // What the stores do not hold yet cannot be judged (nor waited for here: a store wakes
+        // only its latest waiter, and the controllers' start waits on them).
+        let _ = stores_listed.wait_for(|l| *l).await;
+        while let Some(event) = gone.next().await {
+            match event {
+                Gone::Card(card) => {
+                    if let Err(e) = agentcard::forget(&card, &ctx).await {
+                        tracing::warn!(card = %agentcard::card::card_key(&card), category = e.category(), error = %e, "could not clean up after a deleted card");
+                    }
+                }
+                Gone::Relisted => {
+                    super::sweep::sweep(&ctx.client, &ctx.written, &ctx.cards, scope.as_deref())
+                        .await;
+                }
             }
         }
     }))
@@ -710,11 +786,11 @@ async fn run_card_controller(
     .await;
 }
 
-/// The directory controller: a recount of every directory on any card event (debounced, so
-/// a bulk apply costs a few counts, not one per card), each directory on its own triggers.
+/// The directory controller, on its triggers: its own changes, its routes', its peers' on the
+/// hosts it waits for, and a change of its count ([`agentdirectory::count`]; debounced, so a
+/// bulk apply costs a few status writes, not one per card).
 async fn run_directory_controller(
     ctx: &Arc<Context>,
-    recount: UnboundedReceiver<()>,
     triggers: impl Stream<Item = ObjectRef<AgentDirectory>> + Send + 'static,
 ) {
     Controller::for_stream(
@@ -722,7 +798,6 @@ async fn run_directory_controller(
         ctx.directories.clone(),
     )
     .with_config(kube::runtime::controller::Config::default().debounce(DIRECTORY_DEBOUNCE))
-    .reconcile_all_on(recount)
     .reconcile_on(triggers)
     .run(
         agentdirectory::reconcile,

@@ -22,6 +22,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 
+use super::agentdirectory::count::Recount;
 use super::written::{Unseen, WriteMemo};
 use crate::contract::{ANN_ALLOWED_HOSTS, ANN_DIRECTORY, CONTENT_CARD, LABEL_CONTENT};
 use crate::crd::AgentCard;
@@ -231,9 +232,18 @@ pub struct CardTargets {
     /// The card controller (the card itself).
     pub cards: UnboundedSender<ObjectRef<AgentCard>>,
     /// The directory controller (every directory counts again).
-    pub directories: UnboundedSender<()>,
-    /// The sweeper (a card that is gone; its finalizer may have been removed).
-    pub gone: UnboundedSender<Arc<AgentCard>>,
+    pub directories: UnboundedSender<Recount>,
+    /// The sweeper: each card that is gone, and each (re-)list.
+    pub gone: UnboundedSender<Gone>,
+}
+
+/// What the sweeper hears from the card watch.
+pub enum Gone {
+    /// A card's delete event: forget it (claims, routes in the operator's namespace).
+    Card(Arc<AgentCard>),
+    /// The cards were (re-)listed: a card deleted meanwhile sent no event, so its routes are
+    /// found by sweeping ([`super::sweep`]).
+    Relisted,
 }
 
 /// Read the shared card watch until it ends: forget the unseen status writes of each card it
@@ -284,16 +294,20 @@ pub async fn fan_out_cards(
                 for key in keys {
                     let _ = targets.cards.unbounded_send(key);
                 }
-                let _ = targets.directories.unbounded_send(());
+                let _ = targets.directories.unbounded_send(Recount::All);
+                let _ = targets.gone.unbounded_send(Gone::Relisted);
             }
             watcher::Event::Apply(card) => {
                 if scope.holds(&card) {
                     lock().apply(&card);
                     let _ = targets.cards.unbounded_send(name_ref(card.as_ref()));
                 }
-                let _ = targets.directories.unbounded_send(());
+                let _ = targets.directories.unbounded_send(Recount::Card(card));
             }
             watcher::Event::Delete(card) => {
+                let _ = targets
+                    .directories
+                    .unbounded_send(Recount::CardGone(card.clone()));
                 if scope.holds(&card) {
                     let key = name_ref(card.as_ref());
                     let ns = key.namespace.clone().unwrap_or_default();
@@ -310,9 +324,8 @@ pub async fn fan_out_cards(
                     for other in waiting {
                         let _ = targets.cards.unbounded_send(other);
                     }
-                    let _ = targets.gone.unbounded_send(card);
+                    let _ = targets.gone.unbounded_send(Gone::Card(card));
                 }
-                let _ = targets.directories.unbounded_send(());
             }
         }
     }
@@ -343,7 +356,7 @@ pub async fn fan_out_namespaces(
     feed: impl Stream<Item = Shared<Namespace>>,
     index: Arc<Mutex<CardIndex>>,
     cards: UnboundedSender<ObjectRef<AgentCard>>,
-    directories: UnboundedSender<()>,
+    directories: UnboundedSender<Recount>,
 ) {
     futures::pin_mut!(feed);
     let mut allowance: HashMap<String, Option<String>> = HashMap::new();
@@ -365,14 +378,14 @@ pub async fn fan_out_namespaces(
             watcher::Event::InitApply(ns) => (ns, true),
             watcher::Event::Delete(ns) => {
                 allowance.remove(&ns.name_any());
-                let _ = directories.unbounded_send(());
+                let _ = directories.unbounded_send(Recount::All);
                 continue;
             }
             watcher::Event::InitDone => {
                 for name in relisted.take().unwrap_or_default() {
                     recheck(&name);
                 }
-                let _ = directories.unbounded_send(());
+                let _ = directories.unbounded_send(Recount::All);
                 continue;
             }
             watcher::Event::Init => {
@@ -381,7 +394,7 @@ pub async fn fan_out_namespaces(
             }
         };
         if !initial {
-            let _ = directories.unbounded_send(());
+            let _ = directories.unbounded_send(Recount::All);
         }
         let name = ns.name_any();
         let now = ns.annotations().get(ANN_ALLOWED_HOSTS).cloned();

@@ -2,11 +2,14 @@
 //! with the caching and CORS behaviour of the card server.
 //!
 //! [`answer`] is pure — a site snapshot, the request's method, path, query and body, and the
-//! namespaces the caller may see give a status and a JSON body; [`handle`] adds what needs
-//! I/O (reading the bounded body, the Kubernetes access checks) and the headers: a strong
-//! `ETag` of the body (304 for a matching `If-None-Match` on GET/HEAD), `Cache-Control`
-//! (`public` for public directories; `private` with `Vary: Authorization` in Kubernetes mode;
-//! `no-store` for errors), CORS for browsers.
+//! namespaces the caller may see give a status and a JSON body; [`cached_answer`] is the same
+//! through the cache of rendered responses ([`super::cache`]: a repeated query of one snapshot
+//! by one visibility class is answered with the bytes rendered the first time); [`handle`]
+//! adds what needs I/O (reading the bounded body, the Kubernetes access checks) and the
+//! headers: a strong `ETag` of the body (304 for a matching `If-None-Match` on GET/HEAD),
+//! `Cache-Control` (`public` for public directories; `private` with `Vary: Authorization` in
+//! Kubernetes mode; `no-store` for errors), CORS for browsers. The web pages, the change feed
+//! and `/mcp` are answered afresh each time.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +25,7 @@ use serde_json::{json, Value};
 
 use super::access::Authorizer;
 use super::ard::{self, FacetKey};
+use super::cache::{Key, Rendered, ResponseCache};
 use super::changes::Feeds;
 use super::entry::Field;
 use super::native;
@@ -29,7 +33,6 @@ use super::query::{Catalog, Visibility};
 use super::site::Site;
 use super::token;
 use super::ApiError;
-use crate::contract::content_hash;
 use crate::crd::AccessMode;
 use crate::serve::http::{cors, if_none_match, preflight_for, Body, Route};
 
@@ -97,6 +100,35 @@ pub fn answer(
         Ok(v) => Answer::ok(&v),
         Err(e) => Answer::error(&e),
     }
+}
+
+/// [`answer`] through `cache`: `Ok` with the rendered 200 (kept for the next request with the
+/// same [`Key`]), `Err` with any other answer (never kept).
+pub fn cached_answer(
+    cache: &ResponseCache,
+    site: &Site,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    body: &Bytes,
+    visible: Visibility<'_>,
+) -> Result<Rendered, Answer> {
+    let key = cache
+        .is_enabled()
+        .then(|| Key::new(site, method, path, query, body, visible))
+        .flatten();
+    if let Some(hit) = key.as_ref().and_then(|k| cache.get(k)) {
+        return Ok(hit);
+    }
+    let a = answer(site, method, path, query, body, visible);
+    if a.status != 200 {
+        return Err(a);
+    }
+    let rendered = Rendered::new(Bytes::from(a.body));
+    if let Some(key) = key {
+        cache.insert(key, rendered.clone());
+    }
+    Ok(rendered)
 }
 
 fn route(
@@ -371,10 +403,6 @@ fn page_response(
     resp
 }
 
-fn header(s: &str) -> HeaderValue {
-    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
 /// The HTTP response of `answer` for a request with `req` headers.
 pub fn response(
     answer: Answer,
@@ -382,6 +410,11 @@ pub fn response(
     req: &HeaderMap,
     mode: AccessMode,
 ) -> Response<Body> {
+    if answer.status < 400 {
+        let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+        let rendered = Rendered::new(Bytes::from(answer.body));
+        return rendered_response(&rendered, status, method, req, mode);
+    }
     let mut resp = Response::new(Body::default());
     let h = resp.headers_mut();
     cors(h);
@@ -389,44 +422,15 @@ pub fn response(
     if answer.status == 405 {
         h.insert(ALLOW, HeaderValue::from_static(METHODS));
     }
-    if answer.status >= 400 {
-        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        if answer.status == 401 {
-            h.insert(
-                http::header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer"),
-            );
-        }
-        if answer.status == 503 {
-            h.insert(RETRY_AFTER, HeaderValue::from_static("5"));
-        }
-    } else {
-        let etag = format!("\"{}\"", content_hash(&answer.body));
-        match mode {
-            AccessMode::Public => {
-                h.insert(
-                    CACHE_CONTROL,
-                    HeaderValue::from_static("public, max-age=30"),
-                );
-            }
-            AccessMode::Kubernetes => {
-                h.insert(
-                    CACHE_CONTROL,
-                    HeaderValue::from_static("private, max-age=30"),
-                );
-                h.insert(VARY, HeaderValue::from_static("Authorization"));
-            }
-        }
-        let matched = (method == Method::GET || method == Method::HEAD)
-            && req
-                .get(IF_NONE_MATCH)
-                .is_some_and(|v| if_none_match(v, &[etag.as_str()]));
-        h.insert(ETAG, header(&etag));
-        if matched {
-            h.remove(CONTENT_TYPE);
-            *resp.status_mut() = StatusCode::NOT_MODIFIED;
-            return resp;
-        }
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if answer.status == 401 {
+        h.insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+    }
+    if answer.status == 503 {
+        h.insert(RETRY_AFTER, HeaderValue::from_static("5"));
     }
     *resp.status_mut() =
         StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -438,14 +442,67 @@ pub fn response(
     resp
 }
 
+/// The response of a successful answer, rendered (or taken from the cache) with its ETag: 304
+/// for a GET or HEAD whose `If-None-Match` names it, else `status` with the body (none for
+/// HEAD). Nothing here reads or copies the body.
+fn rendered_response(
+    rendered: &Rendered,
+    status: StatusCode,
+    method: &Method,
+    req: &HeaderMap,
+    mode: AccessMode,
+) -> Response<Body> {
+    let mut resp = Response::new(Body::default());
+    let h = resp.headers_mut();
+    cors(h);
+    match mode {
+        AccessMode::Public => {
+            h.insert(
+                CACHE_CONTROL,
+                HeaderValue::from_static("public, max-age=30"),
+            );
+        }
+        AccessMode::Kubernetes => {
+            h.insert(
+                CACHE_CONTROL,
+                HeaderValue::from_static("private, max-age=30"),
+            );
+            h.insert(VARY, HeaderValue::from_static("Authorization"));
+        }
+    }
+    h.insert(ETAG, rendered.etag.clone());
+    let get = method == Method::GET || method == Method::HEAD;
+    let matched = get
+        && req.get(IF_NONE_MATCH).is_some_and(|v| {
+            rendered
+                .etag
+                .to_str()
+                .is_ok_and(|ours| if_none_match(v, &[ours]))
+        });
+    if matched {
+        *resp.status_mut() = StatusCode::NOT_MODIFIED;
+        return resp;
+    }
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(CONTENT_LENGTH, HeaderValue::from(rendered.body.len()));
+    *resp.status_mut() = status;
+    if method != Method::HEAD {
+        *resp.body_mut() = Body::from(rendered.body.clone());
+    }
+    resp
+}
+
 /// Answer one request to a directory host for `path` (normalised: see
 /// [`crate::serve::target`]): read the body (at most `max_body` bytes), check the caller in
-/// Kubernetes mode, then [`answer`] and [`response`] (or, for a browser, the web page).
+/// Kubernetes mode, then [`cached_answer`] (through `cache`) and its response (or, for a
+/// browser, the web page, which shows `jwks`).
+#[allow(clippy::too_many_arguments)]
 pub async fn handle<B>(
     site: Arc<Site>,
     feeds: &Feeds,
     authorizer: Option<Arc<Authorizer>>,
-    jwks: Option<Bytes>,
+    jwks: impl FnOnce() -> Option<Bytes>,
+    cache: &ResponseCache,
     req: http::Request<B>,
     path: &str,
     max_body: usize,
@@ -501,11 +558,12 @@ where
         Err(e) => return fail(e),
     };
     let resp = if html {
-        let answer = web_page(&site, rest, parts.uri.query(), visible.as_ref(), jwks);
+        let answer = web_page(&site, rest, parts.uri.query(), visible.as_ref(), jwks());
         let html_type = "text/html; charset=utf-8";
         page_response(answer, html_type, &parts.method, &parts.headers, mode)
     } else {
-        let a = answer(
+        let answered = cached_answer(
+            cache,
             &site,
             &parts.method,
             path,
@@ -513,7 +571,10 @@ where
             &bytes,
             visible.as_ref(),
         );
-        response(a, &parts.method, &parts.headers, mode)
+        match answered {
+            Ok(r) => rendered_response(&r, StatusCode::OK, &parts.method, &parts.headers, mode),
+            Err(a) => response(a, &parts.method, &parts.headers, mode),
+        }
     };
     (Route::Directory, with_manifest_link(resp))
 }

@@ -6,10 +6,13 @@
 //! hands it to the shared [`crate::index::Index`]. Requests to a directory host go to
 //! [`http::handle`], which checks the caller ([`access`], in Kubernetes mode), parses the
 //! request into an engine query ([`ard`] for the ARD registry API and manifest, [`native`] for
-//! `/v1`), runs it, and writes the answer with caching headers.
+//! `/v1`), runs it, and writes the answer with caching headers; a 200 is kept in [`cache`],
+//! keyed by the snapshot, the caller's visibility and the query, and the same request to the
+//! same snapshot is answered from there.
 
 pub mod access;
 pub mod ard;
+pub mod cache;
 pub mod changes;
 pub mod entry;
 pub mod federation;

@@ -1,8 +1,11 @@
 //! One directory as every replica serves it: where (host, prefix, as the lease holder decided),
 //! to whom (access mode), and its catalog snapshot. Rebuilt whole when anything it lists
-//! changes; requests read a snapshot behind an `Arc` and never wait for a rebuild.
+//! changes; requests read a snapshot behind an `Arc` and never wait for a rebuild. Each
+//! snapshot has a [`Site::generation`] of its own, which keys what is cached from it
+//! ([`super::cache`]): a rebuilt site starts with nothing cached.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::ard::RegistryInfo;
@@ -30,7 +33,13 @@ pub struct Site {
     pub catalog: Catalog,
     /// Namespaces with listed cards (the ones access checks ask about).
     pub namespaces: BTreeSet<String>,
+    /// This snapshot's number, unique in the process (never reused, unlike an address): what is
+    /// rendered from one snapshot is cached under it and never answers for another.
+    pub generation: u64,
 }
+
+/// The next [`Site::generation`].
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 impl Site {
     /// Index the listed cards of a directory.
@@ -59,6 +68,7 @@ impl Site {
             mode,
             catalog: Catalog::build(entries),
             namespaces,
+            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
         }
     }
 

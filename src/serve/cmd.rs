@@ -93,7 +93,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     client.clone(),
                     crate::contract::patterns(&args.token_audiences),
                 )));
-                let hubs = crate::hub::Hubs::start(&client);
+                let hubs = crate::hub::Hubs::start(&client, &crate::hub::Scope::default());
                 let federation = Arc::new(crate::directory::federation::Federation::default());
                 let upstreams = crate::serve::upstreams::spawn(
                     hubs.clone(),

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 /// The longest request line read for checks (longer ones are judged by hyper's limits).
 const MAX_LINE: usize = 8 * 1024;
@@ -55,15 +55,54 @@ impl Verdicts {
 enum Phase {
     /// Between requests (or before the first): the keep-alive time applies.
     Idle,
-    /// A head has started: `line` holds its request line so far, `tail` the last bytes
-    /// seen (to find the blank line across reads).
-    Head {
-        line: Vec<u8>,
-        line_done: bool,
-        tail: u32,
-    },
+    /// A head has started: `line` follows its request line so far, `tail` holds the last
+    /// bytes seen (to find the blank line across reads).
+    Head { line: LineScan, tail: u32 },
     /// The head is complete: body bytes or a request read ahead, until a response is written.
     Request,
+}
+
+/// What the checks need of a request line as its bytes go by, without keeping them: the
+/// request-target is the line's second field (fields split at each space).
+#[derive(Clone, Copy, Default)]
+struct LineScan {
+    /// Spaces seen so far.
+    spaces: u8,
+    /// Bytes looked at (at most [`MAX_LINE`]).
+    len: usize,
+    /// The line has ended.
+    done: bool,
+    /// The request-target holds a `#`.
+    fragment: bool,
+}
+
+impl LineScan {
+    fn byte(&mut self, b: u8) {
+        if self.done {
+            return;
+        }
+        if b == b'\n' {
+            self.done = true;
+            return;
+        }
+        if self.len >= MAX_LINE {
+            return;
+        }
+        self.len += 1;
+        match b {
+            b' ' => self.spaces = self.spaces.saturating_add(1),
+            b'#' if self.spaces == 1 => self.fragment = true,
+            _ => {}
+        }
+    }
+
+    fn verdict(&self) -> HeadVerdict {
+        if self.fragment {
+            HeadVerdict::Fragment
+        } else {
+            HeadVerdict::Fine
+        }
+    }
 }
 
 /// A client's byte stream under the head timeout and the request-line checks (see the
@@ -72,7 +111,11 @@ pub struct HeadGuard<S> {
     inner: S,
     phase: Phase,
     timeout: Duration,
-    deadline: Option<Pin<Box<Sleep>>>,
+    /// When the head being read must be complete (`None` while no head is being read).
+    due: Option<Instant>,
+    /// A timer at or before `due`, moved on only when it fires early: one timer per
+    /// connection, registered about once per timeout period, rather than one per request.
+    timer: Option<Pin<Box<Sleep>>>,
     verdicts: Verdicts,
 }
 
@@ -83,9 +126,29 @@ impl<S> HeadGuard<S> {
             inner,
             phase: Phase::Idle,
             timeout,
-            deadline: None,
+            due: None,
+            timer: None,
             verdicts,
         }
+    }
+
+    /// Whether the head being read is past its time (the timer is polled, so the task is
+    /// woken when it is).
+    fn head_late(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(due) = self.due else {
+            return false;
+        };
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        while timer.as_mut().poll(cx).is_ready() {
+            if timer.deadline() >= due {
+                return true;
+            }
+            // Set for an earlier head: on to this one's time.
+            timer.as_mut().reset(due);
+        }
+        false
     }
 
     /// A response starts with `data`: the next bytes from the client start a new head —
@@ -98,75 +161,65 @@ impl<S> HeadGuard<S> {
     }
 
     /// Follow the bytes just read through the head state machine.
-    fn saw(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            if matches!(self.phase, Phase::Idle) {
-                self.deadline = Some(Box::pin(tokio::time::sleep(self.timeout)));
-                self.phase = Phase::Head {
-                    line: Vec::new(),
-                    line_done: false,
-                    tail: 0,
-                };
+    fn saw(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            match &mut self.phase {
+                Phase::Request => return,
+                Phase::Idle => {
+                    self.due = Some(Instant::now() + self.timeout);
+                    self.phase = Phase::Head {
+                        line: LineScan::default(),
+                        tail: 0,
+                    };
+                }
+                Phase::Head { line, tail } => {
+                    let mut ended = None;
+                    for (i, &b) in bytes.iter().enumerate() {
+                        line.byte(b);
+                        *tail = (*tail << 8) | u32::from(b);
+                        // The blank line ending the head: CRLF CRLF (or a bare LF LF, which
+                        // hyper accepts).
+                        if *tail == 0x0d0a_0d0a || *tail & 0xffff == 0x0a0a {
+                            ended = Some(i + 1);
+                            break;
+                        }
+                    }
+                    let Some(n) = ended else {
+                        return;
+                    };
+                    let verdict = line.verdict();
+                    self.verdicts.push(verdict);
+                    self.phase = Phase::Request;
+                    self.due = None;
+                    bytes = &bytes[n..];
+                }
             }
-            if matches!(self.phase, Phase::Head { .. }) {
-                self.head_byte(b);
-            }
-        }
-    }
-
-    fn head_byte(&mut self, b: u8) {
-        let Phase::Head {
-            line,
-            line_done,
-            tail,
-        } = &mut self.phase
-        else {
-            return;
-        };
-        if !*line_done {
-            if b == b'\n' {
-                *line_done = true;
-            } else if line.len() < MAX_LINE {
-                line.push(b);
-            }
-        }
-        *tail = (*tail << 8) | u32::from(b);
-        // The blank line ending the head: CRLF CRLF (or a bare LF LF, which hyper accepts).
-        if *tail == 0x0d0a_0d0a || *tail & 0xffff == 0x0a0a {
-            let verdict = verdict_of(line);
-            self.verdicts.push(verdict);
-            self.phase = Phase::Request;
-            self.deadline = None;
         }
     }
 }
 
 /// What the request line `line` (without its line end) says at this layer.
+#[cfg(test)]
 fn verdict_of(line: &[u8]) -> HeadVerdict {
-    let target = line.split(|b| *b == b' ').nth(1).unwrap_or_default();
-    if target.contains(&b'#') {
-        HeadVerdict::Fragment
-    } else {
-        HeadVerdict::Fine
-    }
+    let mut scan = LineScan::default();
+    line.iter().for_each(|&b| scan.byte(b));
+    scan.verdict()
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for HeadGuard<S> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if let Some(deadline) = self.deadline.as_mut() {
-            if deadline.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the request head did not arrive in time",
-                )));
-            }
+        let this = self.get_mut();
+        if this.head_late(cx) {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request head did not arrive in time",
+            )));
         }
         let before = buf.filled().len();
-        let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &polled {
             this.saw(&buf.filled()[before..]);

@@ -182,6 +182,8 @@ fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
             .is_some_and(|since| doc.last_modified <= since),
     };
     let mut resp = Response::new(Body::default());
+    // Room for every header below at once: no growing the map while filling it.
+    *resp.headers_mut() = HeaderMap::with_capacity(12);
     let h = resp.headers_mut();
     h.insert(ETAG, etag.clone());
     h.insert(CACHE_CONTROL, doc.cache_control.clone());
@@ -251,7 +253,7 @@ fn accepts_gzip(req: &HeaderMap) -> bool {
                         .or_else(|| p.trim().strip_prefix("Q="))
                 })
                 .next()
-                .map_or(true, |q| q.trim().parse::<f32>().map_or(false, |q| q > 0.0));
+                .is_none_or(|q| q.trim().parse::<f32>().is_ok_and(|q| q > 0.0));
             match coding.as_str() {
                 "gzip" | "x-gzip" => gzip_q = Some(q_ok),
                 "*" => star_q = Some(q_ok),

@@ -76,6 +76,12 @@ pub struct HttpMetrics {
     pub cards: Gauge,
     /// Open client connections.
     pub connections: Gauge,
+    /// Directory requests answered from the cache of rendered responses.
+    pub directory_cache_hits: Counter,
+    /// Cacheable directory requests that had to be rendered.
+    pub directory_cache_misses: Counter,
+    /// Bytes the cache of rendered directory responses holds (set when scraped).
+    pub directory_cache_bytes: Gauge,
     common: Vec<((Route, u16), Counter)>,
 }
 
@@ -100,6 +106,9 @@ impl Default for HttpMetrics {
             requests,
             cards: Gauge::default(),
             connections: Gauge::default(),
+            directory_cache_hits: Counter::default(),
+            directory_cache_misses: Counter::default(),
+            directory_cache_bytes: Gauge::default(),
             common,
         }
     }
@@ -122,6 +131,21 @@ impl HttpMetrics {
             "agentcard_http_connections",
             "Open client connections",
             self.connections.clone(),
+        );
+        registry.register(
+            "agentcard_directory_cache_hits",
+            "Directory requests answered from the cache of rendered responses",
+            self.directory_cache_hits.clone(),
+        );
+        registry.register(
+            "agentcard_directory_cache_misses",
+            "Cacheable directory requests rendered (not found in the cache)",
+            self.directory_cache_misses.clone(),
+        );
+        registry.register(
+            "agentcard_directory_cache_bytes",
+            "Bytes held by the cache of rendered directory responses",
+            self.directory_cache_bytes.clone(),
         );
     }
 

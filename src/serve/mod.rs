@@ -36,6 +36,7 @@ pub struct Servers {
     limits: server::Limits,
     authorizer: Option<Arc<crate::directory::access::Authorizer>>,
     shutdown: Arc<server::Shutdown>,
+    cache: Arc<crate::directory::cache::ResponseCache>,
 }
 
 impl Servers {
@@ -76,6 +77,15 @@ impl Servers {
         on_scrape.push(Arc::new(move || {
             cards.set(i64::try_from(gauge_index.len()).unwrap_or(i64::MAX));
         }));
+        let cache = Arc::new(crate::directory::cache::ResponseCache::new(
+            limits.directory_cache_bytes,
+            metrics.directory_cache_hits.clone(),
+            metrics.directory_cache_misses.clone(),
+        ));
+        let (gauge_cache, held) = (cache.clone(), metrics.directory_cache_bytes.clone());
+        on_scrape.push(Arc::new(move || {
+            held.set(i64::try_from(gauge_cache.bytes()).unwrap_or(i64::MAX));
+        }));
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let public = server::bind_reuseport(listen, workers)
             .with_context(|| format!("listening on {listen}"))?;
@@ -95,6 +105,7 @@ impl Servers {
             limits,
             authorizer: None,
             shutdown,
+            cache,
         })
     }
 
@@ -128,7 +139,7 @@ impl Servers {
     /// Serve both ports until one fails.
     pub async fn run(self) -> anyhow::Result<()> {
         tokio::select! {
-            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits, self.authorizer, self.shutdown) => r.context("public server"),
+            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits, self.authorizer, self.shutdown, self.cache) => r.context("public server"),
             r = admin::serve_admin(self.admin_listener, self.admin) => r.context("admin server"),
         }
     }

@@ -25,6 +25,7 @@ use super::http::{bad_request, busy, respond, too_large, Body, Route};
 use super::metrics::HttpMetrics;
 use super::target::{self, Target};
 use crate::directory::access::Authorizer;
+use crate::directory::cache::ResponseCache;
 use crate::directory::changes::Feeds;
 use crate::index::Index;
 
@@ -110,6 +111,8 @@ pub struct Limits {
     /// Change-feed streams (`GET /v1/changes` as Server-Sent Events) open at once; past it,
     /// 503 with `Retry-After`.
     pub max_feed_streams: usize,
+    /// Bytes of rendered directory responses kept for repeated queries (0: none kept).
+    pub directory_cache_bytes: u64,
 }
 
 /// The flags setting [`Limits`], shared by `run` and `serve`.
@@ -140,6 +143,11 @@ pub struct ServerFlags {
     /// Most change-feed streams (Server-Sent Events) open at once on this process.
     #[arg(long, default_value_t = 1000)]
     pub max_feed_streams: usize,
+    /// Bytes of rendered directory responses kept, so that a repeated query (same directory
+    /// snapshot, same caller visibility, same parameters) is answered without running it again;
+    /// 0 keeps none. Hits and misses: `agentcard_directory_cache_{hits,misses}_total`.
+    #[arg(long, default_value_t = crate::directory::cache::DEFAULT_BYTES)]
+    pub directory_cache_bytes: u64,
 }
 
 impl ServerFlags {
@@ -153,6 +161,7 @@ impl ServerFlags {
             max_connections_per_client: self.max_connections_per_client,
             max_concurrent_requests: self.max_concurrent_requests.max(1),
             max_feed_streams: self.max_feed_streams,
+            directory_cache_bytes: self.directory_cache_bytes,
             ..Limits::default()
         }
     }
@@ -174,6 +183,7 @@ impl Default for Limits {
             max_connections_per_client: 0,
             max_concurrent_requests: 4096,
             max_feed_streams: 1000,
+            directory_cache_bytes: crate::directory::cache::DEFAULT_BYTES,
         }
     }
 }
@@ -243,6 +253,7 @@ pub async fn serve_public(
             draining: shutdown.clone(),
             limits,
             in_flight: guards.in_flight.clone(),
+            cache: guards.cache.clone(),
             verdicts: crate::serve::conn::Verdicts::default(),
             feeds: Feeds {
                 index: index.clone(),
@@ -264,7 +275,8 @@ pub async fn serve_public(
     Ok(())
 }
 
-/// What bounds clients across every listener of the process.
+/// What every listener of the process shares: the bounds on clients, and the directories'
+/// cache of rendered responses.
 #[derive(Clone)]
 pub struct Guards {
     /// Connections per client address.
@@ -273,15 +285,18 @@ pub struct Guards {
     pub in_flight: Arc<Semaphore>,
     /// Change-feed streams open at once.
     pub streams: Arc<Semaphore>,
+    /// Rendered directory responses.
+    pub cache: Arc<ResponseCache>,
 }
 
 impl Guards {
-    /// The bounds of `limits`.
-    pub fn new(limits: &Limits) -> Guards {
+    /// The bounds of `limits`, and `cache`.
+    pub fn new(limits: &Limits, cache: Arc<ResponseCache>) -> Guards {
         Guards {
             per_client: PerClient::new(limits.max_connections_per_client),
             in_flight: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
             streams: Arc::new(Semaphore::new(limits.max_feed_streams)),
+            cache,
         }
     }
 }
@@ -295,6 +310,8 @@ struct Shared {
     draining: Arc<Shutdown>,
     limits: Limits,
     in_flight: Arc<Semaphore>,
+    /// Rendered directory responses.
+    cache: Arc<ResponseCache>,
     /// What the connection layer found in each request head.
     verdicts: crate::serve::conn::Verdicts,
     /// What directories' change feeds are answered from.
@@ -313,6 +330,8 @@ async fn serve_connection(
     let verdicts = shared.verdicts.clone();
     shared.metrics.connections.inc();
     let gauge = shared.metrics.connections.clone();
+    // One reference count per request, not one per field.
+    let shared = Arc::new(shared);
     // Requests this connection has received: one that has had none yet is not idle but about
     // to send (it connected to be served), so closing lets it.
     let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -415,14 +434,17 @@ async fn dispatch(
     }
     if let Some(site) = host.and_then(|h| shared.index.site(h)) {
         let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
-        let jwks = shared.index.jwks().map(|j| j.body.clone());
+        let index = &shared.index;
+        let jwks = || index.jwks().map(|j| j.body.clone());
         let authorizer = shared.authorizer.clone();
         let feeds = &shared.feeds;
+        shared.cache.sync(index);
         return crate::directory::http::handle(
             site,
             feeds,
             authorizer,
             jwks,
+            &shared.cache,
             req,
             &target.path,
             max,
@@ -468,7 +490,8 @@ pub fn bind_reuseport(
 
 /// Serve the public port on one OS thread per listener, each with its own single-threaded
 /// runtime (no work stealing, no cross-thread wake-ups on the hot path). Returns when a worker
-/// fails, or once every worker has closed on shutdown; the index and metrics are shared.
+/// fails, or once every worker has closed on shutdown; the index, metrics and `cache` are
+/// shared.
 pub async fn serve_public_per_core(
     listeners: Vec<std::net::TcpListener>,
     index: Arc<Index>,
@@ -476,6 +499,7 @@ pub async fn serve_public_per_core(
     limits: Limits,
     authorizer: Option<Arc<Authorizer>>,
     shutdown: Arc<Shutdown>,
+    cache: Arc<ResponseCache>,
 ) -> std::io::Result<()> {
     let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Error>();
     let per_worker = Limits {
@@ -483,7 +507,7 @@ pub async fn serve_public_per_core(
         ..limits
     };
     // Per-client and concurrency bounds are the process's, across its listeners.
-    let guards = Guards::new(&limits);
+    let guards = Guards::new(&limits, cache);
     for (i, listener) in listeners.into_iter().enumerate() {
         let (index, metrics, failed) = (index.clone(), metrics.clone(), failed_tx.clone());
         let authorizer = authorizer.clone();

@@ -17,7 +17,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use super::build::Built;
 use super::card::{backend_ingress_name, card_key, configmap_name, ingress_name};
-use crate::contract::ANN_CARD;
+use crate::contract::{ANN_CARD, LABEL_CARD_UID};
 use crate::controller::config::Settings;
 use crate::controller::error::Error;
 use crate::controller::routing::RouteKind;
@@ -303,6 +303,50 @@ async fn cleanup(
     }
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &settings.operator_namespace);
     delete_if_present(&ingresses, &name).await
+}
+
+/// Remove the card's route in the operator's namespace as the API server has it now (not as
+/// the watch last showed it): after the card is gone, a reconcile that was in flight may have
+/// written it a moment ago. Only a route labelled with this card's uid goes, on the version
+/// read.
+pub async fn remove_gone_card_routes(
+    client: &Client,
+    card: &AgentCard,
+    settings: &Settings,
+) -> Result<(), Error> {
+    let (Some(uid), opns) = (card.uid(), &settings.operator_namespace) else {
+        return Ok(());
+    };
+    let name = ingress_name(&card.namespace().unwrap_or_default(), &card.name_any());
+    let of_card = |m: &dyn MetaView| managed(m) && m.label(LABEL_CARD_UID) == Some(uid.as_str());
+    if settings.routing.kind == RouteKind::HttpRoute {
+        delete_route_if_ours(client, opns, &name, of_card).await?;
+    }
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), opns);
+    // Rewritten between the read and the delete (409): read again.
+    for _ in 0..3 {
+        let Some(found) = ingresses.get_opt(&name).await? else {
+            return Ok(());
+        };
+        let seen = SeenIngress::from(found);
+        if !of_card(&seen.seen) {
+            return Ok(());
+        }
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: seen.metadata.resource_version.clone(),
+                uid: None,
+            }),
+            ..kube::api::DeleteParams::background()
+        };
+        match ingresses.delete(&name, &params).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -30,21 +30,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use super::error::Error;
+use super::finalizers::{self, LEGACY_CARD};
 use super::metrics::FailureLabels;
 use super::routing::{self, RouteKind};
 use crate::crd::AgentCard;
 use crate::store::SeenConfigMap;
 use apply::Existing;
 use build::Built;
-
-/// Finalizer removing the Ingress in the operator's namespace when a card is deleted.
-pub const FINALIZER: &str = "agentcard.dev/ingress-cleanup";
 
 /// How often a healthy card is re-checked without any change: by the controllers' resync,
 /// which walks every card once per period, evenly spread (a requeue timer per card would keep
@@ -61,23 +58,50 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     ctx.ownership.load().await;
-    let ns = card.namespace().unwrap_or_default();
-    let api: Api<AgentCard> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, card, |event| async {
-        match event {
-            FinalizerEvent::Apply(card) => reconcile_apply(card, &ctx).await,
-            FinalizerEvent::Cleanup(card) => {
-                forget(&card, &ctx).await?;
-                Ok(Action::await_change())
-            }
+    let result = if card.meta().deletion_timestamp.is_some() {
+        // Held in deletion by someone's finalizer (or by ours from an earlier version): off
+        // the air now; the delete event forgets it again, which changes nothing.
+        release_deleted(&card, &ctx).await
+    } else {
+        match drop_legacy_finalizer(&card, &ctx).await {
+            Ok(()) => reconcile_apply(card.clone(), &ctx).await,
+            Err(e) => Err(e),
         }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    };
+    // Deleted while this reconcile wrote: its delete event may have been handled before
+    // those writes landed, so what they put in the operator's namespace goes now.
+    let result = match result {
+        Ok(action) if gone(&card, &ctx) => forget(&card, &ctx).await.map(|()| action),
+        other => other,
+    };
     ctx.metrics
         .duration
         .observe(started.elapsed().as_secs_f64());
     result
+}
+
+/// Whether `card` is no longer in the store (or another card of its name is).
+fn gone(card: &AgentCard, ctx: &Context) -> bool {
+    let key = ObjectRef::new(&card.name_any()).within(&card.namespace().unwrap_or_default());
+    ctx.cards.get(&key).is_none_or(|c| c.uid() != card.uid())
+}
+
+/// A card being deleted: forget it, and let go of an earlier version's finalizer.
+async fn release_deleted(card: &AgentCard, ctx: &Context) -> Result<Action, Error> {
+    forget(card, ctx).await?;
+    drop_legacy_finalizer(card, ctx).await?;
+    Ok(Action::await_change())
+}
+
+/// A card from an earlier version carries its finalizer: remove it (once; see
+/// [`finalizers`]).
+async fn drop_legacy_finalizer(card: &AgentCard, ctx: &Context) -> Result<(), Error> {
+    if !finalizers::carries(card, LEGACY_CARD) {
+        return Ok(());
+    }
+    let api: Api<AgentCard> =
+        Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
+    finalizers::release(&api, card, LEGACY_CARD).await
 }
 
 /// Transient failures: per-object exponential backoff.
@@ -411,7 +435,7 @@ fn truncate(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
-/// Forget a card that is gone, whether or not its finalizer ran (a tenant may remove it):
+/// Forget a card that is gone (on its delete event) or being deleted:
 /// release its claims, and remove what it had in the operator's namespace, unless a card of
 /// the same name took its place (that one's reconcile owns those names now).
 pub async fn forget(card: &AgentCard, ctx: &Context) -> Result<(), Error> {
@@ -428,6 +452,7 @@ pub async fn forget(card: &AgentCard, ctx: &Context) -> Result<(), Error> {
         // ones, but only when it gets to them, and the agent's path stays routed meanwhile.
         let existing = Existing::of(&ctx.written, card, None);
         apply::unpublish(&ctx.client, card, &ctx.settings, &existing).await?;
+        apply::remove_gone_card_routes(&ctx.client, card, &ctx.settings).await?;
         let key = card::card_key(card);
         ctx.metrics.set_ready(key.clone(), None);
         ctx.backoff.reset(&key);

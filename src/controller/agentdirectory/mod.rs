@@ -12,6 +12,7 @@
 
 pub mod apply;
 pub mod build;
+pub mod count;
 pub mod status;
 
 use std::sync::Arc;
@@ -20,9 +21,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 pub use crate::contract::ANN_DIRECTORY;
 pub use build::ingress_name;
@@ -30,15 +30,12 @@ pub use build::ingress_name;
 use super::claims::Claim;
 use super::context::Context;
 use super::error::Error;
+use super::finalizers::{self, LEGACY_DIRECTORY};
 use super::routing::{self, RouteKind};
 use super::write::apply_status;
 use crate::contract::normalize_prefix;
 use crate::crd::agentdirectory::DirectoryRoute;
 use crate::crd::AgentDirectory;
-use crate::directory::select;
-
-/// Finalizer releasing the directory's host and removing its Ingress.
-pub const FINALIZER: &str = "agentcard.dev/directory-cleanup";
 
 /// How often a published directory is looked at again without a change.
 const RECHECK: Duration = Duration::from_secs(3600);
@@ -51,20 +48,33 @@ const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
 pub async fn reconcile(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.ownership.load().await;
     let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
-    finalizer(&api, FINALIZER, dir, |event| async {
-        match event {
-            FinalizerEvent::Apply(dir) => reconcile_apply(&dir, &ctx).await,
-            FinalizerEvent::Cleanup(dir) => {
-                apply::remove_routes(&ctx.client, &ctx.settings, &ctx.written, &dir).await?;
-                ctx.backoff.reset(&backoff_key(&dir));
-                let freed = ctx.ownership.retain(&dir.uid().unwrap_or_default(), None);
-                ctx.ownership.recheck(&freed, dir.uid().as_deref());
-                Ok(Action::await_change())
-            }
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    if dir.meta().deletion_timestamp.is_some() {
+        // Held in deletion by someone's finalizer (or an earlier version's): off the air now.
+        forget(&dir, &ctx).await?;
+        finalizers::release(&api, &dir, LEGACY_DIRECTORY).await?;
+        return Ok(Action::await_change());
+    }
+    if finalizers::carries(dir.as_ref(), LEGACY_DIRECTORY) {
+        finalizers::release(&api, &dir, LEGACY_DIRECTORY).await?;
+    }
+    reconcile_apply(&dir, &ctx).await
+}
+
+/// Forget a directory that is gone (its delete event) or being deleted: its routes go now
+/// (garbage collection would take them, as their owner is gone, but only when it gets to
+/// them), and its host is free for whoever waits on it.
+pub async fn forget(dir: &AgentDirectory, ctx: &Context) -> Result<(), Error> {
+    let replaced = ctx
+        .directories
+        .get(&ObjectRef::new(&dir.name_any()))
+        .is_some_and(|d| d.uid() != dir.uid());
+    if !replaced {
+        apply::remove_routes(&ctx.client, &ctx.settings, &ctx.written, dir).await?;
+        ctx.backoff.reset(&backoff_key(dir));
+    }
+    let freed = ctx.ownership.retain(&dir.uid().unwrap_or_default(), None);
+    ctx.ownership.recheck(&freed, dir.uid().as_deref());
+    Ok(())
 }
 
 /// Transient failures: per-object exponential backoff.
@@ -153,26 +163,22 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
     })
 }
 
-/// Cards the directory lists now, by the lease holder's stores.
+/// Cards the directory lists now: the count kept in step with the card events
+/// ([`count`]), or counted here before the counting task has seen the directory.
 fn listed_count(dir: &AgentDirectory, ctx: &Context) -> i64 {
+    if let Some(count) = ctx.counts.get(&dir.name_any()) {
+        return count;
+    }
+    let none = std::collections::BTreeMap::new();
     let count = ctx
         .cards
         .state()
         .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter(|c| {
-            c.status
-                .as_ref()
-                .is_some_and(|s| s.url.is_some() && s.content_hash.is_some() && s.served.is_some())
-        })
         .filter(|c| {
             let ns = c.namespace().unwrap_or_default();
-            let ns_labels = ctx
-                .namespaces
-                .get(&ObjectRef::new(&ns))
-                .map(|n| n.labels().clone())
-                .unwrap_or_default();
-            select::listed(&dir.spec, &ns_labels, c.labels())
+            let labels = ctx.namespaces.get(&ObjectRef::new(&ns));
+            let labels = labels.as_ref().map_or(&none, |n| n.labels());
+            count::seen(c, labels).listed_by(&dir.spec)
         })
         .count();
     i64::try_from(count).unwrap_or(i64::MAX)

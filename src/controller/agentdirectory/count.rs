@@ -1,0 +1,381 @@
+//! How many cards each directory lists (`status.cardCount`), kept in step with the watches at
+//! O(directories) per card event: counting every card for every directory at each card event
+//! cost O(cards × directories) per event, which a bulk publish pays thousands of times.
+//!
+//! Data flow: the card, Namespace and AgentDirectory fan-outs send [`Recount`]s to one task
+//! ([`run`]), which owns a [`Tally`] (pure: each card's directories, each directory's count)
+//! and publishes the counts in [`Counts`] (read by reconciles). A card event looks at that card
+//! against each directory; a directory event counts that directory over every card; a
+//! Namespace event or a (re-)list counts everything again (rare). Each directory whose count
+//! changed is sent to the directory controller, and only those.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::ResourceExt;
+
+use crate::crd::agentdirectory::AgentDirectorySpec;
+use crate::crd::{AgentCard, AgentDirectory};
+use crate::directory::select;
+
+/// What changed, as the fan-outs tell the counting task.
+pub enum Recount {
+    /// A card was applied.
+    Card(Arc<AgentCard>),
+    /// A card is gone.
+    CardGone(Arc<AgentCard>),
+    /// A directory was applied (its selectors may have changed).
+    Directory(Arc<AgentDirectory>),
+    /// A directory is gone.
+    DirectoryGone(Arc<AgentDirectory>),
+    /// Count everything again (a Namespace changed, or a watch re-listed).
+    All,
+}
+
+/// The counts the reconciles read, by directory name.
+#[derive(Default)]
+pub struct Counts {
+    counts: Mutex<HashMap<String, i64>>,
+}
+
+impl Counts {
+    /// How many cards directory `name` lists, once counted.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.lock().get(name).copied()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A card as counting sees it: listable at all (published, not being deleted), its labels and
+/// its namespace's.
+pub struct Seen<'a> {
+    /// `namespace/name`.
+    pub key: String,
+    /// Published and not being deleted.
+    pub published: bool,
+    /// The card's labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// Its namespace's labels.
+    pub namespace_labels: &'a BTreeMap<String, String>,
+}
+
+impl Seen<'_> {
+    /// Whether the directory `spec` lists it.
+    pub fn listed_by(&self, spec: &AgentDirectorySpec) -> bool {
+        self.published && select::listed(spec, self.namespace_labels, self.labels)
+    }
+}
+
+/// Each directory's spec and count, and the directories listing each card.
+#[derive(Default)]
+pub struct Tally {
+    directories: HashMap<Arc<str>, (AgentDirectorySpec, i64)>,
+    cards: HashMap<String, Vec<Arc<str>>>,
+}
+
+impl Tally {
+    /// The count of directory `name`.
+    pub fn count(&self, name: &str) -> Option<i64> {
+        self.directories.get(name).map(|(_, c)| *c)
+    }
+
+    /// Card `card` changed (or went: `None` with its key): the directories whose count moved.
+    pub fn card(&mut self, key: &str, card: Option<&Seen<'_>>) -> Vec<Arc<str>> {
+        let now: Vec<Arc<str>> = match card {
+            Some(c) => self
+                .directories
+                .iter()
+                .filter(|(_, (spec, _))| c.listed_by(spec))
+                .map(|(name, _)| name.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        let before = if now.is_empty() {
+            self.cards.remove(key).unwrap_or_default()
+        } else {
+            self.cards
+                .insert(key.to_string(), now.clone())
+                .unwrap_or_default()
+        };
+        let mut moved = Vec::new();
+        for name in before.iter().filter(|d| !now.contains(d)) {
+            if let Some((_, count)) = self.directories.get_mut(name) {
+                *count -= 1;
+                moved.push(name.clone());
+            }
+        }
+        for name in now.iter().filter(|d| !before.contains(d)) {
+            if let Some((_, count)) = self.directories.get_mut(name) {
+                *count += 1;
+                moved.push(name.clone());
+            }
+        }
+        moved
+    }
+
+    /// Directory `name` is now `spec` (or gone): count it over `cards` again. Whether its
+    /// count changed (a new directory's always does).
+    pub fn directory<'a>(
+        &mut self,
+        name: &str,
+        spec: Option<&AgentDirectorySpec>,
+        cards: impl Iterator<Item = Seen<'a>>,
+    ) -> bool {
+        // Its own status writes come back as events: the same selection counts the same.
+        if spec.is_some() && self.directories.get(name).map(|(s, _)| s) == spec {
+            return false;
+        }
+        let before = self.directories.remove(name).map(|(_, c)| c);
+        for listing in self.cards.values_mut() {
+            listing.retain(|d| d.as_ref() != name);
+        }
+        self.cards.retain(|_, l| !l.is_empty());
+        let Some(spec) = spec else {
+            return before.is_some();
+        };
+        let name: Arc<str> = name.into();
+        let mut count = 0;
+        for card in cards.filter(|c| c.listed_by(spec)) {
+            count += 1;
+            self.cards.entry(card.key).or_default().push(name.clone());
+        }
+        self.directories.insert(name, (spec.clone(), count));
+        before != Some(count)
+    }
+
+    /// Count every directory over every card again: the directories whose count changed.
+    pub fn everything<'a, I>(
+        &mut self,
+        directories: &[(String, AgentDirectorySpec)],
+        cards: impl Fn() -> I,
+    ) -> Vec<Arc<str>>
+    where
+        I: Iterator<Item = Seen<'a>>,
+    {
+        let before: HashMap<Arc<str>, i64> = self
+            .directories
+            .iter()
+            .map(|(n, (_, c))| (n.clone(), *c))
+            .collect();
+        *self = Tally::default();
+        for (name, spec) in directories {
+            self.directory(name, Some(spec), cards());
+        }
+        let mut moved: Vec<Arc<str>> = self
+            .directories
+            .iter()
+            .filter(|(n, (_, c))| before.get(*n) != Some(c))
+            .map(|(n, _)| n.clone())
+            .collect();
+        moved.extend(
+            before
+                .into_keys()
+                .filter(|n| !self.directories.contains_key(n)),
+        );
+        moved
+    }
+}
+
+/// The stores counting reads.
+pub struct Sources {
+    /// Every card.
+    pub cards: Store<AgentCard>,
+    /// Every Namespace (their labels select cards).
+    pub namespaces: Store<Namespace>,
+    /// Every directory.
+    pub directories: Store<AgentDirectory>,
+}
+
+/// How counting sees `card`, in a namespace with `namespace_labels`.
+pub fn seen<'a>(card: &'a AgentCard, namespace_labels: &'a BTreeMap<String, String>) -> Seen<'a> {
+    let published = card.metadata.deletion_timestamp.is_none()
+        && card
+            .status
+            .as_ref()
+            .is_some_and(|s| s.url.is_some() && s.content_hash.is_some() && s.served.is_some());
+    Seen {
+        key: format!(
+            "{}/{}",
+            card.metadata.namespace.as_deref().unwrap_or_default(),
+            card.name_any()
+        ),
+        published,
+        labels: card.labels(),
+        namespace_labels,
+    }
+}
+
+/// The labels of every Namespace.
+fn namespace_labels(namespaces: &Store<Namespace>) -> HashMap<String, BTreeMap<String, String>> {
+    namespaces
+        .state()
+        .iter()
+        .map(|n| (n.name_any(), n.labels().clone()))
+        .collect()
+}
+
+/// Keep the counts until `recounts` ends, sending each directory whose count changed to
+/// `changed`.
+pub async fn run(
+    sources: Sources,
+    counts: Arc<Counts>,
+    mut recounts: UnboundedReceiver<Recount>,
+    changed: UnboundedSender<ObjectRef<AgentDirectory>>,
+) {
+    let mut tally = Tally::default();
+    let none = BTreeMap::new();
+    while let Some(event) = recounts.next().await {
+        let moved: Vec<Arc<str>> = match event {
+            Recount::Card(card) => {
+                let ns = card.metadata.namespace.clone().unwrap_or_default();
+                let labels = sources
+                    .namespaces
+                    .get(&ObjectRef::new(&ns))
+                    .map(|n| n.labels().clone())
+                    .unwrap_or_default();
+                let now = seen(&card, &labels);
+                tally.card(&now.key.clone(), Some(&now))
+            }
+            Recount::CardGone(card) => {
+                let key = seen(&card, &none).key;
+                tally.card(&key, None)
+            }
+            Recount::Directory(dir) => {
+                let (cards, labels) =
+                    (sources.cards.state(), namespace_labels(&sources.namespaces));
+                let each = cards.iter().map(|c| {
+                    let ns = c.metadata.namespace.as_deref().unwrap_or_default();
+                    seen(c, labels.get(ns).unwrap_or(&none))
+                });
+                let name = dir.name_any();
+                if tally.directory(&name, Some(&dir.spec), each) {
+                    vec![name.into()]
+                } else {
+                    Vec::new()
+                }
+            }
+            Recount::DirectoryGone(dir) => {
+                tally.directory(&dir.name_any(), None, std::iter::empty());
+                Vec::new()
+            }
+            Recount::All => {
+                let (cards, labels) =
+                    (sources.cards.state(), namespace_labels(&sources.namespaces));
+                let dirs: Vec<(String, AgentDirectorySpec)> = sources
+                    .directories
+                    .state()
+                    .iter()
+                    .map(|d| (d.name_any(), d.spec.clone()))
+                    .collect();
+                tally.everything(&dirs, || {
+                    cards.iter().map(|c| {
+                        let ns = c.metadata.namespace.as_deref().unwrap_or_default();
+                        seen(c, labels.get(ns).unwrap_or(&none))
+                    })
+                })
+            }
+        };
+        {
+            let mut published = counts.lock();
+            published.clear();
+            published.extend(
+                tally
+                    .directories
+                    .iter()
+                    .map(|(n, (_, c))| (n.to_string(), *c)),
+            );
+        }
+        for name in moved {
+            let _ = changed.unbounded_send(ObjectRef::new(&name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(selector: serde_json::Value) -> AgentDirectorySpec {
+        serde_json::from_value(json!({"cardSelector": selector, "publish": {"host": "d.test"}}))
+            .unwrap()
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn card<'a>(key: &str, published: bool, l: &'a BTreeMap<String, String>) -> Seen<'a> {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        Seen {
+            key: key.into(),
+            published,
+            labels: l,
+            namespace_labels: &NONE,
+        }
+    }
+
+    #[test]
+    fn a_card_event_moves_only_the_counts_of_the_directories_it_enters_or_leaves() {
+        let (a, b, none) = (
+            labels(&[("team", "a")]),
+            labels(&[("team", "b")]),
+            labels(&[]),
+        );
+        let mut t = Tally::default();
+        assert!(t.directory("all", Some(&spec(json!({}))), std::iter::empty()));
+        let only_a = spec(json!({"matchLabels": {"team": "a"}}));
+        assert!(t.directory("a", Some(&only_a), [card("ns/x", true, &a)].into_iter()));
+        assert_eq!((t.count("all"), t.count("a")), (Some(0), Some(1)));
+        // The card it counted is seen by the other directory too once its event comes.
+        let moved = t.card("ns/x", Some(&card("ns/x", true, &a)));
+        assert_eq!(moved, vec![Arc::<str>::from("all")]);
+        // Relabelled: leaves "a" only.
+        let moved = t.card("ns/x", Some(&card("ns/x", true, &b)));
+        assert_eq!(moved, vec![Arc::<str>::from("a")]);
+        assert_eq!((t.count("all"), t.count("a")), (Some(1), Some(0)));
+        // Unpublished, then gone: nothing more moves the second time.
+        assert_eq!(t.card("ns/x", Some(&card("ns/x", false, &none))).len(), 1);
+        assert!(t.card("ns/x", None).is_empty());
+        assert_eq!(t.count("all"), Some(0));
+    }
+
+    #[test]
+    fn a_directory_event_recounts_it_unless_its_selection_is_the_same() {
+        let a = labels(&[("team", "a")]);
+        let mut t = Tally::default();
+        let cards = || [card("ns/x", true, &a), card("ns/y", true, &a)].into_iter();
+        assert!(t.directory("d", Some(&spec(json!({}))), cards()));
+        assert!(!t.directory("d", Some(&spec(json!({}))), cards()));
+        assert_eq!(t.count("d"), Some(2));
+        let other = spec(json!({"matchLabels": {"team": "b"}}));
+        assert!(t.directory("d", Some(&other), cards()));
+        assert_eq!(t.count("d"), Some(0));
+        assert!(t.directory("d", None, std::iter::empty()));
+        assert_eq!(t.count("d"), None);
+        assert!(t.card("ns/x", Some(&card("ns/x", true, &a))).is_empty());
+    }
+
+    #[test]
+    fn counting_everything_reports_the_directories_that_changed() {
+        let a = labels(&[("team", "a")]);
+        let mut t = Tally::default();
+        let dirs = vec![("d".to_string(), spec(json!({})))];
+        let moved = t.everything(&dirs, || [card("ns/x", true, &a)].into_iter());
+        assert_eq!(moved, vec![Arc::<str>::from("d")]);
+        let moved = t.everything(&dirs, || [card("ns/x", true, &a)].into_iter());
+        assert!(moved.is_empty());
+        let moved = t.everything(&[], std::iter::empty);
+        assert_eq!(moved, vec![Arc::<str>::from("d")]);
+    }
+}
