@@ -99,7 +99,7 @@ fn linear(entries: &[Arc<Entry>], q: &Query, skip: usize, limit: usize) -> usize
         .collect();
     let total = hits.len();
     if !words.is_empty() {
-        hits.sort_by(|a, b| b.1.cmp(&a.1));
+        hits.sort_by_key(|h| std::cmp::Reverse(h.1));
     }
     std::hint::black_box(total);
     hits.iter().skip(skip).take(limit).count()

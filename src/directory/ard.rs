@@ -37,8 +37,8 @@ pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
             m.insert(k.into(), json!(v));
         }
     };
-    optional("description", &e.description);
-    optional("version", &e.version);
+    optional("description", e.description());
+    optional("version", e.version());
     optional("updatedAt", &e.placement.updated_at);
     let (tags, skills) = (e.tags(), e.skill_ids());
     if !tags.is_empty() {

@@ -153,12 +153,8 @@ pub struct Entry {
     pub body: Bytes,
     /// The card's `name`.
     pub display_name: Box<str>,
-    /// The card's `description`.
-    pub description: Box<str>,
-    /// The card's `version`.
-    pub version: Box<str>,
-    /// Facet values, skill names and descriptions, and examples as written, one after another
-    /// (each kind without repeats).
+    /// The card's description and version, facet values, skill names and descriptions, and
+    /// examples as written, one after another (each kind without repeats).
     strings: Box<str>,
     /// Per value of `strings`, in order: its [`Kind`] in the top bits, where it ends below.
     spans: Box<[u32]>,
@@ -175,6 +171,8 @@ enum Kind {
     SkillName,
     SkillDescription,
     Example,
+    Description,
+    Version,
 }
 
 /// Bits of a span that hold where its value ends (the rest hold its kind).
@@ -188,6 +186,8 @@ impl Kind {
             Kind::SkillName => Field::ALL.len() as u32,
             Kind::SkillDescription => Field::ALL.len() as u32 + 1,
             Kind::Example => Field::ALL.len() as u32 + 2,
+            Kind::Description => Field::ALL.len() as u32 + 3,
+            Kind::Version => Field::ALL.len() as u32 + 4,
         }
     }
 }
@@ -320,8 +320,12 @@ impl Entry {
     pub fn build(placement: Placement, body: Bytes) -> Option<Entry> {
         let card: Value = serde_json::from_slice(&body).ok()?;
         card.as_object()?;
-        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
         let mut b = Builder::default();
+        b.push(
+            Kind::Description,
+            card["description"].as_str().unwrap_or_default(),
+        );
+        b.push(Kind::Version, card["version"].as_str().unwrap_or_default());
         for skill in card["skills"].as_array().into_iter().flatten() {
             b.facet(Field::Skill, skill["id"].as_str().unwrap_or_default());
             b.push(Kind::SkillName, skill["name"].as_str().unwrap_or_default());
@@ -347,9 +351,7 @@ impl Entry {
                 "urn:air:{}:{}:{}",
                 placement.host, placement.namespace, placement.name
             ),
-            display_name: text(&card["name"]).into(),
-            description: text(&card["description"]).into(),
-            version: text(&card["version"]).into(),
+            display_name: card["name"].as_str().unwrap_or_default().into(),
             placement,
             body,
             strings: b.strings.into_boxed_str(),
@@ -415,6 +417,16 @@ impl Entry {
         self.facet_values(Field::Skill).collect()
     }
 
+    /// The card's `description` (empty when it has none).
+    pub fn description(&self) -> &str {
+        self.of(Kind::Description).next().unwrap_or_default()
+    }
+
+    /// The card's `version` (empty when it has none).
+    pub fn version(&self) -> &str {
+        self.of(Kind::Version).next().unwrap_or_default()
+    }
+
     /// Skill examples, as written, without repeats.
     pub fn examples(&self) -> impl Iterator<Item = &str> {
         self.of(Kind::Example)
@@ -426,7 +438,7 @@ impl Entry {
     pub fn tokens(&self) -> Vec<(String, u8)> {
         let mut t = Tokens::default();
         t.text(&self.display_name, 5);
-        t.text(&self.description, 2);
+        t.text(self.description(), 2);
         for (kind, weight) in [
             (Kind::SkillName, 3),
             (Kind::Facet(Field::Tag), 3),

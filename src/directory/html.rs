@@ -229,7 +229,7 @@ fn result(site: &Site, e: &Entry) -> String {
             u = esc(&o.upstream),
             v = if o.verified { " (verified)" } else { " (unverified)" }
         )),
-        desc = esc(&e.description),
+        desc = esc(e.description()),
         badges = badges(e),
     )
 }
@@ -323,7 +323,7 @@ pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
         "<nav aria-label=\"Breadcrumb\"><a href=\"{}/\">All agents</a></nav><h1>{}</h1><p class=\"desc\">{}</p>",
         esc(&site.prefix),
         esc(title),
-        esc(&e.description)
+        esc(e.description())
     );
     html.push_str(&facts(e, &v));
     html.push_str(&format!(
@@ -350,7 +350,7 @@ fn facts(e: &Entry, v: &Value) -> String {
     let provider = &v["provider"];
     let mut html = String::from("<dl class=\"facts\">");
     for (k, val) in [
-        ("Version", esc(&e.version)),
+        ("Version", esc(e.version())),
         (
             "Provider",
             if provider.is_object() {

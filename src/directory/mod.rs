@@ -21,6 +21,7 @@ pub mod html;
 pub mod http;
 pub mod mcp;
 pub mod native;
+mod postings;
 pub mod query;
 pub mod select;
 pub mod site;

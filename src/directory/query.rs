@@ -2,19 +2,21 @@
 //! Pure (no HTTP, no Kubernetes): the ARD and native handlers are thin views of it.
 //!
 //! A [`Catalog`] is an immutable snapshot, built when the listed cards change: entries sorted
-//! by identifier (the stable order of listings); per field and lower-cased value, the sorted
-//! positions of the entries that have it; the text index ([`super::text`]); and, per
-//! position, the entry's namespace (as a number) and lifecycle, so visibility and tombstones
-//! are checked without reading the entries. A query is OR within a field and AND across
-//! fields, so it is a union of posting lists per field and an intersection across fields,
-//! then the caller's visibility (namespaces it may read), tombstones left out and, with text,
-//! the entries some word matches; a ranking orders those by a counting sort on (deprecated,
-//! score), which keeps identifier order within a score.
+//! by identifier (the stable order of listings); per field and lower-cased value, the
+//! positions of the entries that have it ([`super::postings::Set`]); the text index
+//! ([`super::text`]); and, per position, the entry's namespace (as a number) and lifecycle, so
+//! visibility and tombstones are checked without reading the entries. A query is OR within a
+//! field and AND across fields, so it is a union of sets per field and an intersection across
+//! fields (as bitsets), then the caller's visibility (namespaces it may read), tombstones left
+//! out and, with text, the entries some word matches; a ranking orders those by a counting
+//! sort on (deprecated, score), which keeps identifier order within a score, or keeps one
+//! page of it in a bounded heap.
 
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::entry::{query_words, Entry, Field};
+use super::postings::{self, Growing, Set};
 use super::text::{Scores, TextIndex};
 
 /// What a caller asks for.
@@ -48,7 +50,8 @@ pub struct Catalog {
     namespace_of: Vec<u32>,
     /// Per position: [`RETIRED`] and [`DEPRECATED`] bits.
     state: Vec<u8>,
-    postings: HashMap<(Field, String), Vec<u32>>,
+    /// Per field and lower-cased value, the positions of the entries that have it.
+    postings: HashMap<(Field, String), Set>,
     text: TextIndex,
 }
 
@@ -101,18 +104,20 @@ impl Catalog {
     pub fn build(mut entries: Vec<Arc<Entry>>) -> Catalog {
         entries.sort_by(|a, b| a.identifier.cmp(&b.identifier));
         entries.dedup_by(|a, b| a.identifier == b.identifier);
-        let mut postings: HashMap<(Field, String), Vec<u32>> = HashMap::new();
+        let mut growing: HashMap<(Field, String), Growing> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             for field in Field::ALL {
                 for v in e.values(field) {
-                    postings.entry((field, v)).or_default().push(i);
+                    growing.entry((field, v)).or_default().push(i, 0);
                 }
             }
         }
-        for list in postings.values_mut() {
-            list.shrink_to_fit();
-        }
+        let len = entries.len();
+        let postings = growing
+            .into_iter()
+            .map(|(k, g)| (k, Set::new(g, len)))
+            .collect();
         let text = TextIndex::build(entries.len(), |i| entries[i].tokens());
         let mut namespaces: Vec<String> = entries
             .iter()
@@ -190,30 +195,28 @@ impl Catalog {
         u32::try_from(i).ok()
     }
 
-    /// Positions matching the filters and identifiers, ascending (`None`: neither given,
-    /// everything).
-    fn filtered(&self, query: &Query) -> Option<Vec<u32>> {
-        let mut result: Option<Vec<u32>> = None;
+    /// Positions matching the filters and identifiers, as a bitset (`None`: neither given,
+    /// everything): per field the union of its values' sets, across fields the intersection.
+    fn filtered(&self, query: &Query) -> Option<Vec<u64>> {
+        let words = self.entries.len().div_ceil(64);
+        let mut result: Option<Vec<u64>> = None;
+        let mut and = |set: Vec<u64>| match &mut result {
+            None => result = Some(set),
+            Some(prev) => prev.iter_mut().zip(set).for_each(|(p, s)| *p &= s),
+        };
         for (field, values) in &query.filters {
-            let mut union: Vec<u32> = Vec::new();
+            let mut union = vec![0u64; words];
             for v in values {
-                if let Some(list) = self.postings.get(&(*field, v.to_lowercase())) {
-                    union = merge(&union, list);
+                if let Some(set) = self.postings.get(&(*field, v.to_lowercase())) {
+                    set.or_into(&mut union);
                 }
             }
-            result = Some(match result {
-                None => union,
-                Some(prev) => intersect(&prev, &union),
-            });
+            and(union);
         }
         if let Some(ids) = &query.identifiers {
-            let mut wanted: Vec<u32> = ids.iter().filter_map(|id| self.position(id)).collect();
-            wanted.sort_unstable();
-            wanted.dedup();
-            result = Some(match result {
-                None => wanted,
-                Some(prev) => intersect(&prev, &wanted),
-            });
+            let mut wanted = vec![0u64; words];
+            postings::set_bits(&mut wanted, ids.iter().filter_map(|id| self.position(id)));
+            and(wanted);
         }
         result
     }
@@ -262,7 +265,7 @@ impl Catalog {
         let admit = self.admit(query, visible, scores);
         let admitted = |&i: &u32| self.admitted(&admit, i);
         match (self.filtered(query), scores) {
-            (Some(positions), _) => positions.into_iter().filter(admitted).for_each(f),
+            (Some(set), _) => postings::bits(&set).filter(admitted).for_each(f),
             (None, Some(s)) => s.positions().filter(admitted).for_each(f),
             (None, None) => (0..u32::try_from(self.entries.len()).unwrap_or(u32::MAX))
                 .filter(admitted)
@@ -453,47 +456,6 @@ fn state_of(e: &Entry) -> u8 {
 
 fn is_visible(e: &Entry, visible: Visibility<'_>) -> bool {
     visible.is_none_or(|ns| ns.contains(&e.placement.namespace))
-}
-
-fn merge(a: &[u32], b: &[u32]) -> Vec<u32> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => {
-                out.push(a[i]);
-                i += 1;
-            }
-            std::cmp::Ordering::Greater => {
-                out.push(b[j]);
-                j += 1;
-            }
-            std::cmp::Ordering::Equal => {
-                out.push(a[i]);
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
-    out
-}
-
-fn intersect(a: &[u32], b: &[u32]) -> Vec<u32> {
-    let (mut i, mut j, mut out) = (0, 0, Vec::new());
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                out.push(a[i]);
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

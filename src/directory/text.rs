@@ -7,17 +7,17 @@
 //! the postings it touches plus one pass over the array, with no hashing and no sort. The
 //! score is exactly [`Entry::score`](super::entry::Entry::score)'s.
 //!
-//! A posting list is stored compactly: per entry, the gap from the previous position shifted
-//! left by three bits with the weight (1–7) below, as a LEB128 varint, so a common token's
-//! posting takes about one byte instead of four.
+//! A posting list is stored compactly ([`super::postings`]), the weight (1–7) in its tag
+//! bits, so a common token's posting takes about one byte instead of four.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use super::entry::MAX_QUERY_WORDS;
+use super::postings::{self, Growing};
 
-/// Largest weight a posting stores (weights are 1–5; three bits hold up to 7).
-const MAX_WEIGHT: u8 = 7;
+/// Largest weight a posting stores (weights are 1–5; the tag bits hold up to 7).
+const MAX_WEIGHT: u8 = postings::MAX_TAG;
 
 // A query's total (at most twice the largest weight per word) fits a byte.
 const _: () = assert!(MAX_WEIGHT as usize * 2 * MAX_QUERY_WORDS <= u8::MAX as usize);
@@ -41,96 +41,23 @@ pub struct Scores {
 
 impl Scores {
     /// The score of position `i` (0: no match).
+    #[inline]
     pub fn get(&self, i: u32) -> u8 {
         let t = self.totals.get(i as usize).copied().unwrap_or(0);
         self.percent.get(usize::from(t)).copied().unwrap_or(100)
     }
 
     /// Whether some word matches position `i`.
+    #[inline]
     pub fn matches(&self, i: u32) -> bool {
         let word = self.matched.get((i / 64) as usize).copied().unwrap_or(0);
         word & (1 << (i % 64)) != 0
     }
 
     /// The positions some word matches, ascending.
-    pub fn positions(&self) -> Bits<'_> {
-        Bits {
-            words: &self.matched,
-            next: 0,
-            word: 0,
-        }
-    }
-}
-
-/// The set bits of a bitset, ascending (a word at a time: a clear stretch costs one test per
-/// 64 positions).
-pub struct Bits<'a> {
-    words: &'a [u64],
-    /// Index in `words` of the next word to load.
-    next: usize,
-    /// The bits of the current word not yet returned.
-    word: u64,
-}
-
-impl Iterator for Bits<'_> {
-    type Item = u32;
-
-    fn next(&mut self) -> Option<u32> {
-        while self.word == 0 {
-            self.word = *self.words.get(self.next)?;
-            self.next += 1;
-        }
-        let base = u32::try_from((self.next - 1) * 64).unwrap_or(u32::MAX);
-        let i = base + self.word.trailing_zeros();
-        self.word &= self.word - 1;
-        Some(i)
-    }
-}
-
-/// A posting list while the index is built: the encoded bytes and the last position added.
-#[derive(Default)]
-struct Growing {
-    bytes: Vec<u8>,
-    last: Option<u32>,
-}
-
-impl Growing {
-    fn push(&mut self, position: u32, weight: u8) {
-        let gap = position - self.last.map_or(0, |l| l + 1);
-        self.last = Some(position);
-        let mut v = (u64::from(gap) << 3) | u64::from(weight.min(MAX_WEIGHT));
-        while v >= 0x80 {
-            self.bytes.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.bytes.push(v as u8);
-    }
-}
-
-/// Decodes a posting list: `(position, weight)` in ascending position order.
-struct Postings<'a> {
-    bytes: &'a [u8],
-    next: u32,
-}
-
-impl Iterator for Postings<'_> {
-    type Item = (u32, u8);
-
-    fn next(&mut self) -> Option<(u32, u8)> {
-        let mut v = 0u64;
-        let mut shift = 0;
-        loop {
-            let (&b, rest) = self.bytes.split_first()?;
-            self.bytes = rest;
-            v |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                break;
-            }
-            shift += 7;
-        }
-        let position = self.next + u32::try_from(v >> 3).unwrap_or(u32::MAX);
-        self.next = position.saturating_add(1);
-        Some((position, (v & 7) as u8))
+    #[inline]
+    pub fn positions(&self) -> postings::Bits<'_> {
+        postings::bits(&self.matched)
     }
 }
 
@@ -153,19 +80,16 @@ impl TextIndex {
             let position = u32::try_from(i).unwrap_or(u32::MAX);
             for (t, w) in tokens(i) {
                 match growing.get_mut(t.as_str()) {
-                    Some(list) => list.push(position, w),
+                    Some(list) => list.push(position, w.min(MAX_WEIGHT)),
                     None => {
                         let mut list = Growing::default();
-                        list.push(position, w);
+                        list.push(position, w.min(MAX_WEIGHT));
                         growing.insert(t.into_boxed_str(), list);
                     }
                 }
             }
         }
-        let tokens = growing
-            .into_iter()
-            .map(|(t, g)| (t, g.bytes.into_boxed_slice()))
-            .collect();
+        let tokens = growing.into_iter().map(|(t, g)| (t, g.finish())).collect();
         TextIndex { tokens }
     }
 
@@ -231,10 +155,7 @@ impl Accumulator {
     /// Add the scores of a word matching one token: each position appears once in its
     /// postings.
     fn add_only(&mut self, exact: bool, list: &[u8]) {
-        for (i, w) in (Postings {
-            bytes: list,
-            next: 0,
-        }) {
+        for (i, w) in postings::decode(list) {
             self.add(i, earned(exact, w));
         }
     }
@@ -248,10 +169,7 @@ impl Accumulator {
             self.best = vec![0; self.totals.len()];
         }
         for (exact, list) in lists {
-            for (i, w) in (Postings {
-                bytes: list,
-                next: 0,
-            }) {
+            for (i, w) in postings::decode(list) {
                 let Some(b) = self.best.get_mut(i as usize) else {
                     continue;
                 };
@@ -273,21 +191,6 @@ impl Accumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn postings_round_trip_gaps_and_weights() {
-        let mut g = Growing::default();
-        let input = [(0, 5), (1, 1), (130, 3), (70_000, 7), (u32::MAX >> 3, 2)];
-        for (p, w) in input {
-            g.push(p, w);
-        }
-        let got: Vec<(u32, u8)> = Postings {
-            bytes: &g.bytes,
-            next: 0,
-        }
-        .collect();
-        assert_eq!(got, input);
-    }
 
     #[test]
     fn a_word_scores_its_best_token_exact_twice_a_prefix() {
