@@ -2,10 +2,12 @@
 //!
 //! - [`HeadGuard`] wraps a client's byte stream: once the first byte of a request head
 //!   arrives, the whole head (up to the blank line) must arrive within the head timeout, or
-//!   the connection is closed (hyper's own header timer also runs while a connection is idle
-//!   between requests, where the much longer keep-alive time applies). It also reads each
-//!   request line as sent, before hyper drops what it does not keep: a request-target with a
-//!   fragment is recorded, and the service answers that request 400.
+//!   the connection is closed with an error; a connection idle (before its first request, or
+//!   since its last response) for the much longer keep-alive time is ended as if the client
+//!   had closed it. Both run on one timer per connection, moved on about once per head
+//!   timeout, where hyper's own header timer would take a timer per request. It also reads
+//!   each request line as sent, before hyper drops what it does not keep: a request-target
+//!   with a fragment is recorded, and the service answers that request 400.
 //! - [`PerClient`] bounds the connections one client address holds at once.
 
 use std::collections::{HashMap, VecDeque};
@@ -105,58 +107,77 @@ impl LineScan {
     }
 }
 
-/// A client's byte stream under the head timeout and the request-line checks (see the
-/// module doc).
+/// What a connection past its deadline has failed to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Late {
+    /// Finish the request head it started.
+    Head,
+    /// Start a request while idle.
+    Idle,
+}
+
+/// A client's byte stream under the head and keep-alive timeouts and the request-line checks
+/// (see the module doc).
 pub struct HeadGuard<S> {
     inner: S,
     phase: Phase,
+    /// How long a started head may take.
     timeout: Duration,
-    /// When the head being read must be complete (`None` while no head is being read).
-    due: Option<Instant>,
-    /// A timer at or before `due`, moved on only when it fires early: one timer per
-    /// connection, registered about once per timeout period, rather than one per request.
+    /// How long the connection may stay idle.
+    idle: Duration,
+    /// When the connection must have made progress, and what it is waiting for (`None` while
+    /// a request is being answered).
+    due: Option<(Instant, Late)>,
+    /// A timer at or before `due`, and never further than `timeout` ahead when set: it is
+    /// moved on only when it fires early. One timer per connection, registered about once per
+    /// head timeout, rather than one per request; and since a later head's deadline is never
+    /// before it, it never has to be moved back.
     timer: Option<Pin<Box<Sleep>>>,
     verdicts: Verdicts,
 }
 
 impl<S> HeadGuard<S> {
-    /// Guard `inner`: a started head has `timeout` to arrive; verdicts go to `verdicts`.
-    pub fn new(inner: S, timeout: Duration, verdicts: Verdicts) -> Self {
+    /// Guard `inner`: a started head has `timeout` to arrive, an idle connection is ended
+    /// after `idle`; verdicts go to `verdicts`.
+    pub fn new(inner: S, timeout: Duration, idle: Duration, verdicts: Verdicts) -> Self {
         HeadGuard {
             inner,
             phase: Phase::Idle,
             timeout,
-            due: None,
+            idle,
+            due: Some((Instant::now() + idle, Late::Idle)),
             timer: None,
             verdicts,
         }
     }
 
-    /// Whether the head being read is past its time (the timer is polled, so the task is
-    /// woken when it is).
-    fn head_late(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(due) = self.due else {
-            return false;
-        };
+    /// What the connection is late for, if it is past its deadline (the timer is polled, so
+    /// the task is woken when it is).
+    fn late(&mut self, cx: &mut Context<'_>) -> Option<Late> {
+        let (due, what) = self.due?;
+        let step = self.timeout;
+        let next = move || due.min(Instant::now() + step);
         let timer = self
             .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next())));
         while timer.as_mut().poll(cx).is_ready() {
             if timer.deadline() >= due {
-                return true;
+                return Some(what);
             }
-            // Set for an earlier head: on to this one's time.
-            timer.as_mut().reset(due);
+            // Set for an earlier deadline, or a step towards this one: on towards it.
+            timer.as_mut().reset(next());
         }
-        false
+        None
     }
 
-    /// A response starts with `data`: the next bytes from the client start a new head —
-    /// unless it is an interim `1xx` (`100 Continue` asks for the body, which is no head).
+    /// A response starts with `data`: the connection is idle, and the next bytes from the
+    /// client start a new head — unless it is an interim `1xx` (`100 Continue` asks for the
+    /// body, which is no head).
     fn responded(&mut self, data: &[u8]) {
         let interim = data.len() > 9 && data.starts_with(b"HTTP/1.") && data[9] == b'1';
         if matches!(self.phase, Phase::Request) && !interim {
             self.phase = Phase::Idle;
+            self.due = Some((Instant::now() + self.idle, Late::Idle));
         }
     }
 
@@ -166,7 +187,11 @@ impl<S> HeadGuard<S> {
             match &mut self.phase {
                 Phase::Request => return,
                 Phase::Idle => {
-                    self.due = Some(Instant::now() + self.timeout);
+                    // A head has its own time, and is no excuse to stay past the keep-alive
+                    // time either (as hyper's header timer, counted from the idle start).
+                    let head = Instant::now() + self.timeout;
+                    let idle = self.due.map_or(head, |(due, _)| due);
+                    self.due = Some((head.min(idle), Late::Head));
                     self.phase = Phase::Head {
                         line: LineScan::default(),
                         tail: 0,
@@ -213,11 +238,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadGuard<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.head_late(cx) {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the request head did not arrive in time",
-            )));
+        match this.late(cx) {
+            Some(Late::Head) => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the request head did not arrive in time",
+                )))
+            }
+            // The end of the stream: hyper closes an idle connection quietly.
+            Some(Late::Idle) => return Poll::Ready(Ok(())),
+            None => {}
         }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -324,6 +354,40 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// The head timeout of these tests.
+    const TEN: Duration = Duration::from_secs(10);
+    /// The keep-alive time of these tests.
+    const IDLE: Duration = Duration::from_secs(75);
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_ends_after_the_keep_alive_time_counted_from_its_last_response() {
+        let (client, server) = tokio::io::duplex(1024);
+        let mut guard = HeadGuard::new(server, TEN, IDLE, Verdicts::default());
+        let (mut rd, mut wr) = tokio::io::split(client);
+        let mut buf = [0u8; 128];
+        // Requests every 50 s for 200 s: longer than the keep-alive time in all, never idle
+        // for as long.
+        for _ in 0..4 {
+            tokio::time::advance(Duration::from_secs(50)).await;
+            wr.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+                .await
+                .unwrap();
+            let n = guard.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the connection ended while in use");
+            guard.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+            let _ = rd.read(&mut [0u8; 64]).await.unwrap();
+        }
+        // Then idle: the stream ends (no error) once the keep-alive time has passed, not
+        // before.
+        let early = tokio::time::timeout(IDLE - Duration::from_secs(1), guard.read(&mut buf)).await;
+        assert!(early.is_err(), "ended early: {early:?}");
+        let n = tokio::time::timeout(Duration::from_secs(2), guard.read(&mut buf))
+            .await
+            .expect("the idle connection was kept past its keep-alive time")
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
     #[test]
     fn fragments_are_found_in_the_request_line() {
         assert_eq!(verdict_of(b"GET /a#b HTTP/1.1\r"), HeadVerdict::Fragment);
@@ -351,7 +415,7 @@ mod tests {
     async fn a_started_head_must_arrive_in_time_but_idle_time_is_not_counted() {
         let (client, server) = tokio::io::duplex(1024);
         let verdicts = Verdicts::default();
-        let mut guard = HeadGuard::new(server, Duration::from_secs(10), verdicts.clone());
+        let mut guard = HeadGuard::new(server, TEN, IDLE, verdicts.clone());
         let (mut rd, mut wr) = tokio::io::split(client);
         // Idle for a minute: nothing started, nothing times out.
         tokio::time::advance(Duration::from_secs(60)).await;
@@ -382,7 +446,7 @@ mod tests {
     async fn a_body_sent_after_100_continue_is_no_head() {
         let (client, server) = tokio::io::duplex(1024);
         let verdicts = Verdicts::default();
-        let mut guard = HeadGuard::new(server, Duration::from_secs(10), verdicts.clone());
+        let mut guard = HeadGuard::new(server, TEN, IDLE, verdicts.clone());
         let (mut rd, mut wr) = tokio::io::split(client);
         wr.write_all(b"POST /search HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n")
             .await

@@ -87,7 +87,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(10);
 pub struct Limits {
     /// Concurrent connections; more wait in the kernel's accept queue.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers.
+    /// How long a keep-alive connection may stay idle: before its first request, or since its
+    /// last response.
     pub header_read_timeout: Duration,
     /// Bytes of request line and headers.
     pub max_header_bytes: usize,
@@ -155,7 +156,7 @@ impl ServerFlags {
     pub fn limits(&self) -> Limits {
         Limits {
             max_connections: self.max_connections,
-            header_read_timeout: Duration::from_secs(self.header_read_timeout),
+            header_read_timeout: Duration::from_secs(self.header_read_timeout.max(1)),
             head_timeout: Duration::from_secs(self.head_timeout.max(1)),
             write_timeout: Duration::from_secs(self.write_timeout.max(1)),
             max_connections_per_client: self.max_connections_per_client,
@@ -342,14 +343,21 @@ async fn serve_connection(
         async move { Ok::<_, Infallible>(answer_request(req, &shared).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
+    // The keep-alive and head timeouts are the guard's (one timer per connection): hyper's
+    // header timer would add a timer per request.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        .header_read_timeout(None)
         .max_buf_size(limits.max_header_bytes.max(8192))
         .max_headers(limits.max_headers);
     let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
     stream.set_write_timeout(Some(limits.write_timeout));
-    let stream = HeadGuard::new(Box::pin(stream), limits.head_timeout, verdicts);
+    let stream = HeadGuard::new(
+        Box::pin(stream),
+        limits.head_timeout,
+        limits.header_read_timeout,
+        verdicts,
+    );
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
     let serve = async move {
         tokio::pin!(conn);
