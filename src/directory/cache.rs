@@ -78,19 +78,12 @@ impl Key {
         } else {
             return None;
         };
-        let params = super::http::params(query);
-        let mut normalised = url::form_urlencoded::Serializer::new(String::new());
-        for (k, values) in &params {
-            for v in values {
-                normalised.append_pair(k, v);
-            }
-        }
         Some(Key {
             site: site.generation,
             visible: visible.map(visibility_class),
             post,
             path: path.into(),
-            query: normalised.finish().into(),
+            query: normalised_query(query.unwrap_or_default()),
             // A copy: the request's body may be a slice of the connection's read buffer,
             // which a kept key would otherwise hold (and the weight would not count).
             body: if post {
@@ -108,6 +101,47 @@ impl Key {
             + self.body.len();
         u64::try_from(bytes).unwrap_or(u64::MAX)
     }
+}
+
+/// `query` as the engine reads it: parameters sorted by name (repeated ones in order) and
+/// encoded again. A query in that form already, as a client sends it most often, is taken as
+/// it is without being parsed.
+fn normalised_query(query: &str) -> Box<str> {
+    if in_normal_form(query) {
+        return query.into();
+    }
+    reencoded(query).into()
+}
+
+/// Whether `query` is what [`reencoded`] would make of it: `name=value` pairs, names
+/// non-empty and in order, both of characters form encoding keeps as they are.
+fn in_normal_form(query: &str) -> bool {
+    let kept = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'*' | b'-' | b'.' | b'_'))
+    };
+    let mut previous = "";
+    query.is_empty()
+        || query.split('&').all(|pair| {
+            let Some((name, value)) = pair.split_once('=') else {
+                return false;
+            };
+            let fine = !name.is_empty() && kept(name) && kept(value) && name >= previous;
+            previous = name;
+            fine
+        })
+}
+
+/// `query` parsed as the engine parses it, then form-encoded again in name order.
+fn reencoded(query: &str) -> String {
+    let params = super::http::params(Some(query));
+    let mut normalised = url::form_urlencoded::Serializer::new(String::new());
+    for (k, values) in &params {
+        for v in values {
+            normalised.append_pair(k, v);
+        }
+    }
+    normalised.finish()
 }
 
 /// The namespaces of a visibility class, sorted, one per line.
@@ -310,6 +344,41 @@ mod tests {
             visible,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_query_in_normal_form_is_kept_as_it_is_and_any_other_is_reencoded() {
+        for normal in [
+            "",
+            "skill=forecast",
+            "limit=20&skill=forecast",
+            "skill=a&skill=b&tag=x",
+            "a=&b=c.d-e_f*",
+        ] {
+            assert!(in_normal_form(normal), "{normal}");
+            assert_eq!(reencoded(normal), normal);
+            assert_eq!(&*normalised_query(normal), normal);
+        }
+        for other in [
+            "skill=forecast&limit=20",
+            "skill=a b",
+            "skill=a+b",
+            "skill=a%20b",
+            "skill",
+            "a=1&&b=2",
+            "=x",
+            "a=b=c",
+            "q=caf%C3%A9",
+            "a=~",
+            "b=1&a=2&b=0",
+        ] {
+            assert!(!in_normal_form(other), "{other}");
+            assert_eq!(&*normalised_query(other), reencoded(other), "{other}");
+        }
+        assert_eq!(
+            reencoded("skill=forecast&limit=20"),
+            "limit=20&skill=forecast"
+        );
     }
 
     #[test]

@@ -99,6 +99,11 @@ fn path_char(b: u8) -> bool {
 /// `path` with unreserved escapes decoded and dot segments removed (see the module doc).
 pub fn normalize_path(path: &str) -> Result<String, Malformed> {
     let bytes = path.as_bytes();
+    // Most paths are normal already (no escape, no dot segment): taken as they are.
+    let plain = bytes.iter().all(|&b| b != b'%' && path_char(b));
+    if plain && bytes.first() == Some(&b'/') && !has_dot_segment(path) {
+        return Ok(path.to_owned());
+    }
     let mut out = String::with_capacity(path.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -123,6 +128,11 @@ pub fn normalize_path(path: &str) -> Result<String, Malformed> {
         }
     }
     Ok(remove_dot_segments(&out))
+}
+
+/// Whether `path` holds a `.` or `..` segment.
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|seg| seg == "." || seg == "..")
 }
 
 /// RFC 3986 §5.2.4 on an absolute path.
@@ -230,6 +240,20 @@ mod tests {
         assert_eq!(n("/a/.."), Ok("/".into()));
         assert_eq!(n("/a/b/."), Ok("/a/b/".into()));
         assert_eq!(n("/"), Ok("/".into()));
+        // Paths taken as they are read the same as through the dot-segment removal.
+        for plain in [
+            "/",
+            "/a//b/",
+            "/.well-known/agent-card.json",
+            "/..a/b../.c/c.",
+            "/a/",
+            "//",
+            "/v1/agents",
+            "/~x/a+b;c=d",
+        ] {
+            assert_eq!(n(plain), Ok(plain.into()));
+            assert_eq!(remove_dot_segments(plain), plain);
+        }
         for bad in [
             "/%zz", "/%2", "/a%", "/a\\b", "/a^b", "/a|b", "/a{b}", "/ä", "/a\"b",
         ] {
