@@ -18,13 +18,14 @@ use agentcard_operator::controller::agentdirectory;
 use agentcard_operator::crd::{AgentCard, AgentDirectory};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 use support::cluster::card;
 use support::netns;
 use support::operator::{wait_card, Operator};
-use support::plane::{client_for, dedicated_kubeconfig, wait_for};
+use support::plane::{client_for, dedicated_kubeconfig, wait_established, wait_for};
 use support::tools::Tool;
 use support::{condition, ready};
 
@@ -131,16 +132,14 @@ async fn inside_a_private_network_namespace() {
             support::tools::gateway_api_crds().to_str().unwrap(),
         ],
     );
-    support::kubectl(
-        kubeconfig,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/httproutes.gateway.networking.k8s.io",
-            "crd/gateways.gateway.networking.k8s.io",
-            "--timeout=60s",
-        ],
-    );
+    // Polled: `kubectl wait` fails at once when a CRD's status is not written yet.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in [
+        "httproutes.gateway.networking.k8s.io",
+        "gateways.gateway.networking.k8s.io",
+    ] {
+        wait_established(&crds, name).await;
+    }
 
     let ns = "agentcard-system";
     namespace(&client, ns, json!({"gateway-access": "true"})).await;
