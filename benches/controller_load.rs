@@ -15,6 +15,7 @@
 //! all-Ready time; and the old floor, the same with the finalizer patch earlier versions made
 //! (after the apply), so the two are compared in one run. The old floor runs first: the new one
 //! meets the larger store, which can only make it look slower.
+//! On a shared plane, a run first waits for the namespaces earlier runs deleted to be gone.
 //! Readiness comes from a watch, and only cards the watch shows Ready are polled over HTTP: the
 //! benchmark itself adds little load to the API server and the card server it measures.
 
@@ -143,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
         format!("bench-cards-{run_id}"),
     );
     let namespaces: Api<Namespace> = Api::all(client.clone());
+    earlier_runs_gone(&namespaces, Duration::from_secs(300)).await?;
     for name in [&op_ns, &ref_ns, &ns] {
         namespaces
             .create(
@@ -551,6 +553,38 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Wait (at most 60 s) until the operator at `admin` answers `/readyz` with a success.
+/// Wait (at most `limit`) until the namespaces of earlier runs on a shared plane (`bench-…`)
+/// are gone: a plane still deleting the thousands of objects they held slows the phases of
+/// this run unevenly, and the ratios between them would measure that.
+async fn earlier_runs_gone(namespaces: &Api<Namespace>, limit: Duration) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let left = namespaces
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|ns| {
+                ns.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("bench-"))
+            })
+            .count();
+        if left == 0 {
+            return Ok(());
+        }
+        if started.elapsed() > limit {
+            eprintln!("{left} namespaces of earlier runs are still there after {limit:?}: measuring anyway");
+            return Ok(());
+        }
+        if started.elapsed() < Duration::from_secs(1) {
+            eprintln!("waiting for {left} namespaces of earlier runs to be deleted");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 async fn wait_ready(http: &reqwest::Client, admin: std::net::SocketAddr) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
