@@ -4,8 +4,9 @@
 //! Data flow: [`super::http::handle`] checks the caller, then turns a cacheable request (a
 //! registry API or manifest GET/HEAD, or a POST query) into a [`Key`]: the site snapshot's
 //! [`super::site::Site::generation`], the caller's visibility class (every namespace in Public
-//! mode; the exact set of namespaces the caller may read in Kubernetes mode), the path, the
-//! query parameters as the engine reads them (sorted by name) and, for a POST, the exact body.
+//! mode; a SHA-256 of the exact set of namespaces the caller may read in Kubernetes mode), the
+//! path, the query parameters as the engine reads them (sorted by name) and, for a POST, the
+//! exact body.
 //! A hit is the [`Rendered`] body and its strong ETag: the response is a lookup and a clone of
 //! reference-counted bytes, and a matching `If-None-Match` is a 304 without rendering
 //! anything. A miss renders with [`super::http::answer`]; a 200 is kept, errors are not.
@@ -46,8 +47,10 @@ pub struct Key {
     /// [`Site::generation`] of the snapshot answering.
     site: u64,
     /// The caller's visibility class: `None` sees every namespace (Public mode); otherwise
-    /// the namespaces it may read, sorted, one per line (names hold no line breaks).
-    visible: Option<Box<str>>,
+    /// the SHA-256 of the namespaces it may read, sorted, one per line (names hold no line
+    /// breaks). A digest, not the list: a caller who may read thousands of namespaces would
+    /// otherwise make every key it looks up, hashes and compares that long.
+    visible: Option<[u8; 32]>,
     /// A POST (a query in the body) rather than a GET or HEAD.
     post: bool,
     /// The request path.
@@ -95,7 +98,7 @@ impl Key {
     }
 
     fn weight(&self) -> u64 {
-        let bytes = self.visible.as_deref().map_or(0, str::len)
+        let bytes = self.visible.map_or(0, |v| v.len())
             + self.path.len()
             + self.query.len()
             + self.body.len();
@@ -144,11 +147,17 @@ fn reencoded(query: &str) -> String {
     normalised.finish()
 }
 
-/// The namespaces of a visibility class, sorted, one per line.
-fn visibility_class(visible: &HashSet<String>) -> Box<str> {
+/// The digest of a visibility class: SHA-256 over its namespaces, sorted, one per line.
+fn visibility_class(visible: &HashSet<String>) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
     let mut names: Vec<&str> = visible.iter().map(String::as_str).collect();
     names.sort_unstable();
-    names.join("\n").into()
+    let mut digest = Sha256::new();
+    for name in names {
+        digest.update(name.as_bytes());
+        digest.update(b"\n");
+    }
+    digest.finalize().into()
 }
 
 /// A 200 answer as sent: its body and the strong ETag of the body.
