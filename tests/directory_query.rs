@@ -180,12 +180,19 @@ fn the_engine_agrees_with_a_plain_filter_on_random_queries_and_pages() {
             q.filters.insert(field, values);
         }
         if r.below(3) == 0 {
-            let w = WORDS[r.below(WORDS.len())];
-            q.text = Some(if r.below(2) == 0 {
-                w[..2].to_string()
-            } else {
-                w.to_string()
-            });
+            // One word mostly, sometimes two or three; each whole or a two-letter prefix.
+            let n = if r.below(4) == 0 { 2 + r.below(2) } else { 1 };
+            let words: Vec<String> = (0..n)
+                .map(|_| {
+                    let w = WORDS[r.below(WORDS.len())];
+                    if r.below(2) == 0 {
+                        w[..2].to_string()
+                    } else {
+                        w.to_string()
+                    }
+                })
+                .collect();
+            q.text = Some(words.join(" "));
         }
         let visible: Option<HashSet<String>> = (r.below(3) == 0).then(|| {
             namespaces
@@ -220,8 +227,16 @@ fn the_engine_agrees_with_a_plain_filter_on_random_queries_and_pages() {
             .iter()
             .map(|(e, _)| e.identifier.clone())
             .collect();
-        assert!(ranked.hits.windows(2).all(|w| w[0].1 >= w[1].1));
         assert!(ranked.hits.iter().all(|(_, s)| (1..=100).contains(s)));
+        // Best first, ties in identifier order.
+        let order: Vec<(u8, &str)> = ranked
+            .hits
+            .iter()
+            .map(|(e, s)| (*s, e.identifier.as_str()))
+            .collect();
+        let mut sorted = order.clone();
+        sorted.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        assert_eq!(order, sorted, "round {round}: the ranking's order of {q:?}");
         if let Some(text) = &q.text {
             let words = agentcard_operator::directory::entry::query_words(text);
             for (e, s) in &ranked.hits {
@@ -252,6 +267,10 @@ fn the_engine_agrees_with_a_plain_filter_on_random_queries_and_pages() {
             got_page, slice,
             "round {round}: page {offset}+{limit} of {q:?}"
         );
+        // An offset past any ranking (a forged page token) is an empty page, the total kept.
+        let past = catalog.search_page(&q, visible.as_ref(), usize::MAX, limit);
+        assert!(past.hits.is_empty(), "round {round}: a page past the end");
+        assert_eq!(past.total, ranked.hits.len());
         ids.sort();
         assert_eq!(ids, expected, "round {round}: search of {q:?}");
         // Facets count exactly the matching cards' values.
