@@ -911,8 +911,12 @@ fn requests_are_read_as_rfc_9110_and_9112_say_on_card_and_directory_hosts() {
     let dir = card_dir();
     let s = serve(dir.path(), &["--directory-host", "registry.example.org"]);
     let close = "Connection: close\r\n\r\n";
+    // `n` more headers: with Host and Connection, a head of n + 2.
+    let extra = |n: usize| (0..n).map(|i| format!("X-H{i}: v\r\n")).collect::<String>();
     let cases: &[(&str, String, u16)] = &[
         ("a plain request", format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n{close}"), 200),
+        ("100 headers", format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n{}{close}", extra(98)), 200),
+        ("101 headers", format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\n{}{close}", extra(99)), 431),
         ("two Host headers", format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\nHost: {HOST}\r\n{close}"), 400),
         ("two different Host headers", format!("GET {CARD} HTTP/1.1\r\nHost: {HOST}\r\nHost: other.example.org\r\n{close}"), 400),
         ("HTTP/1.1 without Host", format!("GET {CARD} HTTP/1.1\r\n{close}"), 400),

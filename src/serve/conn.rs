@@ -79,22 +79,26 @@ struct LineScan {
 }
 
 impl LineScan {
-    fn byte(&mut self, b: u8) {
+    /// Follow the next bytes of the head: those up to the end of the request line count.
+    fn feed(&mut self, bytes: &[u8]) {
         if self.done {
             return;
         }
-        if b == b'\n' {
-            self.done = true;
-            return;
-        }
-        if self.len >= MAX_LINE {
-            return;
-        }
-        self.len += 1;
-        match b {
-            b' ' => self.spaces = self.spaces.saturating_add(1),
-            b'#' if self.spaces == 1 => self.fragment = true,
-            _ => {}
+        let line = match memchr::memchr(b'\n', bytes) {
+            Some(end) => {
+                self.done = true;
+                &bytes[..end]
+            }
+            None => bytes,
+        };
+        let line = &line[..line.len().min(MAX_LINE - self.len)];
+        self.len += line.len();
+        for &b in line {
+            match b {
+                b' ' => self.spaces = self.spaces.saturating_add(1),
+                b'#' if self.spaces == 1 => self.fragment = true,
+                _ => {}
+            }
         }
     }
 
@@ -198,17 +202,17 @@ impl<S> HeadGuard<S> {
                     };
                 }
                 Phase::Head { line, tail } => {
-                    let mut ended = None;
-                    for (i, &b) in bytes.iter().enumerate() {
-                        line.byte(b);
-                        *tail = (*tail << 8) | u32::from(b);
-                        // The blank line ending the head: CRLF CRLF (or a bare LF LF, which
-                        // hyper accepts).
-                        if *tail == 0x0d0a_0d0a || *tail & 0xffff == 0x0a0a {
-                            ended = Some(i + 1);
-                            break;
-                        }
-                    }
+                    // The blank line ending the head: CRLF CRLF (or a bare LF LF, which hyper
+                    // accepts), looked for at each LF only.
+                    let ended = memchr::memchr_iter(b'\n', bytes)
+                        .find(|&i| {
+                            let last4 = shift_in(*tail, &bytes[i.saturating_sub(3)..=i]);
+                            last4 == 0x0d0a_0d0a || last4 & 0xffff == 0x0a0a
+                        })
+                        .map(|i| i + 1);
+                    let seen = &bytes[..ended.unwrap_or(bytes.len())];
+                    line.feed(seen);
+                    *tail = shift_in(*tail, &seen[seen.len().saturating_sub(4)..]);
                     let Some(n) = ended else {
                         return;
                     };
@@ -223,11 +227,16 @@ impl<S> HeadGuard<S> {
     }
 }
 
+/// `tail` (the last bytes seen, the latest lowest) with `bytes` shifted in after it.
+fn shift_in(tail: u32, bytes: &[u8]) -> u32 {
+    bytes.iter().fold(tail, |t, &b| (t << 8) | u32::from(b))
+}
+
 /// What the request line `line` (without its line end) says at this layer.
 #[cfg(test)]
 fn verdict_of(line: &[u8]) -> HeadVerdict {
     let mut scan = LineScan::default();
-    line.iter().for_each(|&b| scan.byte(b));
+    scan.feed(line);
     scan.verdict()
 }
 
@@ -386,6 +395,39 @@ mod tests {
             .expect("the idle connection was kept past its keep-alive time")
             .unwrap();
         assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn a_head_ends_at_its_blank_line_however_its_bytes_are_split() {
+        let heads: [(&[u8], HeadVerdict); 3] = [
+            (
+                b"GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n",
+                HeadVerdict::Fragment,
+            ),
+            (b"GET /a HTTP/1.1\nHost: x\n\n", HeadVerdict::Fine),
+            // A CR LF CR that is no blank line yet.
+            (b"GET /a HTTP/1.1\r\nX: \r\r\n\r\n", HeadVerdict::Fine),
+        ];
+        // The next request's line, read in the same bytes, is not this head's.
+        let next = b"GET /c#d HTTP/1.1\r\n";
+        for (head, verdict) in heads {
+            let whole = [head, &next[..]].concat();
+            for a in 0..=whole.len() {
+                for b in a..=whole.len() {
+                    let verdicts = Verdicts::default();
+                    let second = Duration::from_secs(1);
+                    let mut guard = HeadGuard::new((), second, second, verdicts.clone());
+                    for (from, to) in [(0, a), (a, b), (b, whole.len())] {
+                        let done = matches!(guard.phase, Phase::Request);
+                        assert_eq!(done, from >= head.len(), "{head:?} cut at {a}, {b}");
+                        guard.saw(&whole[from..to]);
+                    }
+                    assert!(matches!(guard.phase, Phase::Request));
+                    assert_eq!(verdicts.lock().len(), 1, "one head, one verdict");
+                    assert_eq!(verdicts.next(), verdict, "{head:?} cut at {a}, {b}");
+                }
+            }
+        }
     }
 
     #[test]

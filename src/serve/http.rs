@@ -216,11 +216,12 @@ fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
 /// RFC 9110 §13.1.2: `*`, or any listed tag equal to a current representation's tag under
 /// weak comparison (the `W/` prefix ignored).
 fn if_none_match_matches(value: &HeaderValue, doc: &Published) -> bool {
-    let ours: Vec<&str> = [&doc.etag, &doc.etag_gzip]
-        .into_iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    if_none_match(value, &ours)
+    // Both tags are quoted hex digests. One that were no visible ASCII could match no tag a
+    // client sends (a value that is no visible ASCII matches nothing), which NUL stands for.
+    fn tag(v: &HeaderValue) -> &str {
+        v.to_str().unwrap_or("\0")
+    }
+    if_none_match(value, &[tag(&doc.etag), tag(&doc.etag_gzip)])
 }
 
 /// Whether an `If-None-Match` list names one of `ours` (quoted entity tags), or is `*`

@@ -86,7 +86,10 @@ impl Servers {
         on_scrape.push(Arc::new(move || {
             held.set(i64::try_from(gauge_cache.bytes()).unwrap_or(i64::MAX));
         }));
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = match limits.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
         let public = server::bind_reuseport(listen, workers)
             .with_context(|| format!("listening on {listen}"))?;
         let admin_listener = TcpListener::bind(admin_listen)

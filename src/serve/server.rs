@@ -90,10 +90,10 @@ pub struct Limits {
     /// How long a keep-alive connection may stay idle: before its first request, or since its
     /// last response.
     pub header_read_timeout: Duration,
-    /// Bytes of request line and headers.
+    /// Bytes of request line and headers. (The number of request headers is bounded by
+    /// hyper's default, 100: a bound of our own would make hyper fill its header arrays for
+    /// every request it parses.)
     pub max_header_bytes: usize,
-    /// Number of request headers.
-    pub max_headers: usize,
     /// Request body size (cards are read with GET; only directory queries have bodies).
     pub max_body_bytes: u64,
     /// Lifetime of one connection, however busy.
@@ -114,6 +114,9 @@ pub struct Limits {
     pub max_feed_streams: usize,
     /// Bytes of rendered directory responses kept for repeated queries (0: none kept).
     pub directory_cache_bytes: u64,
+    /// Threads answering the public port, each with its own listening socket and event loop
+    /// (0: one per available core).
+    pub workers: usize,
 }
 
 /// The flags setting [`Limits`], shared by `run` and `serve`.
@@ -149,6 +152,11 @@ pub struct ServerFlags {
     /// 0 keeps none. Hits and misses: `agentcard_directory_cache_{hits,misses}_total`.
     #[arg(long, default_value_t = crate::directory::cache::DEFAULT_BYTES)]
     pub directory_cache_bytes: u64,
+    /// Threads answering the public port, each with its own listening socket (the kernel
+    /// spreads connections over them) and event loop, as nginx's `worker_processes`; 0, the
+    /// default, is one per core the process may use (its CPU quota included).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
 }
 
 impl ServerFlags {
@@ -163,6 +171,7 @@ impl ServerFlags {
             max_concurrent_requests: self.max_concurrent_requests.max(1),
             max_feed_streams: self.max_feed_streams,
             directory_cache_bytes: self.directory_cache_bytes,
+            workers: self.workers,
             ..Limits::default()
         }
     }
@@ -176,7 +185,6 @@ impl Default for Limits {
             // when it waits for the next request): above the 60 s proxies commonly reuse.
             header_read_timeout: Duration::from_secs(75),
             max_header_bytes: 16 * 1024,
-            max_headers: 64,
             max_body_bytes: 16 * 1024,
             max_connection_age: Duration::from_secs(600),
             write_timeout: Duration::from_secs(30),
@@ -185,6 +193,7 @@ impl Default for Limits {
             max_concurrent_requests: 4096,
             max_feed_streams: 1000,
             directory_cache_bytes: crate::directory::cache::DEFAULT_BYTES,
+            workers: 0,
         }
     }
 }
@@ -348,8 +357,7 @@ async fn serve_connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(None)
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .max_headers(limits.max_headers);
+        .max_buf_size(limits.max_header_bytes.max(8192));
     let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
     stream.set_write_timeout(Some(limits.write_timeout));
     let stream = HeadGuard::new(
