@@ -379,6 +379,34 @@ fn file_changes_are_served_without_restart_and_broken_files_keep_the_last_versio
     .expect("removed host gone");
 }
 
+/// The names of the server's threads answering the public port (`http-<i>`).
+fn http_threads(s: &Server) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", s.pid())).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
+        .filter(|comm| comm.starts_with("http-"))
+        .count()
+}
+
+#[test]
+fn the_public_port_is_answered_by_as_many_workers_as_asked_or_one_per_core() {
+    let dir = card_dir();
+    let three = serve(dir.path(), &["--workers", "3"]);
+    assert_eq!(http_threads(&three), 3, "--workers 3");
+    // Each worker has its own listening socket: many connections land on several, and every
+    // one is answered.
+    for _ in 0..12 {
+        assert_eq!(three.get(HOST, CARD, &[]).status, 200);
+    }
+    let default = serve(dir.path(), &[]);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(
+        http_threads(&default),
+        cores,
+        "one worker per core by default"
+    );
+}
+
 #[test]
 fn oversized_requests_and_slow_clients_are_cut_off() {
     let dir = card_dir();

@@ -163,6 +163,12 @@ pub fn wait_for_addresses(log: &Path, child: &mut Child) -> (SocketAddr, SocketA
 }
 
 impl Server {
+    /// The server's process id (to look at its threads in `/proc`).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Send SIGTERM, as Kubernetes does to a stopping pod.
     pub fn terminate(&self) {
         super::terminate(&self.child);
