@@ -10,10 +10,15 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use agentcard_operator::contract::ANN_CONTENT_HASH;
 use agentcard_operator::crd::AgentCard;
-use k8s_openapi::api::core::v1::{Event, Service};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::ResourceExt;
 use serde_json::{json, Value};
 use support::cluster::*;
 use support::directory::*;
@@ -633,6 +638,172 @@ async fn edits_that_break_callers_are_found_and_each_compatibility_rule_applies(
     })
     .await;
     assert_ne!(hash(&c), good);
+}
+
+/// Refuse every write of the status of the AgentCards of `ns` (a ValidatingAdmissionPolicy,
+/// as a webhook outage or an API server shedding load would), until [`allow_status_writes`];
+/// returns once the API server applies it.
+async fn refuse_status_writes(p: &Platform, ns: &str, card: &str) {
+    let name = format!("refuse-card-status-{ns}");
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(p.admin.clone());
+    apply_object(&policies, &name, &json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["agentcard.dev"],
+                "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["agentcards/status"]}]},
+            "validations": [{"expression": "false", "message": "status writes refused by the test"}]}
+    }))
+    .await;
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(p.admin.clone());
+    apply_object(&bindings, &name, &json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}
+    }))
+    .await;
+    // In effect once a (dry-run) status write of the card is refused.
+    let cards: Api<AgentCard> = Api::namespaced(p.admin.clone(), ns);
+    let probe = json!({"status": {"warnings": ["probe"]}});
+    let refused = wait_for(Duration::from_secs(20), || async {
+        cards
+            .patch_status(
+                card,
+                &PatchParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &Patch::Merge(&probe),
+            )
+            .await
+            .is_err_and(|e| e.to_string().contains("status writes refused by the test"))
+    })
+    .await;
+    assert!(
+        refused.is_ok(),
+        "the policy refusing status writes did not take effect"
+    );
+}
+
+/// Let status writes of `ns` through again.
+async fn allow_status_writes(p: &Platform, ns: &str) {
+    let name = format!("refuse-card-status-{ns}");
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(p.admin.clone());
+    bindings.delete(&name, &Default::default()).await.unwrap();
+}
+
+/// How many passes over card `ns/name` the operator's log shows failing.
+fn failed_passes(p: &Platform, ns: &str, name: &str) -> usize {
+    let card = format!("card={ns}/{name} ");
+    p.op.logs()
+        .lines()
+        .filter(|l| l.contains("reconcile failed") && l.contains(&card))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaking_edit_is_reported_even_when_its_status_write_failed_at_first() {
+    let mut p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let tenant = Tenant::new(&p, &format!("lost-{t}")).await;
+    let ns = tenant.ns.clone();
+    let host = format!("lost-{t}.open.test");
+    tenant.apply(&rich("warn", &host, None)).await.unwrap();
+    let first = hash_of(&wait_card(&p, &ns, "warn", "Ready", ready).await).unwrap();
+    let path = "/.well-known/agent-card.json";
+
+    // A breaking edit while the API server refuses the card's status: the new card is
+    // written to its ConfigMap, the status cannot confirm it, and the operator retries.
+    refuse_status_writes(&p, &ns, "warn").await;
+    let failed_before = failed_passes(&p, &ns, "warn");
+    tenant
+        .apply(&broken("warn", &host, None, "1.0.0"))
+        .await
+        .unwrap();
+    let written = |not: String| {
+        let configmaps: Api<ConfigMap> = Api::namespaced(p.admin.clone(), &ns);
+        async move {
+            let ok = wait_for(Duration::from_secs(20), || async {
+                configmaps.get("agentcard-warn").await.is_ok_and(|cm| {
+                    cm.annotations()
+                        .get(ANN_CONTENT_HASH)
+                        .is_some_and(|h| *h != not)
+                })
+            })
+            .await;
+            assert!(ok.is_ok(), "the edit was not written");
+        }
+    };
+    written(first.clone()).await;
+    eventually("a retry after the status write failed", || {
+        failed_passes(&p, &ns, "warn") >= failed_before + 2
+    })
+    .await;
+    let api: Api<AgentCard> = Api::namespaced(p.admin.clone(), &ns);
+    let c = api.get("warn").await.unwrap();
+    assert_eq!(
+        c.status.as_ref().and_then(|s| s.observed_generation),
+        Some(1)
+    );
+    assert!(condition(&c, "Compatible").is_none(), "{:?}", c.status);
+    // Bytes the status does not confirm are not served: the first card still is.
+    assert_eq!(
+        p.get(&host, path).header("etag"),
+        Some(format!("\"{first}\"").as_str())
+    );
+
+    // Once the status can be written, it says what the edit that was published broke.
+    allow_status_writes(&p, &ns).await;
+    let c = wait_card(&p, &ns, "warn", "Compatible False after the retry", |c| {
+        compatible(c).is_some_and(|(s, r, m)| {
+            s == "False" && r == "BreakingChange" && m.contains("$.skills[1]")
+        })
+    })
+    .await;
+    assert_ne!(hash_of(&c).as_deref(), Some(first.as_str()));
+    let events: Api<Event> = Api::namespaced(p.admin.clone(), &ns);
+    let found = wait_for(Duration::from_secs(10), || async {
+        events.list(&ListParams::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some("BreakingChange")
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|n| n.contains("$.skills[1]"))
+            })
+        })
+    })
+    .await;
+    assert!(found.is_ok(), "no BreakingChange Event");
+
+    // An edit published just before the operator restarts, its status refused meanwhile: the
+    // new process never saw the card it replaced, and says it cannot tell what broke.
+    let second = hash_of(&c).unwrap();
+    refuse_status_writes(&p, &ns, "warn").await;
+    let mut fine = broken("warn", &host, None, "1.0.0");
+    fine["spec"]["card"]["description"] = json!("Now with more words.");
+    tenant.apply(&fine).await.unwrap();
+    written(second.clone()).await;
+    p.op.kill();
+    allow_status_writes(&p, &ns).await;
+    p.op = support::operator::Operator::start_on(kubeconfig(), &p.opns, None, OPERATOR_FLAGS);
+    let c = wait_card(
+        &p,
+        &ns,
+        "warn",
+        "Compatible Unknown after the restart",
+        |c| compatible(c).is_some_and(|(s, r, _)| s == "Unknown" && r == "NotCompared") && ready(c),
+    )
+    .await;
+    assert_ne!(hash_of(&c).as_deref(), Some(second.as_str()));
+    // The next edit is compared again.
+    let mut more = fine.clone();
+    more["spec"]["card"]["description"] = json!("Now with even more words.");
+    tenant.apply(&more).await.unwrap();
+    wait_card(&p, &ns, "warn", "Compatible True on the next edit", |c| {
+        compatible(c).is_some_and(|(s, r, _)| s == "True" && r == "Compatible")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,6 +55,8 @@ pub struct Context {
     pub backoff: Backoff,
     /// The cards imported from agents (`spec.source`).
     pub sources: Sources,
+    /// The compatibility verdicts whose status has not landed yet.
+    pub verdicts: super::agentcard::compatibility::Verdicts,
     /// The directories' upstreams as this process syncs them (for their status).
     pub federation: Arc<crate::directory::federation::Federation>,
     /// The agents' Services' ready ports (the `BackendReady` condition).

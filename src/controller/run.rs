@@ -97,6 +97,7 @@ pub async fn run(
             max_card_bytes: config.max_card_bytes,
         },
         backoff: Backoff::default(),
+        verdicts: Default::default(),
         sources: Sources::new(client.clone(), config.source_allow_unmanaged_endpoints)
             .map_err(|e| Error::Internal(format!("building the source HTTP client: {e}")))?,
         federation,

@@ -52,9 +52,9 @@ pub struct Built {
     pub url: String,
     /// The route the card server serves it on.
     pub served: ServedRoute,
-    /// The breaking changes from the card served before, when the served bytes change (filled
-    /// by the reconciler; `None` when nothing was compared).
-    pub breaking: Option<Vec<crate::a2a::breaking::Finding>>,
+    /// What comparing it with the card served before found (filled in by
+    /// [`super::compatibility::check`]).
+    pub breaking: super::compatibility::Compared,
     /// What is wrong with the lifecycle's successor (`(reason, message)`), a warning.
     pub successor_problem: Option<(&'static str, String)>,
     /// When a retired card was retired (filled by the reconciler).
@@ -116,7 +116,7 @@ pub fn build(
         pending_key: None,
         url: card_url(card),
         served,
-        breaking: None,
+        breaking: super::compatibility::Compared::Unchanged,
         successor_problem: None,
         retired_at: None,
         recheck: None,

@@ -267,7 +267,7 @@ async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Ou
     built.successor_problem = life.problem;
     built.retired_at = life.retired_at;
     built.recheck = life.recheck;
-    built.breaking = compatibility::check(card, existing.configmap, &built)?;
+    built.breaking = compatibility::check(card, existing.configmap, &built, &ctx.verdicts)?;
     apply::apply(
         &ctx.client,
         &built,
@@ -318,6 +318,10 @@ async fn report_outcome(
     let api: Api<AgentCard> =
         Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
     status::write(&api, card, next, &ctx.written.statuses).await?;
+    ctx.verdicts.settle(
+        &card.uid().unwrap_or_default(),
+        next.content_hash.as_deref(),
+    );
     // The status now says what is served; the claims follow it.
     let keep = next
         .served
@@ -447,6 +451,7 @@ pub async fn forget(card: &AgentCard, ctx: &Context) -> Result<(), Error> {
         .is_some_and(|c| c.uid() != card.uid());
     if let Some(uid) = card.uid() {
         ctx.sources.forget(&uid);
+        ctx.verdicts.forget(&uid);
     }
     if !replaced {
         let existing = Existing::of(&ctx.written, card, None);

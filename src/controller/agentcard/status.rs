@@ -334,17 +334,18 @@ fn set_routing(status: &mut AgentCardStatus, found: &Found<'_>) {
 /// The `Compatible` condition: what the last compared edit broke (kept as it was while
 /// nothing new was compared, e.g. on a resync of the same card).
 fn set_compatible(status: &mut AgentCardStatus, found: &Found<'_>) {
+    use super::compatibility::Compared;
     let prev = previous_conditions(found.card);
     let policy = found.card.spec.publish.compatibility.unwrap_or_default();
     let next = match found.outcome {
-        Err(e @ Error::Incompatible { .. }) => Some((false, "BreakingChange", e.to_string())),
+        Err(e @ Error::Incompatible { .. }) => Some(("False", "BreakingChange", e.to_string())),
         Ok((built, _)) => match &built.breaking {
-            Some(f) if f.is_empty() => Some((
-                true,
+            Compared::Changed(f) if f.is_empty() => Some((
+                "True",
                 "Compatible",
                 "no breaking change from the card served before".to_string(),
             )),
-            Some(f) => {
+            Compared::Changed(f) => {
                 let list: Vec<String> = f.iter().map(ToString::to_string).collect();
                 let (reason, how) = match policy {
                     crate::crd::Compatibility::RequireMajorVersion => {
@@ -356,21 +357,26 @@ fn set_compatible(status: &mut AgentCardStatus, found: &Found<'_>) {
                     ),
                 };
                 Some((
-                    false,
+                    "False",
                     reason,
                     format!("{how}; breaks callers: {}", list.join("; ")),
                 ))
             }
-            None => None,
+            Compared::Unknown => Some((
+                "Unknown",
+                "NotCompared",
+                "the card served was published while the operator restarted or its leader changed, before its status was written; the card it replaced is no longer known, so what it broke cannot be said. The next edit is compared again".to_string(),
+            )),
+            Compared::Unchanged => None,
         },
         Err(_) => None,
     };
-    if let Some((ok, reason, message)) = next {
+    if let Some((state, reason, message)) = next {
         status.conditions.retain(|c| c.type_ != COMPATIBLE);
-        status.conditions.push(condition(
+        status.conditions.push(condition_with(
             &prev,
             COMPATIBLE,
-            ok,
+            state,
             reason,
             message,
             found.card.metadata.generation,
