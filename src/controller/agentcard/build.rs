@@ -393,7 +393,7 @@ fn http_routes(card: &AgentCard, settings: &Settings, marks: &Marks) -> Result<R
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::a2a::Algorithm;
     use crate::controller::policy::IngressPolicy;
@@ -403,7 +403,8 @@ mod tests {
         vec![SigningKey::generate(Algorithm::EdDSA, Some("k1")).unwrap()]
     }
 
-    fn settings() -> Settings {
+    /// The settings of an operator in namespace `ops` with the nginx class allowed.
+    pub(crate) fn settings() -> Settings {
         Settings {
             operator_namespace: "ops".into(),
             service_name: "agentcard-operator".into(),

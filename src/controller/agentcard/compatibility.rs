@@ -166,25 +166,9 @@ mod tests {
     use super::*;
     use crate::a2a::{Algorithm, SigningKey};
     use crate::controller::agentcard::build::build;
-    use crate::controller::config::Settings;
-    use crate::controller::policy::IngressPolicy;
-    use crate::controller::routing::Routing;
+    use crate::controller::agentcard::build::tests::settings;
     use crate::crd::AgentCardStatus;
     use serde_json::json;
-
-    fn settings() -> Settings {
-        Settings {
-            operator_namespace: "ops".into(),
-            service_name: "agentcard-operator".into(),
-            service_port_name: "http".into(),
-            ingress: IngressPolicy {
-                allowed_classes: vec!["nginx".into()],
-                ..Default::default()
-            },
-            routing: Routing::default(),
-            retired_retention_seconds: 60,
-        }
-    }
 
     /// The card with `skills`, whose status reports the served bytes `reported`.
     fn card(skills: &[&str], reported: Option<&str>) -> AgentCard {
