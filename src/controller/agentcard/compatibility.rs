@@ -26,11 +26,10 @@ use super::build::Built;
 
 /// What comparing an edit with the card served before it found, for the `Compatible`
 /// condition.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Compared {
     /// Nothing new: no card was served before, or the bytes served are those the status
     /// reports already. The condition stays as it is.
-    #[default]
     Unchanged,
     /// The served bytes change (in this pass, or in an earlier one whose status did not land):
     /// what that breaks for callers, nothing when the edit is compatible.
@@ -84,16 +83,6 @@ impl Verdicts {
     pub fn forget(&self, uid: &str) {
         self.lock().remove(uid);
     }
-
-    /// How many comparisons are held.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether none is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The breaking changes of `built` against the card `previous` serves, or an error when the
@@ -107,10 +96,10 @@ pub fn check(
     let Some(old_bytes) = previous.and_then(|cm| cm.bytes(KEY_CARD)) else {
         return Ok(Compared::Unchanged);
     };
-    let uid = card.uid().unwrap_or_default();
-    if crate::contract::content_hash(old_bytes) == built.content_hash {
-        let held = verdicts.held(&uid, &built.content_hash);
-        return Ok(served_already(card, &built.content_hash, held));
+    let uid = || card.uid().unwrap_or_default();
+    let hash = &built.content_hash;
+    if crate::contract::content_hash(old_bytes) == *hash {
+        return Ok(served_already(card, hash, || verdicts.held(&uid(), hash)));
     }
     let new_bytes = built
         .configmap
@@ -145,16 +134,23 @@ pub fn check(
             })
         }
     }
-    verdicts.record(&uid, &built.content_hash, &found);
+    verdicts.record(&uid(), hash, &found);
     Ok(Compared::Changed(found))
 }
 
 /// The built bytes (`hash`) are served already: what the `Compatible` condition should say of
-/// them, given the comparison held for them (pure).
-fn served_already(card: &AgentCard, hash: &str, held: Option<Vec<Finding>>) -> Compared {
+/// them. `held` (the comparison held for them) is asked only when the status does not report
+/// them, so the resync of an unchanged card never looks it up.
+fn served_already(
+    card: &AgentCard,
+    hash: &str,
+    held: impl FnOnce() -> Option<Vec<Finding>>,
+) -> Compared {
     let reported = card.status.as_ref().and_then(|s| s.content_hash.as_deref());
-    match (reported, held) {
-        (Some(r), _) if r == hash => Compared::Unchanged,
+    if reported == Some(hash) {
+        return Compared::Unchanged;
+    }
+    match (reported, held()) {
         (_, Some(found)) => Compared::Changed(found),
         (Some(_), None) => Compared::Unknown,
         (None, None) => Compared::Unchanged,
@@ -255,7 +251,7 @@ mod tests {
                 ..
             })
         ));
-        assert!(verdicts.is_empty());
+        assert!(verdicts.lock().is_empty());
     }
 
     #[test]
@@ -284,7 +280,7 @@ mod tests {
         );
         // Once the status reporting them lands, the condition it wrote stands.
         verdicts.settle("u-1", Some(&b.content_hash));
-        assert!(verdicts.is_empty());
+        assert!(verdicts.lock().is_empty());
         let reported = card(&["a"], Some(&b.content_hash));
         assert_eq!(
             check(&reported, Some(&now_served), &again, &verdicts).unwrap(),
