@@ -379,7 +379,7 @@ fn file_changes_are_served_without_restart_and_broken_files_keep_the_last_versio
     .expect("removed host gone");
 }
 
-/// The names of the server's threads answering the public port (`http-<i>`).
+/// How many of the server's threads answer the public port (those named `http-<i>`).
 fn http_threads(s: &Server) -> usize {
     let tasks = std::fs::read_dir(format!("/proc/{}/task", s.pid())).unwrap();
     tasks
@@ -393,8 +393,8 @@ fn the_public_port_is_answered_by_as_many_workers_as_asked_or_one_per_core() {
     let dir = card_dir();
     let three = serve(dir.path(), &["--workers", "3"]);
     assert_eq!(http_threads(&three), 3, "--workers 3");
-    // Each worker has its own listening socket: many connections land on several, and every
-    // one is answered.
+    // Each worker has its own listening socket: every connection is answered, whichever
+    // worker's socket the kernel hands it to.
     for _ in 0..12 {
         assert_eq!(three.get(HOST, CARD, &[]).status, 200);
     }
