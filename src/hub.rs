@@ -96,7 +96,7 @@ where
     pub fn start(
         api: Api<K>,
         config: watcher::Config,
-        compact: fn(&mut K),
+        compact: impl FnMut(&mut K) + Send + 'static,
         scope: &Scope,
     ) -> Hub<K> {
         let (store, mut writer) = reflector::store();
@@ -233,6 +233,7 @@ impl Hubs {
             Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
             None => watcher::Config::default(),
         };
+        let operator_namespace = scope.operator_namespace.clone();
         Arc::new(Hubs {
             cards: Hub::start(
                 cards,
@@ -255,8 +256,10 @@ impl Hubs {
             configmaps: Hub::start(
                 Api::all(client.clone()),
                 watcher::Config::default().labels(PUBLISHED_SELECTOR),
-                // Reduced while it is deserialised (`SeenConfigMap: From<ConfigMap>`).
-                |_: &mut SeenConfigMap| {},
+                // Reduced while it is deserialised (`SeenConfigMap: From<ConfigMap>`), then to
+                // what the operator wrote: a tenant's own ConfigMaps labelled as the
+                // operator's are kept as a few bytes each, whatever their size.
+                move |cm: &mut SeenConfigMap| cm.keep_only_ours(&operator_namespace),
                 scope,
             ),
         })

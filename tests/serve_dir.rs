@@ -1050,36 +1050,151 @@ fn a_client_holds_a_bounded_number_of_connections() {
     assert!(ok.is_some(), "connections given back are usable again");
 }
 
+const REGISTRY: &str = "registry.example.org";
+
+/// A `POST /search` whose head and first bytes are sent, the rest of its body held back.
+fn trickle_search(addr: std::net::SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(
+        format!(
+            "POST /search HTTP/1.1\r\nHost: {REGISTRY}\r\nContent-Type: application/json\r\n\
+             Content-Length: 22\r\n\r\n{{\"query\":"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s
+}
+
+/// The status of the response `s` reads within `within`, if one comes.
+fn status_within(s: &mut TcpStream, within: Duration) -> Option<u16> {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    (!raw.is_empty()).then(|| support::http::parse(&raw, false).status)
+}
+
 #[test]
-fn past_the_concurrent_request_bound_requests_get_503_and_retry_after() {
+fn clients_trickling_bodies_hold_no_request_slot_and_are_cut_at_the_body_timeout() {
     let dir = card_dir();
     let s = serve(
         dir.path(),
         &[
             "--directory-host",
-            "registry.example.org",
+            REGISTRY,
             "--max-concurrent-requests",
-            "1",
+            "8",
+            "--body-timeout",
+            "3",
         ],
     );
-    // A search whose body trickles in holds the one request slot.
-    let mut holder = TcpStream::connect(s.addr).unwrap();
-    holder
-        .write_all(b"POST /search HTTP/1.1\r\nHost: registry.example.org\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\r\n{\"query\":")
-        .unwrap();
+    // Eight anonymous clients start a search each and send the rest of its body never.
+    let mut held: Vec<TcpStream> = (0..8).map(|_| trickle_search(s.addr)).collect();
     std::thread::sleep(Duration::from_millis(500));
-    let r = request(s.addr, "GET", CARD, &[("Host", HOST)]);
-    assert_eq!(r.status, 503);
-    assert_eq!(r.header("retry-after"), Some("1"));
-    // Once it is answered, the slot is free again.
-    holder.write_all(b"{\"text\":\"x\"}}").unwrap();
-    holder
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut buf = [0u8; 256];
-    let _ = holder.read(&mut buf);
-    let ok = eventually(Duration::from_secs(5), || {
-        (request(s.addr, "GET", CARD, &[("Host", HOST)]).status == 200).then_some(())
-    });
-    assert!(ok.is_some());
+    // Requests without a body are answered all the while, on the card and directory hosts.
+    for _ in 0..20 {
+        assert_eq!(request(s.addr, "GET", CARD, &[("Host", HOST)]).status, 200);
+    }
+    let list = request(s.addr, "GET", "/v1/agents", &[("Host", REGISTRY)]);
+    assert_eq!(list.status, 200, "{}", String::from_utf8_lossy(&list.body));
+    // A ninth body finds the bodies' own bound full: 503, told when to come back.
+    let ninth = support::http::request_with_body(
+        s.addr,
+        "POST",
+        "/search",
+        &[("Host", REGISTRY), ("Content-Type", "application/json")],
+        Some(br#"{"query":{"text":"x"}}"#),
+    );
+    assert_eq!(ninth.status, 503);
+    assert_eq!(ninth.header("retry-after"), Some("1"));
+    // At the body timeout each trickler gets 408 and its connection is closed.
+    for h in &mut held {
+        assert_eq!(status_within(h, Duration::from_secs(10)), Some(408));
+    }
+    let after = support::http::request_with_body(
+        s.addr,
+        "POST",
+        "/search",
+        &[("Host", REGISTRY), ("Content-Type", "application/json")],
+        Some(br#"{"query":{"text":"x"}}"#),
+    );
+    assert_eq!(
+        after.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&after.body)
+    );
+}
+
+#[test]
+fn a_body_that_arrives_in_pieces_within_the_timeout_is_answered_and_one_past_the_limit_is_not() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--directory-host", REGISTRY]);
+    // A search of nearly the 16 KiB limit, sent in 1 KiB pieces over about a second.
+    let body = format!(
+        r#"{{"query":{{"text":"weather"}},"pad":"{}"}}"#,
+        "x".repeat(15_000)
+    );
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    let head = format!(
+        "POST /search HTTP/1.1\r\nHost: {REGISTRY}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    for piece in body.as_bytes().chunks(1024) {
+        c.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    let status = status_within(&mut c, Duration::from_secs(10));
+    assert!(
+        matches!(status, Some(200) | Some(400)),
+        "a large body sent steadily is read and answered: {status:?}"
+    );
+    // Chunked past the limit (no Content-Length to refuse it by): 413, on the API and on MCP.
+    for path in ["/search", "/mcp"] {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {REGISTRY}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nTransfer-Encoding: chunked\r\n\
+             Connection: close\r\n\r\n"
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        let chunk = format!("2000\r\n{}\r\n", " ".repeat(0x2000));
+        for _ in 0..3 {
+            if c.write_all(chunk.as_bytes()).is_err() {
+                break;
+            }
+        }
+        let _ = c.write_all(b"0\r\n\r\n");
+        assert_eq!(
+            status_within(&mut c, Duration::from_secs(10)),
+            Some(413),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn mcp_refuses_a_json_rpc_batch_before_parsing_it() {
+    let dir = card_dir();
+    let s = serve(dir.path(), &["--directory-host", REGISTRY]);
+    let headers = [
+        ("Host", REGISTRY),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let one = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
+    let batch = format!("  [{one},{one}]");
+    let r =
+        support::http::request_with_body(s.addr, "POST", "/mcp", &headers, Some(batch.as_bytes()));
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["error"]["code"], -32600);
+    assert!(v["error"]["message"].as_str().unwrap().contains("batch"));
+    // One request alone is answered.
+    let r =
+        support::http::request_with_body(s.addr, "POST", "/mcp", &headers, Some(one.as_bytes()));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("search_agents"));
 }

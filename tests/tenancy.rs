@@ -783,6 +783,65 @@ async fn objects_the_operator_did_not_create_are_never_adopted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmaps_a_tenant_labels_as_the_operators_cost_a_replica_a_few_bytes_not_their_size() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let tenant = Tenant::new(&p, &format!("hog-{t}")).await;
+    let host = format!("hog-{t}.open.test");
+    tenant.apply(&card("real", &host, "")).await.unwrap();
+    let real = wait_card(&p, &tenant.ns, "real", "Ready", ready).await;
+    wait_served(&p, &host, PATH_CARD, hash_of(&real).as_deref()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.client.clone(), &tenant.ns);
+    let own = cms.get(&card_configmap_name("real")).await.unwrap();
+    // Let the start-up's allocations settle before the baseline.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = p.op.rss_kib();
+
+    // 60 ConfigMaps of 900 KiB, labelled as the operator's: half of them also claim to be
+    // controlled by the tenant's Ready card, the others the JWKS and change-feed kinds.
+    const COUNT: usize = 60;
+    let filler = "a".repeat(900 * 1024);
+    for i in 0..COUNT {
+        let (content, owners) = match i % 3 {
+            0 => (CONTENT_CARD, own.metadata.owner_references.clone()),
+            1 => (CONTENT_JWKS, None),
+            _ => (CONTENT_FEED, None),
+        };
+        let mut labels = own.metadata.labels.clone().unwrap_or_default();
+        labels.insert(LABEL_CONTENT.into(), content.into());
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": format!("hog-{i}"), "labels": labels,
+                "annotations": {ANN_DIRECTORY: "d"}, "ownerReferences": owners},
+            "data": {KEY_CARD: filler, "more": "b"},
+        }))
+        .unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    // The watch events have long arrived by then (on the old code, the store held them all).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = p.op.rss_kib();
+    let grown_mib = after.saturating_sub(before) as f64 / 1024.0;
+    eprintln!(
+        "RSS before {:.1} MiB, after {COUNT} ConfigMaps of 900 KiB: {:.1} MiB (+{grown_mib:.1} MiB)",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0
+    );
+    assert!(
+        grown_mib < 20.0,
+        "the replica grew by {grown_mib:.1} MiB for {:.1} MiB of a tenant's ConfigMaps",
+        (COUNT * 900) as f64 / 1024.0
+    );
+    // Nothing of it is served, the tenant's own card still is, and the API is unharmed.
+    wait_served(&p, &host, PATH_CARD, hash_of(&real).as_deref()).await;
+    invariant(&p, &[]).await;
+    for i in 0..COUNT {
+        let _ = cms
+            .delete(&format!("hog-{i}"), &DeleteParams::default())
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controllers_that_fail_give_up_the_lease_and_the_process_exits() {
     let _serial = SERIAL.lock().await;
     let admin = client_for(kubeconfig()).await;

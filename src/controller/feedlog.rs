@@ -21,7 +21,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 
 use crate::contract::*;
-use crate::directory::feed::{FeedLog, MAX_PARTS};
+use crate::directory::feed::{CursorKey, FeedLog, MAX_PARTS};
 use crate::directory::site::Site;
 use crate::index::Index;
 
@@ -125,12 +125,19 @@ async fn persist(
         return Ok(true);
     }
     let held = index.feed(&site.name);
-    let base = held
+    let mut base = held
         .as_deref()
         .cloned()
         .unwrap_or_else(|| FeedLog::new(new_epoch(&site.name)));
+    // A new log, or one written before cursors were sealed, gets its cursor key (written at
+    // once: Kubernetes-mode callers wait for it).
+    let keyless = base.cursor_key.is_none();
+    if keyless {
+        base.cursor_key =
+            Some(CursorKey::random().map_err(|e| format!("making a cursor key: {e}"))?);
+    }
     let next = base.advance(site.catalog.entries(), retention, now());
-    let mut next = match (next, held.is_some()) {
+    let mut next = match (next, held.is_some() && !keyless) {
         (Some(next), _) => next,
         // A directory listing nothing still gets a log (clients get a cursor).
         (None, false) => base,

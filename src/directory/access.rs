@@ -113,6 +113,22 @@ pub struct Authorizer {
     refresh_waiting: AtomicUsize,
 }
 
+/// A caller the API server authenticated (from its bearer token).
+#[derive(Clone, Debug)]
+pub struct Caller(UserInfo);
+
+impl Caller {
+    /// What identifies the caller across its tokens: its user name and uid (a service
+    /// account's new token is the same caller; another user is not).
+    pub fn identity(&self) -> String {
+        format!(
+            "{}\u{0}{}",
+            self.0.username.as_deref().unwrap_or_default(),
+            self.0.uid.as_deref().unwrap_or_default()
+        )
+    }
+}
+
 /// Everything a SubjectAccessReview is asked with: two callers share a decision only when
 /// they would be asked about identically (`extra` included: scoped tokens differ there).
 fn user_key(u: &UserInfo) -> String {
@@ -320,6 +336,13 @@ impl Authorizer {
         authorization: Option<&str>,
         namespaces: &BTreeSet<String>,
     ) -> Result<HashSet<String>, ApiError> {
+        let caller = self.caller(authorization).await?;
+        self.visible_to(&caller, namespaces).await
+    }
+
+    /// Who holds `authorization` (the request's `Authorization` header); 401 without a bearer
+    /// token or with one the API server rejects.
+    pub async fn caller(&self, authorization: Option<&str>) -> Result<Caller, ApiError> {
         let token = authorization
             .and_then(|h| {
                 let (scheme, rest) = h.split_once(' ')?;
@@ -327,7 +350,16 @@ impl Authorizer {
             })
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ApiError::unauthenticated("a bearer token is required"))?;
-        let user = self.user(token).await?;
+        Ok(Caller(self.user(token).await?))
+    }
+
+    /// The namespaces among `namespaces` whose cards `caller` may see.
+    pub async fn visible_to(
+        &self,
+        caller: &Caller,
+        namespaces: &BTreeSet<String>,
+    ) -> Result<HashSet<String>, ApiError> {
+        let user = &caller.0;
         // Cached answers are immediate; the others are asked at most 8 at a time.
         let asks: Vec<_> = namespaces
             .iter()

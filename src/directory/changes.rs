@@ -9,7 +9,7 @@
 //! [`HEARTBEAT`], and ends when the server starts draining. Streams per process are bounded
 //! (a semaphore; past it, 503).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,8 +19,8 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, value::RawValue, Value};
 use tokio::sync::{watch, Semaphore};
 
-use super::access::Authorizer;
-use super::feed::{self, Cursor, FeedError, FeedLog, Item};
+use super::access::{Authorizer, Caller};
+use super::feed::{self, Cursor, CursorCodec, CursorError, FeedError, FeedLog, Item};
 use super::site::Site;
 use super::ApiError;
 use crate::crd::AccessMode;
@@ -49,10 +49,20 @@ pub struct Feeds {
 /// A parsed request.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Request {
-    /// Where the client is (`None`: from the start).
-    pub since: Option<Cursor>,
+    /// Where the client is (`None`: from the start), as it sent it: a cursor is read only
+    /// once the log and the caller are known ([`CursorCodec::decode`]).
+    pub since: Option<Since>,
     /// Most changes per page.
     pub limit: usize,
+}
+
+/// A cursor as a client sent it, and the parameter that carried it (named in errors).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Since {
+    /// `since` or `Last-Event-ID`.
+    pub param: &'static str,
+    /// The cursor's text.
+    pub text: String,
 }
 
 /// Parse `since` and `limit` (a stream's `Last-Event-ID` stands for `since`).
@@ -70,9 +80,10 @@ pub fn request(
         };
         match key.as_str() {
             "since" => {
-                out.since = Some(
-                    Cursor::parse(value).map_err(|e| ApiError::invalid(format!("since: {e}")))?,
-                )
+                out.since = Some(Since {
+                    param: "since",
+                    text: value.clone(),
+                })
             }
             "limit" => {
                 out.limit = value
@@ -93,10 +104,21 @@ pub fn request(
         }
     }
     if let (None, Some(id)) = (&out.since, last_event_id.filter(|s| !s.trim().is_empty())) {
-        out.since =
-            Some(Cursor::parse(id).map_err(|e| ApiError::invalid(format!("Last-Event-ID: {e}")))?);
+        out.since = Some(Since {
+            param: "Last-Event-ID",
+            text: id.to_string(),
+        });
     }
     Ok(out)
+}
+
+/// The cursor `since` stands for in `log`, read with `codec`: 400 naming the parameter for
+/// one this server did not give this caller, 410 for one of an earlier log.
+pub fn cursor_of(since: &Since, codec: &CursorCodec, log: &FeedLog) -> Result<Cursor, ApiError> {
+    codec.decode(&since.text, log).map_err(|e| match e {
+        CursorError::Invalid(why) => ApiError::invalid(format!("{}: {why}", since.param)),
+        CursorError::Expired => expired(),
+    })
 }
 
 /// 410 `CURSOR_EXPIRED`.
@@ -123,17 +145,21 @@ fn rfc3339(secs: u64) -> String {
         .unwrap_or_default()
 }
 
-/// One change as JSON.
-pub fn item(i: &Item, cursor: &Cursor) -> Value {
+/// One change as JSON, with `cursor` (the text of the cursor after it). `seq` is shown in
+/// public mode only: in Kubernetes mode the gaps between a caller's sequence numbers would
+/// count the changes it may not see.
+pub fn item(i: &Item, cursor: String, mode: AccessMode) -> Value {
     let (namespace, name) = feed::card_of(&i.identifier);
     let mut v = json!({
-        "seq": i.seq,
-        "cursor": cursor.encode(),
+        "cursor": cursor,
         "type": if i.upsert { "upsert" } else { "delete" },
         "identifier": &*i.identifier,
         "namespace": namespace,
         "name": name,
     });
+    if mode == AccessMode::Public {
+        v["seq"] = json!(i.seq);
+    }
     match (&i.entry, i.upsert) {
         (Some(e), true) => {
             v["contentHash"] = json!(e.placement.content_hash);
@@ -166,32 +192,65 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The caller's namespaces for a page of `log` after `since` (`None` in public mode): asked
-/// about every namespace the log names.
-async fn visibility(
-    site: &Site,
-    log: &FeedLog,
-    since: Option<&Cursor>,
-    authorizer: Option<&Authorizer>,
-    authorization: Option<&str>,
-) -> Result<Option<HashSet<String>>, ApiError> {
-    let namespaces = match site.mode {
-        AccessMode::Public => Default::default(),
-        AccessMode::Kubernetes => feed::namespaces(log, since.map_or(0, |c| c.seq)),
-    };
-    super::http::visibility(site.mode, authorizer, authorization, &namespaces).await
+/// Who reads a feed, as far as its pages depend on it: everyone (public mode), or one caller
+/// with the codec sealing its cursors (Kubernetes mode).
+#[derive(Clone)]
+struct Reader {
+    caller: Option<Caller>,
+    codec: CursorCodec,
 }
 
-/// One page: the items with their cursors, and where the client is after it.
+/// The reader of `site`'s feed `log` holding `authorization`: 401 in Kubernetes mode without a
+/// token the cluster accepts, 503 while the log has no cursor key yet (a log written by an
+/// earlier version, until the lease holder gives it one).
+async fn reader(
+    site: &Site,
+    log: &FeedLog,
+    authorizer: Option<&Authorizer>,
+    authorization: Option<&str>,
+) -> Result<Reader, ApiError> {
+    match site.mode {
+        AccessMode::Public => Ok(Reader {
+            caller: None,
+            codec: CursorCodec::Plain,
+        }),
+        AccessMode::Kubernetes => {
+            let authorizer = authorizer.ok_or_else(|| {
+                ApiError::internal("this server cannot check Kubernetes identities")
+            })?;
+            let caller = authorizer.caller(authorization).await?;
+            let key = log.cursor_key.clone().ok_or_else(|| {
+                ApiError::unavailable("the change feed of this directory is being upgraded")
+            })?;
+            let codec = CursorCodec::Sealed {
+                key,
+                caller: caller.identity(),
+            };
+            Ok(Reader {
+                caller: Some(caller),
+                codec,
+            })
+        }
+    }
+}
+
+/// One page of `log` after `since` for `reader`: in Kubernetes mode its visibility is asked
+/// about every namespace the log names.
 async fn next_page(
     site: &Site,
     log: &FeedLog,
     since: Option<&Cursor>,
     limit: usize,
     authorizer: Option<&Authorizer>,
-    authorization: Option<&str>,
+    reader: &Reader,
 ) -> Result<feed::Page, ApiError> {
-    let visible = visibility(site, log, since, authorizer, authorization).await?;
+    let visible = match (&reader.caller, authorizer) {
+        (Some(caller), Some(authorizer)) => {
+            let namespaces = feed::namespaces(log, since.map_or(0, |c| c.seq));
+            Some(authorizer.visible_to(caller, &namespaces).await?)
+        }
+        _ => None,
+    };
     let lookup = |id: &str| site.catalog.get(id, None);
     feed::page(log, lookup, since, limit, visible.as_ref(), now()).map_err(|e| match e {
         FeedError::Expired => expired(),
@@ -200,19 +259,27 @@ async fn next_page(
 
 /// A page as the JSON answer: `{"changes": [...], "metadata": {"count", "nextCursor",
 /// "latest", "registry"}}` (`registry`: this directory's identifier, which directories
-/// federating it add to their entries' `via`).
-pub fn page_json(page: &feed::Page, registry: &str) -> Value {
+/// federating it add to their entries' `via`); cursors written with `codec`.
+pub fn page_json(page: &feed::Page, registry: &str, codec: &CursorCodec) -> Value {
+    let mode = mode_of(codec);
     let changes: Vec<Value> = page
         .items
         .iter()
-        .map(|i| item(i, &cursor_at(page, i.seq)))
+        .map(|i| item(i, codec.encode(&cursor_at(page, i.seq)), mode))
         .collect();
     json!({"changes": changes, "metadata": {
         "count": page.items.len(),
-        "nextCursor": page.next.encode(),
-        "latest": page.latest.encode(),
+        "nextCursor": codec.encode(&page.next),
+        "latest": codec.encode(&page.latest),
         "registry": registry,
     }})
+}
+
+fn mode_of(codec: &CursorCodec) -> AccessMode {
+    match codec {
+        CursorCodec::Plain => AccessMode::Public,
+        CursorCodec::Sealed { .. } => AccessMode::Kubernetes,
+    }
 }
 
 /// The cursor after the item at `seq` of `page`.
@@ -278,20 +345,32 @@ pub async fn handle(
     };
     let authorization = headers
         .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+        .and_then(|v| v.to_str().ok());
     let Some(log) = feeds.index.feed(&site.name) else {
         let e = ApiError::unavailable("the change feed of this directory is not recorded yet");
         return error_response(&e, mode);
     };
     // Checked before a stream starts, so a bad cursor or caller gets a plain error.
+    let reader = match reader(&site, &log, authorizer.as_deref(), authorization).await {
+        Ok(r) => r,
+        Err(e) => return error_response(&e, mode),
+    };
+    let since = match req
+        .since
+        .as_ref()
+        .map(|s| cursor_of(s, &reader.codec, &log))
+    {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => return error_response(&e, mode),
+    };
     let first = match next_page(
         &site,
         &log,
-        req.since.as_ref(),
+        since.as_ref(),
         req.limit,
         authorizer.as_deref(),
-        authorization.as_deref(),
+        &reader,
     )
     .await
     {
@@ -299,7 +378,8 @@ pub async fn handle(
         Err(e) => return error_response(&e, mode),
     };
     if !wants_stream(headers) {
-        return json_response(200, &page_json(&first, &site.info().identifier), mode);
+        let body = page_json(&first, &site.info().identifier, &reader.codec);
+        return json_response(200, &body, mode);
     }
     let Ok(permit) = feeds.streams.clone().try_acquire_owned() else {
         let e = ApiError::unavailable("too many change streams open on this server");
@@ -310,9 +390,10 @@ pub async fn handle(
         feeds: feeds.clone(),
         changes: feeds.index.changes(),
         authorizer,
-        authorization,
+        pending: events(&first, &reader.codec),
+        reader,
+        authorization: authorization.map(str::to_string),
         cursor: first.next.clone(),
-        pending: events(&first),
         limit: req.limit,
         done: false,
         _permit: permit,
@@ -333,18 +414,17 @@ pub async fn handle(
     resp
 }
 
-/// The SSE events of `page`: one per change, `id:` its cursor.
-fn events(page: &feed::Page) -> Option<Bytes> {
+/// The SSE events of `page`: one per change, `id:` its cursor (written with `codec`).
+fn events(page: &feed::Page, codec: &CursorCodec) -> Option<Bytes> {
     if page.items.is_empty() {
         return None;
     }
     let mut out = String::new();
     for i in &page.items {
-        let cursor = cursor_at(page, i.seq);
-        let data = item(i, &cursor);
+        let cursor = codec.encode(&cursor_at(page, i.seq));
+        let data = item(i, cursor.clone(), mode_of(codec));
         out.push_str(&format!(
-            "id: {}\nevent: {}\ndata: {}\n\n",
-            cursor.encode(),
+            "id: {cursor}\nevent: {}\ndata: {}\n\n",
             if i.upsert { "upsert" } else { "delete" },
             data
         ));
@@ -358,6 +438,9 @@ struct Stream {
     feeds: Feeds,
     changes: watch::Receiver<u64>,
     authorizer: Option<Arc<Authorizer>>,
+    /// Who reads it; in Kubernetes mode its token is checked again for each page (a revoked
+    /// token ends the stream), as for any request.
+    reader: Reader,
     authorization: Option<String>,
     cursor: Cursor,
     /// Events computed and not yet sent.
@@ -381,20 +464,30 @@ impl Stream {
             }
             let site = self.feeds.index.site(&self.host)?;
             let log = self.feeds.index.feed(&site.name)?;
+            if let (Some(caller), Some(authorizer)) = (&mut self.reader.caller, &self.authorizer) {
+                match authorizer.caller(self.authorization.as_deref()).await {
+                    Ok(c) => *caller = c,
+                    Err(e) => {
+                        self.done = true;
+                        let data = error_body(&e);
+                        return Some(Bytes::from(format!("event: error\ndata: {data}\n\n")));
+                    }
+                }
+            }
             let page = next_page(
                 &site,
                 &log,
                 Some(&self.cursor),
                 self.limit,
                 self.authorizer.as_deref(),
-                self.authorization.as_deref(),
+                &self.reader,
             )
             .await;
             match page {
                 Ok(p) => {
                     let moved = p.next != self.cursor;
                     self.cursor = p.next.clone();
-                    self.pending = events(&p);
+                    self.pending = events(&p, &self.reader.codec);
                     if self.pending.is_some() || moved {
                         continue;
                     }
@@ -423,24 +516,21 @@ mod tests {
 
     #[test]
     fn parameters_name_what_is_wrong() {
-        let c = Cursor {
-            epoch: "e".into(),
-            seq: 4,
-            seen: None,
-        };
-        let r = request(&params(&[("since", &c.encode()), ("limit", "7")]), None).unwrap();
+        let r = request(&params(&[("since", "c1"), ("limit", "7")]), None).unwrap();
         assert_eq!(
             r,
             Request {
-                since: Some(c.clone()),
+                since: Some(Since {
+                    param: "since",
+                    text: "c1".into()
+                }),
                 limit: 7
             }
         );
         // Last-Event-ID stands for `since` on a stream.
-        let r = request(&params(&[]), Some(&c.encode())).unwrap();
-        assert_eq!(r.since, Some(c));
+        let r = request(&params(&[]), Some("c2")).unwrap();
+        assert_eq!(r.since.unwrap().param, "Last-Event-ID");
         for (p, needle) in [
-            (params(&[("since", "garbage!")]), "since: not a cursor"),
             (params(&[("limit", "0")]), "limit: must be"),
             (params(&[("limit", "1001")]), "limit: must be"),
             (params(&[("after", "x")]), "after: unknown parameter"),
@@ -453,8 +543,21 @@ mod tests {
             assert_eq!(e.status, 400);
             assert!(e.message.starts_with(needle), "{}", e.message);
         }
-        let e = request(&params(&[]), Some("nope")).unwrap_err();
-        assert!(e.message.starts_with("Last-Event-ID: "), "{}", e.message);
+        // A cursor is read against the log: garbage is 400 naming its parameter.
+        let log = FeedLog::new("e");
+        for param in ["since", "Last-Event-ID"] {
+            let since = Since {
+                param,
+                text: "garbage!".into(),
+            };
+            let e = cursor_of(&since, &CursorCodec::Plain, &log).unwrap_err();
+            assert_eq!(e.status, 400);
+            assert!(
+                e.message.starts_with(&format!("{param}: not a cursor")),
+                "{}",
+                e.message
+            );
+        }
         let body = error_body(&expired());
         assert_eq!(body["error"]["code"], "CURSOR_EXPIRED");
         assert_eq!(expired().status, 410);

@@ -18,6 +18,16 @@
 //! ConfigMap deleted — expires every cursor) and, in Kubernetes access mode, the namespaces
 //! the caller could read, so a namespace entering or leaving its view arrives as upserts or
 //! deletes.
+//!
+//! In Kubernetes access mode a cursor is sealed ([`CursorCodec::Sealed`]): its position and
+//! namespaces are encrypted and authenticated (AES-256-GCM) under the log's own cursor key,
+//! with the caller's identity bound in, so the server trusts only what it wrote for that
+//! caller (a forged, altered or another caller's cursor does not open), and the caller reads
+//! nothing in it: not the sequence numbers, which count changes it may not see. The key is
+//! random, made with the log and persisted with it (in the operator's namespace, which tenants
+//! do not read), so every replica opens the cursors of every other, across restarts and
+//! hand-overs; a new log has a new key. Public mode keeps plain cursors (everything in them
+//! is public).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{Read, Write};
@@ -106,6 +116,9 @@ pub struct FeedLog {
     pub resource_version: Option<String>,
     /// Parts the log was last persisted in (a write keeps at least as many).
     pub parts: usize,
+    /// The key cursors of this log are sealed with in Kubernetes access mode (`None` for a
+    /// log persisted before cursors were sealed, until the writer gives it one).
+    pub cursor_key: Option<CursorKey>,
     by_seq: BTreeMap<u64, Change>,
     by_id: HashMap<Arc<str>, u64>,
     tombstones: usize,
@@ -124,6 +137,9 @@ struct Head {
     last_seq: u64,
     #[serde(default)]
     parts: Vec<String>,
+    /// The cursor key, base64 (absent in logs written before cursors were sealed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cursor_key: Option<String>,
     changes: Vec<Row>,
 }
 
@@ -330,6 +346,7 @@ impl FeedLog {
                 horizon: self.horizon,
                 last_seq: self.last_seq,
                 parts: parts.iter().map(|p| part_hash(p)).collect(),
+                cursor_key: self.cursor_key.as_ref().map(CursorKey::encode),
                 changes: first,
             });
             if head.len() <= max && parts.iter().all(|p| p.len() <= max) {
@@ -363,6 +380,10 @@ impl FeedLog {
     ) -> Result<FeedLog, String> {
         let h: Head = gunzip(head, max_json)?;
         let mut log = FeedLog::new(h.epoch.clone());
+        log.cursor_key = match &h.cursor_key {
+            None => None,
+            Some(k) => Some(CursorKey::decode(k).ok_or("the cursor key is malformed")?),
+        };
         log.horizon = h.horizon;
         log.last_seq = h.last_seq;
         log.parts = h.parts.len() + 1;
@@ -481,6 +502,171 @@ impl Cursor {
         })
     }
 }
+
+/// Bytes of a [`CursorKey`] (AES-256).
+const CURSOR_KEY_BYTES: usize = 32;
+/// Bytes of a sealed cursor's nonce (GCM's 96 bits) and tag.
+const NONCE_BYTES: usize = 12;
+const TAG_BYTES: usize = 16;
+
+/// The secret a log's cursors are sealed with in Kubernetes access mode (see the module doc).
+#[derive(Clone, PartialEq, Eq)]
+pub struct CursorKey([u8; CURSOR_KEY_BYTES]);
+
+/// Never printed.
+impl std::fmt::Debug for CursorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CursorKey(..)")
+    }
+}
+
+impl CursorKey {
+    /// A new random key (from OpenSSL's CSPRNG).
+    pub fn random() -> Result<CursorKey, openssl::error::ErrorStack> {
+        let mut key = [0u8; CURSOR_KEY_BYTES];
+        openssl::rand::rand_bytes(&mut key)?;
+        Ok(CursorKey(key))
+    }
+
+    fn encode(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(self.0)
+    }
+
+    fn decode(text: &str) -> Option<CursorKey> {
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .ok()?;
+        Some(CursorKey(raw.try_into().ok()?))
+    }
+}
+
+/// Why a cursor given by a client is not taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CursorError {
+    /// Not a cursor this server gave out to this caller: forged, altered, cut, another
+    /// caller's, or of the other access mode (400).
+    Invalid(&'static str),
+    /// A cursor of another log of this directory (a new log expires every cursor: 410).
+    Expired,
+}
+
+/// How one caller's cursors are written and read: plain (public mode), or sealed for a caller
+/// under the log's key (Kubernetes mode; see the module doc).
+#[derive(Clone, Debug)]
+pub enum CursorCodec {
+    /// [`Cursor::encode`] / [`Cursor::parse`].
+    Plain,
+    /// Encrypted and authenticated, bound to `caller`.
+    Sealed {
+        /// The log's key.
+        key: CursorKey,
+        /// Who the cursors are for (what identifies the caller: its user name and uid).
+        caller: String,
+    },
+}
+
+/// A sealed cursor's text: `2.<epoch>.<base64url(nonce ‖ ciphertext ‖ tag)>`; the plaintext is
+/// the position as 8 bytes and each namespace hash as 4 (a fixed width: its length says nothing
+/// of the position).
+const SEALED_PREFIX: &str = "2.";
+
+fn aad(epoch: &str, caller: &str) -> Vec<u8> {
+    format!("agentcard.dev/feed-cursor\u{0}{epoch}\u{0}{caller}").into_bytes()
+}
+
+impl CursorCodec {
+    /// The text a client is given for `cursor`.
+    pub fn encode(&self, cursor: &Cursor) -> String {
+        let CursorCodec::Sealed { key, caller } = self else {
+            return cursor.encode();
+        };
+        let mut plain = cursor.seq.to_be_bytes().to_vec();
+        for h in cursor.seen.iter().flatten() {
+            plain.extend_from_slice(&h.to_be_bytes());
+        }
+        let mut nonce = [0u8; NONCE_BYTES];
+        let mut tag = [0u8; TAG_BYTES];
+        let sealed = openssl::rand::rand_bytes(&mut nonce).and_then(|()| {
+            openssl::symm::encrypt_aead(
+                openssl::symm::Cipher::aes_256_gcm(),
+                &key.0,
+                Some(&nonce),
+                &aad(&cursor.epoch, caller),
+                &plain,
+                &mut tag,
+            )
+        });
+        // OpenSSL failing to encrypt is no state to serve from: an empty cursor is refused
+        // when it comes back (the client re-lists), and nothing is disclosed.
+        let Ok(ciphertext) = sealed else {
+            tracing::error!("sealing a change-feed cursor failed");
+            return String::new();
+        };
+        let mut raw = nonce.to_vec();
+        raw.extend_from_slice(&ciphertext);
+        raw.extend_from_slice(&tag);
+        format!(
+            "{SEALED_PREFIX}{}.{}",
+            cursor.epoch,
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+        )
+    }
+
+    /// The cursor `text` stands for in `log`: [`CursorError::Expired`] for one of another log
+    /// of the same kind, [`CursorError::Invalid`] for anything this codec did not write.
+    pub fn decode(&self, text: &str, log: &FeedLog) -> Result<Cursor, CursorError> {
+        let text = text.trim();
+        let CursorCodec::Sealed { key, caller } = self else {
+            if text.starts_with(SEALED_PREFIX) {
+                // The directory's access mode changed: its callers re-list.
+                return Err(CursorError::Expired);
+            }
+            return Cursor::parse(text).map_err(|_| CursorError::Invalid(NOT_OURS));
+        };
+        let forged = CursorError::Invalid(NOT_FOR_CALLER);
+        let (epoch, sealed) = text
+            .strip_prefix(SEALED_PREFIX)
+            .and_then(|rest| rest.split_once('.'))
+            .ok_or(forged.clone())?;
+        if epoch != log.epoch {
+            return Err(CursorError::Expired);
+        }
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(sealed)
+            .map_err(|_| forged.clone())?;
+        if raw.len() < NONCE_BYTES + 8 + TAG_BYTES {
+            return Err(forged);
+        }
+        let (nonce, rest) = raw.split_at(NONCE_BYTES);
+        let (ciphertext, tag) = rest.split_at(rest.len() - TAG_BYTES);
+        let plain = openssl::symm::decrypt_aead(
+            openssl::symm::Cipher::aes_256_gcm(),
+            &key.0,
+            Some(nonce),
+            &aad(epoch, caller),
+            ciphertext,
+            tag,
+        )
+        .map_err(|_| forged.clone())?;
+        let (seq, hashes) = plain.split_at(8);
+        if hashes.len() % 4 != 0 {
+            return Err(forged);
+        }
+        let seq = u64::from_be_bytes(seq.try_into().map_err(|_| forged.clone())?);
+        let seen = hashes
+            .chunks_exact(4)
+            .map(|h| u32::from_be_bytes([h[0], h[1], h[2], h[3]]))
+            .collect();
+        Ok(Cursor {
+            epoch: epoch.to_string(),
+            seq,
+            seen: Some(seen),
+        })
+    }
+}
+
+const NOT_OURS: &str = "not a cursor this server gave out";
+const NOT_FOR_CALLER: &str = "not a cursor this directory gave out to this caller";
 
 /// What a page could not be.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -753,6 +939,73 @@ mod tests {
             seen: Some([1, 0xffff_ffff].into()),
         };
         assert_eq!(Cursor::parse(&c.encode()).unwrap(), c);
+    }
+
+    fn sealed(caller: &str, key: &CursorKey) -> CursorCodec {
+        CursorCodec::Sealed {
+            key: key.clone(),
+            caller: caller.into(),
+        }
+    }
+
+    #[test]
+    fn sealed_cursors_open_only_for_their_caller_and_say_nothing_of_the_position() {
+        let mut log = FeedLog::new("e1");
+        log.cursor_key = Some(CursorKey::random().unwrap());
+        let key = log.cursor_key.clone().unwrap();
+        let alice = sealed("alice\u{0}u1", &key);
+        let c = Cursor {
+            epoch: "e1".into(),
+            seq: 7,
+            seen: Some([namespace_hash("evil")].into()),
+        };
+        let text = alice.encode(&c);
+        assert_eq!(alice.decode(&text, &log).unwrap(), c);
+        // Sealed with a fresh nonce each time; the length does not follow the position.
+        let far = Cursor {
+            seq: 123_456_789_012,
+            ..c.clone()
+        };
+        assert_ne!(alice.encode(&c), text);
+        assert_eq!(alice.encode(&far).len(), text.len());
+        // Nothing in it reads as the position or a namespace.
+        assert!(Cursor::parse(&text).is_err());
+        // The old attack: a plain cursor naming another namespace's hash.
+        let forged = Cursor {
+            seen: Some([namespace_hash("team-a")].into()),
+            ..c.clone()
+        };
+        let bad = CursorError::Invalid(NOT_FOR_CALLER);
+        assert_eq!(alice.decode(&forged.encode(), &log), Err(bad.clone()));
+        // Altered anywhere past the epoch, cut, or another caller's: refused alike.
+        let body_at = SEALED_PREFIX.len() + "e1.".len();
+        for i in body_at..text.len() {
+            let mut b = text.clone().into_bytes();
+            b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+            let altered = String::from_utf8(b).unwrap();
+            assert!(alice.decode(&altered, &log).is_err(), "altered at {i}");
+        }
+        assert_eq!(
+            alice.decode(&text[..text.len() - 4], &log),
+            Err(bad.clone())
+        );
+        let bob = sealed("bob\u{0}u2", &key);
+        assert_eq!(bob.decode(&text, &log), Err(bad.clone()));
+        // Another log's key does not open it either; another epoch has expired.
+        let other = sealed("alice\u{0}u1", &CursorKey::random().unwrap());
+        assert_eq!(other.decode(&text, &log), Err(bad));
+        let renamed = text.replacen("2.e1.", "2.e0.", 1);
+        assert_eq!(alice.decode(&renamed, &log), Err(CursorError::Expired));
+        // Public mode reads plain cursors, and takes a sealed one for the other mode's.
+        assert_eq!(CursorCodec::Plain.decode(&c.encode(), &log).unwrap(), c);
+        assert_eq!(
+            CursorCodec::Plain.decode(&text, &log),
+            Err(CursorError::Expired)
+        );
+        // The key persists with the log (every replica seals and opens alike).
+        let back = FeedLog::decode(&log.encode(), 1 << 20).unwrap();
+        assert_eq!(back.cursor_key, log.cursor_key);
+        assert_eq!(format!("{key:?}"), "CursorKey(..)");
     }
 
     #[test]

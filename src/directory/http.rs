@@ -526,12 +526,19 @@ where
         return (Route::Directory, resp);
     }
     if rest == "/mcp" {
-        let resp = mcp(
-            site,
-            authorizer.as_deref(),
-            http::Request::from_parts(parts, body),
-        )
-        .await;
+        // Read whole first: a body past the limit (chunked, too) is refused before the MCP
+        // transport parses it, and so is a JSON-RPC batch (one request a POST, as MCP's
+        // streamable HTTP transport has it since 2025-06-18).
+        let bytes = match read_body(body, max_body).await {
+            Ok(b) => b,
+            Err(e) => return (Route::Directory, mcp_refusal(e.status, &e.message)),
+        };
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            let why = "JSON-RPC batches are not accepted: send one request per POST";
+            return (Route::Directory, mcp_refusal(400, why));
+        }
+        let req = http::Request::from_parts(parts, http_body_util::Full::new(bytes));
+        let resp = mcp(site, authorizer.as_deref(), req).await;
         return (Route::Directory, resp);
     }
     if rest == "/v1/changes" && parts.method == Method::GET {
@@ -608,6 +615,18 @@ where
     let (head, body) = super::mcp::serve(caller, req).await.into_parts();
     let mut resp = Response::from_parts(head, Body::Boxed(body));
     cors(resp.headers_mut());
+    resp
+}
+
+/// A JSON-RPC error answering an `/mcp` request refused before the MCP transport saw it.
+fn mcp_refusal(status: u16, message: &str) -> Response<Body> {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": -32600, "message": message}});
+    let mut resp = Response::new(Body::from(Bytes::from(body.to_string())));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    let h = resp.headers_mut();
+    cors(h);
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 

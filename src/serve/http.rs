@@ -289,7 +289,8 @@ pub fn preflight_for(req: &HeaderMap, methods: &'static str) -> Response<Body> {
     resp
 }
 
-fn json_error(status: StatusCode, message: &str, head: bool) -> Response<Body> {
+/// A JSON error answer (`{"error": message}`), with no body for a HEAD request (`head`).
+pub(crate) fn json_error(status: StatusCode, message: &str, head: bool) -> Response<Body> {
     let body = Bytes::from(serde_json::json!({"error": message}).to_string());
     let mut resp = Response::new(Body::default());
     *resp.status_mut() = status;

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -104,10 +106,15 @@ pub struct Limits {
     /// How long a request head that has started may take to arrive in full (a client sending
     /// it a header at a time holds its connection no longer).
     pub head_timeout: Duration,
+    /// How long a request body may take to arrive in full once its head has (a body is read
+    /// whole before the request takes one of the slots of `max_concurrent_requests`, so a
+    /// client trickling one holds a slot of the bodies' own bound, and for this long at most).
+    pub body_timeout: Duration,
     /// Connections one client address may hold at once (0: any number).
     pub max_connections_per_client: usize,
     /// Requests answered at once by the process; past it, 503 with `Retry-After`. (An
-    /// HTTP/1.1 connection carries one request at a time.)
+    /// HTTP/1.1 connection carries one request at a time.) Request bodies being received
+    /// have a bound of the same size of their own: a slow body never holds a request slot.
     pub max_concurrent_requests: usize,
     /// Change-feed streams (`GET /v1/changes` as Server-Sent Events) open at once; past it,
     /// 503 with `Retry-After`.
@@ -132,6 +139,10 @@ pub struct ServerFlags {
     /// Seconds a request head that has started may take to arrive in full.
     #[arg(long, default_value_t = 10)]
     pub head_timeout: u64,
+    /// Seconds a request body (directory queries, MCP) may take to arrive in full once its
+    /// head has; a slower one is answered 408 and its connection closed.
+    #[arg(long, default_value_t = 10)]
+    pub body_timeout: u64,
     /// Seconds a response write may wait for a client that does not read before the
     /// connection is closed.
     #[arg(long, default_value_t = 30)]
@@ -166,6 +177,7 @@ impl ServerFlags {
             max_connections: self.max_connections,
             header_read_timeout: Duration::from_secs(self.header_read_timeout.max(1)),
             head_timeout: Duration::from_secs(self.head_timeout.max(1)),
+            body_timeout: Duration::from_secs(self.body_timeout.max(1)),
             write_timeout: Duration::from_secs(self.write_timeout.max(1)),
             max_connections_per_client: self.max_connections_per_client,
             max_concurrent_requests: self.max_concurrent_requests.max(1),
@@ -189,6 +201,7 @@ impl Default for Limits {
             max_connection_age: Duration::from_secs(600),
             write_timeout: Duration::from_secs(30),
             head_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
             max_connections_per_client: 0,
             max_concurrent_requests: 4096,
             max_feed_streams: 1000,
@@ -263,6 +276,7 @@ pub async fn serve_public(
             draining: shutdown.clone(),
             limits,
             in_flight: guards.in_flight.clone(),
+            bodies: guards.bodies.clone(),
             cache: guards.cache.clone(),
             verdicts: crate::serve::conn::Verdicts::default(),
             feeds: Feeds {
@@ -293,6 +307,8 @@ pub struct Guards {
     pub per_client: Arc<PerClient>,
     /// Requests answered at once.
     pub in_flight: Arc<Semaphore>,
+    /// Request bodies being received at once (apart from `in_flight`: see [`receive`]).
+    pub bodies: Arc<Semaphore>,
     /// Change-feed streams open at once.
     pub streams: Arc<Semaphore>,
     /// Rendered directory responses.
@@ -305,6 +321,7 @@ impl Guards {
         Guards {
             per_client: PerClient::new(limits.max_connections_per_client),
             in_flight: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
+            bodies: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
             streams: Arc::new(Semaphore::new(limits.max_feed_streams)),
             cache,
         }
@@ -320,6 +337,7 @@ struct Shared {
     draining: Arc<Shutdown>,
     limits: Limits,
     in_flight: Arc<Semaphore>,
+    bodies: Arc<Semaphore>,
     /// Rendered directory responses.
     cache: Arc<ResponseCache>,
     /// What the connection layer found in each request head.
@@ -391,12 +409,19 @@ async fn serve_connection(
     drop(slots);
 }
 
-/// One request: malformed (400), over the process's concurrency (503), too large, a
+/// One request: malformed (400), its body received ([`receive`]: too large, too slow, or
+/// past the bound on bodies being received), over the process's concurrency (503), a
 /// directory host's, or a card's; counted; marked `Connection: close` while draining.
 async fn answer_request(req: hyper::Request<Incoming>, shared: &Shared) -> hyper::Response<Body> {
     let (route, mut resp) = match admit(&req, shared) {
         Err(refused) => refused,
-        Ok((target, _request_slot)) => dispatch(req, &target, shared).await,
+        Ok(target) => match receive(req, shared).await {
+            Err(refused) => refused,
+            Ok(req) => match shared.in_flight.clone().try_acquire_owned() {
+                Err(_) => (Route::Busy, busy()),
+                Ok(_request_slot) => dispatch(req, &target, shared).await,
+            },
+        },
     };
     shared.metrics.observe(route, resp.status().as_u16());
     if shared.draining.is_draining() {
@@ -409,45 +434,92 @@ async fn answer_request(req: hyper::Request<Incoming>, shared: &Shared) -> hyper
     resp
 }
 
-/// The request's target, and a slot among the requests answered at once; or the answer that
-/// refuses it.
+/// The request's target; or the answer that refuses it.
 fn admit(
     req: &hyper::Request<Incoming>,
     shared: &Shared,
-) -> Result<(Target, tokio::sync::OwnedSemaphorePermit), (Route, hyper::Response<Body>)> {
+) -> Result<Target, (Route, hyper::Response<Body>)> {
     if shared.verdicts.next() == HeadVerdict::Fragment {
         return Err((
             Route::BadRequest,
             bad_request("a request-target carries no fragment"),
         ));
     }
-    let target = target::of(req.version(), req.uri(), req.headers())
-        .map_err(|why| (Route::BadRequest, bad_request(why)))?;
-    let slot = shared
-        .in_flight
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| (Route::Busy, busy()))?;
-    Ok((target, slot))
+    target::of(req.version(), req.uri(), req.headers())
+        .map_err(|why| (Route::BadRequest, bad_request(why)))
 }
 
-/// Route an admitted request: too large, a directory host's, or a card's.
-async fn dispatch(
+/// A request whose body is here in full: read before the request takes a slot among those
+/// answered at once, so a client sending its body slowly holds none of them. A body declared
+/// larger than the limit is refused before it is read (413), so is one that grows past it
+/// (chunked); one that has not arrived within [`Limits::body_timeout`] gets 408 (its
+/// connection closes). Bodies being received have their own bound (503 past it), which
+/// requests without a body (every card, most directory queries) never wait for.
+async fn receive(
     req: hyper::Request<Incoming>,
-    target: &Target,
     shared: &Shared,
-) -> (Route, hyper::Response<Body>) {
+) -> Result<hyper::Request<Full<Bytes>>, (Route, hyper::Response<Body>)> {
+    use http_body_util::BodyExt;
     let limits = &shared.limits;
-    let declared = req
-        .headers()
+    let (parts, body) = req.into_parts();
+    if hyper::body::Body::is_end_stream(&body) {
+        return Ok(hyper::Request::from_parts(parts, Full::new(Bytes::new())));
+    }
+    let declared = parts
+        .headers
         .get(::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
-    let host = target.host.as_deref();
     if declared > limits.max_body_bytes {
-        return (Route::TooLarge, too_large());
+        return Err((Route::TooLarge, too_large()));
     }
+    let Ok(_body_slot) = shared.bodies.clone().try_acquire_owned() else {
+        return Err((Route::Busy, busy()));
+    };
+    let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
+    let read = http_body_util::Limited::new(body, max).collect();
+    match tokio::time::timeout(limits.body_timeout, read).await {
+        Err(_) => Err((Route::BadRequest, body_too_slow(limits.body_timeout))),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err((Route::TooLarge, too_large()))
+        }
+        Ok(Err(_)) => Err((
+            Route::BadRequest,
+            bad_request("the request body is malformed"),
+        )),
+        Ok(Ok(collected)) => Ok(hyper::Request::from_parts(
+            parts,
+            Full::new(collected.to_bytes()),
+        )),
+    }
+}
+
+/// 408 for a body that did not arrive in time; the connection closes after it.
+fn body_too_slow(within: Duration) -> hyper::Response<Body> {
+    let mut resp = super::http::json_error(
+        ::http::StatusCode::REQUEST_TIMEOUT,
+        &format!(
+            "the request body did not arrive within {} s",
+            within.as_secs()
+        ),
+        false,
+    );
+    resp.headers_mut().insert(
+        ::http::header::CONNECTION,
+        ::http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// Route an admitted request whose body is here: a directory host's, or a card's.
+async fn dispatch(
+    req: hyper::Request<Full<Bytes>>,
+    target: &Target,
+    shared: &Shared,
+) -> (Route, hyper::Response<Body>) {
+    let limits = &shared.limits;
+    let host = target.host.as_deref();
     if let Some(site) = host.and_then(|h| shared.index.site(h)) {
         let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
         let index = &shared.index;

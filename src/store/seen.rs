@@ -30,6 +30,10 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::compact::{digest, operator_annotations, ANN_LAST_APPLIED};
+use crate::contract::{
+    card_configmap_name, CONTENT_CARD, CONTENT_FEED, CONTENT_FEED_PART, CONTENT_JWKS, KEY_CARD,
+    KEY_FEED, KEY_JWKS, LABEL_CONTENT,
+};
 
 /// One owner reference, as [`MetaView::owners`] lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,6 +313,9 @@ pub struct SeenConfigMap {
     /// `data` and `binaryData`, sorted by key; each value the bytes of its string (`data`)
     /// or the decoded bytes (`binaryData`).
     data: Box<[(Box<str>, Bytes)]>,
+    /// Whether [`SeenConfigMap::keep_only_ours`] dropped data keys the operator never reads
+    /// (so the object does not hold exactly what the operator wrote).
+    dropped: bool,
 }
 
 impl SeenConfigMap {
@@ -328,7 +335,8 @@ impl SeenConfigMap {
     /// Whether `data` is exactly `want`.
     pub fn holds_data(&self, want: &Option<BTreeMap<String, String>>) -> bool {
         let want = want.as_ref();
-        self.data.len() == want.map_or(0, BTreeMap::len)
+        !self.dropped
+            && self.data.len() == want.map_or(0, BTreeMap::len)
             && want
                 .into_iter()
                 .flatten()
@@ -362,7 +370,59 @@ impl From<ConfigMap> for SeenConfigMap {
             metadata,
             seen,
             data,
+            dropped: false,
         }
+    }
+}
+
+impl SeenConfigMap {
+    /// Keep of a watched ConfigMap only what the operator itself wrote and reads, so what a
+    /// tenant labels as the operator's costs every replica a few bytes, not its size:
+    /// - a card ([`CONTENT_CARD`]) controlled by an AgentCard and named as the operator names
+    ///   that card's ConfigMap ([`card_configmap_name`]): its metadata and [`KEY_CARD`];
+    /// - the JWKS and the change-feed logs, in `operator_namespace` only: their metadata and
+    ///   their one key;
+    /// - anything else: what identifies it (name, namespace, uid, resourceVersion) and no
+    ///   labels, annotations, owners or data. Readers take it for an object that is not the
+    ///   operator's, as it is.
+    pub fn keep_only_ours(&mut self, operator_namespace: &str) {
+        let key = match self.seen.label(LABEL_CONTENT) {
+            Some(CONTENT_CARD) if self.is_a_cards_own() => Some(KEY_CARD),
+            Some(CONTENT_JWKS) if self.in_namespace(operator_namespace) => Some(KEY_JWKS),
+            Some(CONTENT_FEED | CONTENT_FEED_PART) if self.in_namespace(operator_namespace) => {
+                Some(KEY_FEED)
+            }
+            _ => None,
+        };
+        let Some(key) = key else {
+            self.seen = SeenMeta::default();
+            self.dropped = !self.data.is_empty();
+            self.data = Box::default();
+            return;
+        };
+        if self.data.iter().any(|(k, _)| k.as_ref() != key) {
+            self.dropped = true;
+            let kept: Vec<(Box<str>, Bytes)> = self
+                .data
+                .iter()
+                .filter(|(k, _)| k.as_ref() == key)
+                .cloned()
+                .collect();
+            self.data = kept.into_boxed_slice();
+        }
+    }
+
+    fn in_namespace(&self, ns: &str) -> bool {
+        self.metadata.namespace.as_deref() == Some(ns)
+    }
+
+    /// Controlled by an AgentCard whose ConfigMap has this name.
+    fn is_a_cards_own(&self) -> bool {
+        self.seen.controller().is_some_and(|o| {
+            o.kind == "AgentCard"
+                && o.api_version.split('/').next() == Some("agentcard.dev")
+                && self.metadata.name.as_deref() == Some(card_configmap_name(o.name).as_str())
+        })
     }
 }
 
@@ -444,6 +504,97 @@ mod tests {
             "annotations": {"a": "1"}},
             "spec": spec,
             "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}}})
+    }
+
+    fn configmap(
+        ns: &str,
+        name: &str,
+        content: &str,
+        owner: Option<(&str, &str)>,
+    ) -> SeenConfigMap {
+        let owners: Vec<serde_json::Value> = owner
+            .map(|(kind, name)| {
+                json!({"apiVersion": "agentcard.dev/v1alpha1", "kind": kind,
+                "name": name, "uid": "u1", "controller": true})
+            })
+            .into_iter()
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns, "uid": "cm1",
+            "labels": {crate::contract::LABEL_MANAGED_BY: "agentcard-operator", LABEL_CONTENT: content},
+            "annotations": {"big": "y".repeat(4096)},
+            "ownerReferences": owners},
+            "data": {KEY_CARD: "{}", KEY_JWKS: "{}", KEY_FEED: "x", "extra": "z".repeat(100_000)}}))
+        .unwrap()
+    }
+
+    fn held_bytes(cm: &SeenConfigMap) -> usize {
+        cm.data
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+            + cm.seen.text.len()
+    }
+
+    #[test]
+    fn only_what_the_operator_wrote_is_kept_of_a_configmap_labelled_as_its() {
+        // A card's own ConfigMap: its one key (and a mark that others were there).
+        let mut own = configmap(
+            "team",
+            "agentcard-a",
+            CONTENT_CARD,
+            Some(("AgentCard", "a")),
+        );
+        own.keep_only_ours("ops");
+        assert_eq!(own.text(KEY_CARD), Some("{}"));
+        assert!(own.bytes("extra").is_none() && own.bytes(KEY_JWKS).is_none());
+        assert!(own.seen.controller().is_some());
+        let want = Some([(KEY_CARD.to_string(), "{}".to_string())].into());
+        assert!(
+            !own.holds_data(&want),
+            "keys were dropped: not what the operator wrote"
+        );
+        // Forged: another name than its card's, another kind of owner, no owner, the
+        // operator's own kinds outside its namespace, an unknown content: a few bytes each.
+        for (ns, name, content, owner) in [
+            ("team", "copy", CONTENT_CARD, Some(("AgentCard", "a"))),
+            (
+                "team",
+                "agentcard-a",
+                CONTENT_CARD,
+                Some(("Deployment", "a")),
+            ),
+            ("team", "agentcard-a", CONTENT_CARD, None),
+            ("team", "agentcard-jwks", CONTENT_JWKS, None),
+            (
+                "team",
+                "agentcard-feed-d",
+                CONTENT_FEED,
+                Some(("AgentDirectory", "d")),
+            ),
+            ("team", "agentcard-feed-d-1", CONTENT_FEED_PART, None),
+            ("team", "x", "other", None),
+        ] {
+            let mut cm = configmap(ns, name, content, owner);
+            assert!(held_bytes(&cm) > 100_000);
+            cm.keep_only_ours("ops");
+            assert_eq!(held_bytes(&cm), 0, "{ns}/{name} ({content})");
+            assert!(cm.seen.label(LABEL_CONTENT).is_none() && cm.seen.controller().is_none());
+            assert_eq!(cm.metadata.name.as_deref(), Some(name));
+        }
+        // The operator's own kinds in its namespace: their one key.
+        for (content, key) in [
+            (CONTENT_JWKS, KEY_JWKS),
+            (CONTENT_FEED, KEY_FEED),
+            (CONTENT_FEED_PART, KEY_FEED),
+        ] {
+            let mut cm = configmap("ops", "n", content, None);
+            cm.keep_only_ours("ops");
+            assert!(
+                cm.bytes(key).is_some() && cm.bytes("extra").is_none(),
+                "{content}"
+            );
+            assert_eq!(cm.seen.label(LABEL_CONTENT), Some(content));
+        }
     }
 
     #[test]
