@@ -858,7 +858,8 @@ impl Follower {
         let v = json_of(&r);
         let changes = v["changes"].as_array().unwrap();
         for c in changes {
-            let seq = c["seq"].as_u64().unwrap();
+            // Kubernetes mode shows no sequence numbers (they would count hidden changes).
+            let seq = c["seq"].as_u64().unwrap_or(self.last_seq + 1);
             if !view {
                 assert!(
                     seq > self.last_seq,
@@ -1299,6 +1300,181 @@ async fn in_kubernetes_mode_the_feed_shows_a_caller_only_the_namespaces_it_may_r
     assert_eq!(fa.have.len(), 2);
     assert_eq!(fboth.namespaces, [a.ns.clone(), b.ns.clone()].into());
     assert_eq!(fboth.have.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_kubernetes_mode_a_cursor_opens_only_for_its_caller_and_hidden_changes_are_not_countable(
+) {
+    use agentcard_operator::directory::feed::{namespace_hash, Cursor};
+    let mut p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let victim = Tenant::new(&p, &format!("fs-a-{t}")).await;
+    let evil = Tenant::new(&p, &format!("fs-evil-{t}")).await;
+    let dname = format!("fs-{t}");
+    let dhost = format!("fs-{t}.open.test");
+    let selector = json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [victim.ns, evil.ns]}]},
+        "access": {"mode": "Kubernetes"}});
+    apply_directory(&p, &directory(&dname, &dhost, selector)).await;
+    let token_victim = format!(
+        "Bearer {}",
+        service_account_token(&p, &victim.ns, "reader", &[&victim.ns]).await
+    );
+    let token_evil = format!(
+        "Bearer {}",
+        service_account_token(&p, &evil.ns, "reader", &[&evil.ns]).await
+    );
+    evil.apply(&card("e0", &format!("e0-{t}.open.test"), ""))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let name = format!("v{i}");
+        victim
+            .apply(&card(&name, &format!("{name}-{t}.open.test"), ""))
+            .await
+            .unwrap();
+    }
+    let addr = p.op.server.addr;
+    let mut fv = Follower::default();
+    converge(
+        &mut fv,
+        addr,
+        &dhost,
+        Some(&token_victim),
+        true,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(fv.have.len(), 3);
+    let mut fe = Follower::default();
+    converge(
+        &mut fe,
+        addr,
+        &dhost,
+        Some(&token_evil),
+        true,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(fe.have.len(), 1);
+    let evil_cursor = fe.cursor.clone().unwrap();
+    fn feed_page(p: &Platform, host: &str, cursor: &str, auth: &str, param: &str) -> Resp {
+        let (path, mut headers) = match param {
+            "since" => (format!("/v1/changes?since={cursor}"), vec![]),
+            _ => ("/v1/changes".to_string(), vec![("Last-Event-ID", cursor)]),
+        };
+        headers.push(("Authorization", auth));
+        get(p, host, &path, &headers)
+    }
+    let quiet = feed_page(&p, &dhost, &evil_cursor, &token_evil, "since");
+    assert_eq!(quiet.status, 200);
+    assert_eq!(json_of(&quiet)["metadata"]["count"], 0);
+
+    // The victim's cards change and go: tombstones in a namespace the attacker may not read.
+    for i in 0..3 {
+        victim.delete(&format!("v{i}")).await;
+    }
+    for i in 3..8 {
+        let name = format!("v{i}");
+        victim
+            .apply(&card(&name, &format!("{name}-{t}.open.test"), ""))
+            .await
+            .unwrap();
+    }
+    converge(
+        &mut fv,
+        addr,
+        &dhost,
+        Some(&token_victim),
+        true,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(fv.have.len(), 5);
+
+    // The old attack: a cursor that claims the victim's namespace was readable before.
+    let epoch = evil_cursor
+        .strip_prefix("2.")
+        .and_then(|r| r.split('.').next())
+        .expect("a sealed cursor names its log")
+        .to_string();
+    let forged = Cursor {
+        epoch,
+        seq: 0,
+        seen: Some([namespace_hash(&victim.ns), namespace_hash(&evil.ns)].into()),
+    }
+    .encode();
+    let mut altered = evil_cursor.clone().into_bytes();
+    let last = altered.len() - 2;
+    altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
+    let altered = String::from_utf8(altered).unwrap();
+    let victims = fv.cursor.clone().unwrap();
+    for (what, cursor) in [
+        ("forged", &forged),
+        ("altered", &altered),
+        ("the victim's", &victims),
+    ] {
+        for param in ["since", "Last-Event-ID"] {
+            let r = feed_page(&p, &dhost, cursor, &token_evil, param);
+            let body = String::from_utf8_lossy(&r.body).to_string();
+            assert_eq!(r.status, 400, "{what} cursor in {param}: {body}");
+            assert!(
+                json_of(&r)["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{param}: ")),
+                "{what}: {body}"
+            );
+            assert!(!body.contains(&victim.ns), "{what}: {body}");
+        }
+    }
+    // Its own cursor: nothing for it, and nothing that counts what it cannot see — no
+    // sequence numbers, and a page of the same size as before the victim's changes.
+    let after = feed_page(&p, &dhost, &evil_cursor, &token_evil, "since");
+    assert_eq!(after.status, 200);
+    let v = json_of(&after);
+    assert_eq!(v["metadata"]["count"], 0, "{v}");
+    assert_eq!(after.body.len(), quiet.body.len(), "{v}");
+    assert!(!String::from_utf8_lossy(&after.body).contains(&victim.ns));
+    // An edit of its own comes through without a `seq`.
+    let mut e0 = card("e0", &format!("e0-{t}.open.test"), "");
+    e0["spec"]["card"]["description"] = json!("Edited.");
+    evil.apply(&e0).await.unwrap();
+    let seen = wait_for(Duration::from_secs(30), || {
+        let r = feed_page(&p, &dhost, &evil_cursor, &token_evil, "since");
+        std::future::ready(json_of(&r)["metadata"]["count"] == 1)
+    })
+    .await;
+    assert!(seen.is_ok(), "the caller's own change arrives");
+    let own = json_of(&feed_page(&p, &dhost, &evil_cursor, &token_evil, "since"));
+    assert!(own["changes"][0].get("seq").is_none(), "{own}");
+    assert_eq!(own["changes"][0]["namespace"], json!(evil.ns));
+
+    // Across a restart (and so a hand-over: a new process takes the lease), the caller's
+    // cursor still opens, and the victim's still does not open for it.
+    p.op.kill();
+    p.op = support::operator::Operator::start_on(
+        support::cluster::kubeconfig(),
+        &p.opns,
+        None,
+        support::cluster::OPERATOR_FLAGS,
+    );
+    p.op.wait_ready();
+    let again = wait_for(Duration::from_secs(30), || {
+        std::future::ready(feed_page(&p, &dhost, &evil_cursor, &token_evil, "since").status == 200)
+    })
+    .await;
+    assert!(
+        again.is_ok(),
+        "the caller's cursor opens on the new process"
+    );
+    assert_eq!(
+        feed_page(&p, &dhost, &victims, &token_evil, "since").status,
+        400
+    );
+    assert_eq!(
+        feed_page(&p, &dhost, &victims, &token_victim, "since").status,
+        200
+    );
 }
 
 /// The native page's agents: name → (upstream, verified) for federated ones, `None` for local.
