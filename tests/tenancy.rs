@@ -196,6 +196,51 @@ async fn a_backend_path_outside_the_route_subtree_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_past_the_schemas_bounds_is_refused_at_admission_with_the_field_named() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let tenant = Tenant::new(&p, &format!("big-{t}")).await;
+    let host = format!("big-{t}.open.test");
+    tenant.apply(&card("agent", &host, "")).await.unwrap();
+    let good = wait_card(&p, &tenant.ns, "agent", "Ready", ready).await;
+    let skill =
+        |i: usize| json!({"id": format!("s{i}"), "name": "S", "description": "d", "tags": ["t"]});
+    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
+        (
+            "spec.card.description",
+            Box::new(|c| c["spec"]["card"]["description"] = json!("x".repeat(1024 * 1024))),
+        ),
+        (
+            "spec.card.skills",
+            Box::new(move |c| {
+                c["spec"]["card"]["skills"] = json!((0..600).map(skill).collect::<Vec<_>>())
+            }),
+        ),
+        (
+            "spec.card.skills[0].tags",
+            Box::new(|c| c["spec"]["card"]["skills"][0]["tags"] = json!(vec!["t"; 200])),
+        ),
+        (
+            "spec.card.skills[0].examples[0]",
+            Box::new(|c| c["spec"]["card"]["skills"][0]["examples"] = json!(["e".repeat(10_000)])),
+        ),
+    ];
+    for (field, edit) in cases {
+        let mut c = card("agent", &host, "");
+        edit(&mut c);
+        let msg = admission_message(tenant.apply(&c).await.unwrap_err());
+        assert!(
+            msg.contains(field),
+            "{field}: {}",
+            &msg[..msg.len().min(400)]
+        );
+    }
+    // Nothing of it reached the card: the last good one is still served.
+    wait_served(&p, &host, PATH_CARD, hash_of(&good).as_deref()).await;
+    invariant(&p, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_configmap_cannot_publish_on_a_host_its_namespace_does_not_hold() {
     let p = Platform::start(&[]).await;
     let t = rand_tag();

@@ -31,6 +31,10 @@ use crate::serve::http::{cors, Body};
 pub const DEFAULT_LIMIT: usize = 100;
 /// Most changes per page.
 pub const MAX_LIMIT: usize = 1000;
+/// Most bytes of cards one page (or one stream event batch) carries: past it the page ends
+/// early, so a `limit=1000` page of large cards is not built (and held for a slow reader) at
+/// a thousand cards' size.
+pub const MAX_PAGE_BYTES: usize = 1024 * 1024;
 /// Time between two comments on an idle stream (keeps proxies from closing it).
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
@@ -252,7 +256,11 @@ async fn next_page(
         _ => None,
     };
     let lookup = |id: &str| site.catalog.get(id, None);
-    feed::page(log, lookup, since, limit, visible.as_ref(), now()).map_err(|e| match e {
+    let bound = feed::Bound {
+        changes: limit,
+        bytes: MAX_PAGE_BYTES,
+    };
+    feed::page(log, lookup, since, bound, visible.as_ref(), now()).map_err(|e| match e {
         FeedError::Expired => expired(),
     })
 }

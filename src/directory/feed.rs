@@ -701,8 +701,28 @@ pub struct Page {
     pub latest: Cursor,
 }
 
-/// The changes after `since` (from the start when `None`), at most `limit` of them (a change
-/// of the caller's view adds its items on top), with each upsert's entry as `lookup` finds
+/// How much one page may carry: changes, and bytes of the cards its upserts carry (a page
+/// ends before the change that would pass either, but carries at least one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// Most changes.
+    pub changes: usize,
+    /// Most bytes of cards.
+    pub bytes: usize,
+}
+
+/// A bound on the count alone.
+impl From<usize> for Bound {
+    fn from(changes: usize) -> Bound {
+        Bound {
+            changes,
+            bytes: usize::MAX,
+        }
+    }
+}
+
+/// The changes after `since` (from the start when `None`), within `limit` (a change of the
+/// caller's view adds its items on top), with each upsert's entry as `lookup` finds
 /// it. `visible` is the caller's namespaces in Kubernetes mode (`None`: public). An upsert
 /// whose version `lookup` does not hold yet ends the page there, unless it was logged more
 /// than [`CATCH_UP_SECONDS`] before `now`.
@@ -710,10 +730,11 @@ pub fn page(
     log: &FeedLog,
     lookup: impl Fn(&str) -> Option<Arc<Entry>>,
     since: Option<&Cursor>,
-    limit: usize,
+    limit: impl Into<Bound>,
     visible: Option<&HashSet<String>>,
     now: u64,
 ) -> Result<Page, FeedError> {
+    let limit: Bound = limit.into();
     let start = match since {
         Some(c) if c.epoch != log.epoch || c.seq < log.horizon || c.seq > log.last_seq => {
             return Err(FeedError::Expired)
@@ -782,8 +803,9 @@ pub fn page(
     }
     let mut at = start;
     let mut count = 0;
+    let mut bytes = 0usize;
     for c in log.after(start) {
-        if count == limit {
+        if count == limit.changes {
             break;
         }
         let ns = c.card().0;
@@ -798,6 +820,10 @@ pub fn page(
                 None => break,
             },
         };
+        bytes = bytes.saturating_add(entry.as_ref().map_or(0, |e| e.body.len()));
+        if count > 0 && bytes > limit.bytes {
+            break;
+        }
         items.push(Item {
             seq: c.seq,
             identifier: c.identifier.clone(),
@@ -1080,6 +1106,42 @@ mod tests {
         assert_eq!(late.items.len(), 1);
         assert!(late.items[0].upsert && late.items[0].entry.is_none());
         assert_eq!(late.next, late.latest);
+    }
+
+    #[test]
+    fn a_page_ends_before_the_card_that_would_pass_its_bytes_and_carries_at_least_one() {
+        let entries: Vec<Arc<Entry>> = (0..10)
+            .map(|i| entry("t", &format!("n{i}"), &"x".repeat(1000)))
+            .collect();
+        let log = FeedLog::new("e").advance(&entries, 10, 0).unwrap();
+        let each = entries[0].body.len();
+        let bound = Bound {
+            changes: 100,
+            bytes: 3 * each + each / 2,
+        };
+        let p = page(&log, lookup(&entries), None, bound, None, 0).unwrap();
+        assert_eq!(p.items.len(), 3);
+        // Followed page by page, every change comes once.
+        let mut cur = p.next.clone();
+        let mut n = p.items.len();
+        while cur != p.latest {
+            let q = page(&log, lookup(&entries), Some(&cur), bound, None, 0).unwrap();
+            assert!(!q.items.is_empty() && q.items.len() <= 3);
+            n += q.items.len();
+            cur = q.next;
+        }
+        assert_eq!(n, 10);
+        let tiny = Bound {
+            changes: 100,
+            bytes: 1,
+        };
+        assert_eq!(
+            page(&log, lookup(&entries), None, tiny, None, 0)
+                .unwrap()
+                .items
+                .len(),
+            1
+        );
     }
 
     #[test]
