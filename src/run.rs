@@ -70,10 +70,16 @@ pub struct RunArgs {
     /// (comma-separated). On every other host one namespace holds the whole host.
     #[arg(long, default_value = "")]
     shared_hosts: String,
-    /// Ingress annotation keys cards may set (comma-separated; `prefix/*` for a whole prefix).
-    /// Nothing that configures the ingress controller should be here.
+    /// Ingress annotation keys cards may set (comma-separated; `prefix/*` for a whole prefix;
+    /// default: none). Nothing that configures the ingress controller or chooses a
+    /// certificate issuer should be here: a card route shares its host (and its certificate)
+    /// with other tenants' on a shared host. Set those with --ingress-annotations.
     #[arg(long, default_value = DEFAULT_ALLOWED_ANNOTATIONS)]
     ingress_allowed_annotations: String,
+    /// Annotations set on every Ingress the operator writes, the platform's choice
+    /// (comma-separated `key=value`, e.g. `cert-manager.io/cluster-issuer=letsencrypt`).
+    #[arg(long, default_value = "", value_parser = parse_annotations)]
+    ingress_annotations: std::collections::BTreeMap<String, String>,
     /// `ingressClassName` of every Ingress the operator writes (default: the cluster default).
     #[arg(long)]
     ingress_class: Option<String>,
@@ -183,6 +189,7 @@ fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Confi
                 class_name: args.ingress_class.clone().filter(|c| !c.is_empty()),
                 allowed_classes: patterns(&args.ingress_allowed_classes),
                 tls: args.ingress_tls.clone(),
+                annotations: args.ingress_annotations.clone(),
             },
             routing: Routing {
                 kind: args.route_kind,
@@ -405,4 +412,19 @@ impl Leader {
 async fn stop_controllers(mut controllers: tokio::task::JoinHandle<Result<(), controller::Error>>) {
     controllers.abort();
     let _ = tokio::time::timeout(Duration::from_secs(5), &mut controllers).await;
+}
+
+/// `--ingress-annotations`: comma-separated `key=value` pairs.
+fn parse_annotations(
+    text: &str,
+) -> std::result::Result<std::collections::BTreeMap<String, String>, String> {
+    patterns(text)
+        .into_iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                Ok((k.trim().to_string(), v.trim().to_string()))
+            }
+            _ => Err(format!("{pair:?}: expected key=value")),
+        })
+        .collect()
 }

@@ -201,6 +201,16 @@ async fn hostile_endpoints(
         "requests reached refused endpoints (agent, operator)"
     );
 
+    // A Service of the team's with an external IP: another namespace's endpoint naming it is
+    // refused with the opt-in too.
+    const TEAM_EXTERNAL_IP: &str = "203.0.113.7";
+    service(
+        client,
+        team,
+        json!({"metadata": {"name": "public"},
+               "spec": {"ports": [{"name": "http", "port": 80}], "externalIPs": [TEAM_EXTERNAL_IP]}}),
+    )
+    .await;
     // The opt-in: the team's selector-less Service imports; the hostile ones stay refused
     // (another namespace's Pod holds the address, or it is the operator's).
     op.kill();
@@ -221,6 +231,57 @@ async fn hostile_endpoints(
             refused(c) && source_reachable(c).is_some_and(|(_, _, m)| m.contains(why))
         })
         .await;
+        assert!(!ready(&c), "{name} is published with the opt-in");
+    }
+    // With the opt-in, still never: cloud metadata outside the link-local range, shared
+    // address space, another namespace's external IP, a targetRef name no Pod can have.
+    let more: [(&str, &str, Option<(&str, &str)>, &str); 4] = [
+        (
+            "metadata",
+            "100.100.100.200",
+            None,
+            "special-purpose address",
+        ),
+        ("cgnat", "100.64.0.9", None, "special-purpose address"),
+        (
+            "external",
+            TEAM_EXTERNAL_IP,
+            None,
+            "a load balancer or external IP of a Service of another namespace",
+        ),
+        (
+            "bad-ref",
+            netns::PEER_ADDR,
+            Some((evil, "../../../api/v1/namespaces/team/secrets/x")),
+            "names no valid Pod name",
+        ),
+    ];
+    for (name, address, pod, _) in more {
+        service(
+            client,
+            evil,
+            json!({"metadata": {"name": name},
+                   "spec": {"ports": [{"name": "http", "port": 80, "targetPort": AGENT_PORT}]}}),
+        )
+        .await;
+        let slice_name = format!("{name}-hand-made");
+        let slice = netns::Slice {
+            name: &slice_name,
+            address,
+            pod,
+        };
+        slice.create(client, evil, name, "http", AGENT_PORT).await;
+        let mut card = imported(name, &format!("{name}.{evil}.test"), name);
+        card["spec"]["source"]["path"] = json!(PROBE_PATH);
+        support::apply_card(client, evil, &card).await;
+    }
+    for (name, address, _, why) in more {
+        let c = wait_card(&evil_cards, name, op, why, |c| {
+            refused(c) && source_reachable(c).is_some_and(|(_, _, m)| m.contains(why))
+        })
+        .await;
+        let (_, _, message) = source_reachable(&c).unwrap();
+        assert!(message.contains(address), "{name}: {message}");
         assert!(!ready(&c), "{name} is published with the opt-in");
     }
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -401,7 +401,8 @@ async fn ingress_names_never_collide_and_the_longest_names_publish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_ingress_settings_follow_the_operator_policy_and_status_stays_clean() {
-    let p = Platform::start(&[]).await;
+    // This platform lets tenants choose cert-manager's settings (by default they may not).
+    let p = Platform::start(&["--ingress-allowed-annotations", "cert-manager.io/*"]).await;
     let t = rand_tag();
     let tenant = Tenant::new(&p, &format!("policy-{t}")).await;
     let host = format!("p-{t}.open.test");
@@ -497,6 +498,47 @@ async fn tenant_ingress_settings_follow_the_operator_policy_and_status_stays_cle
     tokio::time::sleep(Duration::from_secs(3)).await;
     let later = tenant.cards.get("agent").await.unwrap();
     assert_eq!(later.resource_version(), c.resource_version());
+    invariant(&p, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_the_certificate_issuer_of_a_card_route_is_the_platforms_not_a_tenants() {
+    let p = Platform::start(&[
+        "--ingress-annotations",
+        "cert-manager.io/cluster-issuer=platform-ca",
+    ])
+    .await;
+    let t = rand_tag();
+    let host = format!("iss-{t}.shared.test");
+    let a = Tenant::new(&p, &format!("iss-a-{t}")).await;
+    let b = Tenant::new(&p, &format!("iss-b-{t}")).await;
+    a.apply(&card("agent", &host, "/a")).await.unwrap();
+    wait_card(&p, &a.ns, "agent", "Ready", ready).await;
+    // Another tenant of the shared host tries to pick the certificate of the host.
+    let mut m = card("agent", &host, "/b");
+    m["spec"]["publish"]["ingress"] =
+        json!({"annotations": {"cert-manager.io/cluster-issuer": "attacker-ca"}});
+    b.apply(&m).await.unwrap();
+    let c = wait_card(&p, &b.ns, "agent", "refused", refused("InvalidSpec")).await;
+    assert!(condition(&c, "Ready")
+        .unwrap()
+        .2
+        .contains("spec.publish.ingress.annotations[\"cert-manager.io/cluster-issuer\"]"));
+    // Every card route on the host carries the platform's issuer and nobody else's.
+    let ingresses: Api<Ingress> = Api::namespaced(p.admin.clone(), &p.opns);
+    let route = ingresses.get(&ingress_name(&a.ns, "agent")).await.unwrap();
+    assert_eq!(
+        route
+            .annotations()
+            .get("cert-manager.io/cluster-issuer")
+            .map(String::as_str),
+        Some("platform-ca")
+    );
+    assert!(ingresses
+        .get_opt(&ingress_name(&b.ns, "agent"))
+        .await
+        .unwrap()
+        .is_none());
     invariant(&p, &[]).await;
 }
 

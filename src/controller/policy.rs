@@ -11,8 +11,12 @@ use crate::a2a::{Problem, Problems};
 use crate::contract::bounded_name;
 use crate::crd::agentcard::IngressSettings;
 
-/// Annotation patterns tenants may set when the operator is given none.
-pub const DEFAULT_ALLOWED_ANNOTATIONS: &str = "cert-manager.io/*";
+/// Annotation patterns tenants may set when the operator is given none: none. A card route
+/// lives in the operator's namespace and shares its host (and, with per-host TLS, its
+/// certificate Secret) with other tenants' routes on a shared host, so what configures it —
+/// the certificate issuer above all — is the platform's to choose ([`IngressPolicy::annotations`],
+/// `--ingress-annotations`), not a tenant's.
+pub const DEFAULT_ALLOWED_ANNOTATIONS: &str = "";
 
 /// How the card route's Ingress gets TLS.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,15 +58,19 @@ pub struct IngressPolicy {
     pub allowed_classes: Vec<String>,
     /// TLS of the card route.
     pub tls: TlsPolicy,
+    /// Annotations the platform sets on every Ingress the operator writes (e.g.
+    /// `cert-manager.io/cluster-issuer`); they win over a tenant's of the same key.
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for IngressPolicy {
     fn default() -> Self {
         IngressPolicy {
-            allowed_annotations: vec![DEFAULT_ALLOWED_ANNOTATIONS.into()],
+            allowed_annotations: crate::contract::patterns(DEFAULT_ALLOWED_ANNOTATIONS),
             class_name: None,
             allowed_classes: Vec::new(),
             tls: TlsPolicy::PerHost,
+            annotations: Default::default(),
         }
     }
 }
@@ -145,8 +153,28 @@ mod tests {
     }
 
     #[test]
-    fn only_allow_listed_annotations_pass_and_each_refusal_names_its_key() {
+    fn by_default_a_tenant_chooses_no_annotation_of_its_route_not_even_the_issuer() {
         let p = IngressPolicy::default();
+        for key in [
+            "cert-manager.io/cluster-issuer",
+            "cert-manager.io/issuer",
+            "cert-manager.io/issuer-kind",
+            "nginx.ingress.kubernetes.io/server-snippet",
+        ] {
+            let problems = p.check(&settings(&[key], None));
+            assert_eq!(problems.0.len(), 1, "{key}");
+            assert!(problems
+                .to_string()
+                .contains(&format!("annotations[{key:?}]")));
+        }
+    }
+
+    #[test]
+    fn only_allow_listed_annotations_pass_and_each_refusal_names_its_key() {
+        let p = IngressPolicy {
+            allowed_annotations: vec!["cert-manager.io/*".into()],
+            ..IngressPolicy::default()
+        };
         assert!(p
             .check(&settings(&["cert-manager.io/cluster-issuer"], None))
             .0

@@ -278,13 +278,17 @@ pub fn ingress_object(
     if let Some(tls) = target.tls_secret {
         spec["tls"] = json!([{"hosts": [host], "secretName": tls}]);
     }
-    // Only allow-listed tenant annotations (validation refused the others), plus ours.
+    // Only allow-listed tenant annotations (validation refused the others), then the
+    // platform's, then ours.
     let mut annotations: serde_json::Map<String, serde_json::Value> = settings
         .annotations
         .iter()
         .filter(|(k, _)| policy.annotation_allowed(k))
         .map(|(k, v)| (k.clone(), json!(v)))
         .collect();
+    for (k, v) in &policy.annotations {
+        annotations.insert(k.clone(), json!(v));
+    }
     annotations.insert(target.marker.0.into(), json!(target.marker.1));
     serde_json::from_value(json!({
         "apiVersion": "networking.k8s.io/v1",

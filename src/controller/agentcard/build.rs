@@ -411,6 +411,8 @@ pub(crate) mod tests {
             service_port_name: "http".into(),
             ingress: IngressPolicy {
                 allowed_classes: vec!["nginx".into()],
+                allowed_annotations: vec!["cert-manager.io/*".into()],
+                annotations: [("example.com/platform".to_string(), "yes".to_string())].into(),
                 ..Default::default()
             },
             routing: Routing::default(),
@@ -505,6 +507,11 @@ pub(crate) mod tests {
         assert_eq!(
             ing["metadata"]["annotations"]["cert-manager.io/issuer"],
             "b"
+        );
+        // The platform's annotations are on every route it writes.
+        assert_eq!(
+            ing["metadata"]["annotations"]["example.com/platform"],
+            "yes"
         );
         assert_eq!(ing["metadata"]["annotations"][ANN_CARD], "agents/weather");
         assert_eq!(ing["spec"]["ingressClassName"], "nginx");

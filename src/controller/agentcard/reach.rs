@@ -29,7 +29,7 @@ use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 
-use super::source::address_allowed;
+use super::source::{address_allowed, is_object_name, unmanaged_address_allowed};
 
 /// How long the set of never-fetched addresses is reused before it is read again.
 pub const RESERVED_TTL: Duration = Duration::from_secs(30);
@@ -85,6 +85,9 @@ pub struct Facts {
     /// The address is inside a node's Pod range (`spec.podCIDRs`): a Pod's, or the node's own
     /// on the Pod network (asked only when unmanaged endpoints are allowed).
     pub pod_range: bool,
+    /// A Service of another namespace has the address as a load balancer or external IP
+    /// (asked only when unmanaged endpoints are allowed).
+    pub other_namespace_service: bool,
 }
 
 /// Why an address is not fetched: the text of `EndpointNotAllowed`.
@@ -110,6 +113,10 @@ pub enum Refusal {
     OtherNamespacePod,
     /// Inside a node's Pod range, and no Pod of this namespace holds it.
     PodRange,
+    /// A load balancer or external IP of a Service of another namespace.
+    OtherNamespaceService,
+    /// The `targetRef` names a Pod by a name no Pod can have.
+    BadName,
     /// The cluster could not be asked (the address is refused until it can).
     Unchecked(String),
 }
@@ -145,6 +152,10 @@ impl fmt::Display for Refusal {
             Refusal::PodRange => {
                 f.write_str("inside a node's Pod range, and no Pod of this namespace holds it")
             }
+            Refusal::OtherNamespaceService => {
+                f.write_str("a load balancer or external IP of a Service of another namespace")
+            }
+            Refusal::BadName => f.write_str("its targetRef names no valid Pod name"),
             Refusal::Unchecked(why) => write!(f, "it could not be checked ({why})"),
         }
     }
@@ -177,7 +188,9 @@ pub fn judge(ns: &str, c: &Candidate, facts: &Facts, allow_unmanaged: bool) -> R
     match owned {
         Ok(()) => Ok(()),
         Err(e) if !allow_unmanaged || !e.unmanaged() => Err(e),
+        Err(_) if !unmanaged_address_allowed(c.ip) => Err(Refusal::Special),
         Err(_) if facts.other_namespace_pod => Err(Refusal::OtherNamespacePod),
+        Err(_) if facts.other_namespace_service => Err(Refusal::OtherNamespaceService),
         Err(_) if facts.pod_range => Err(Refusal::PodRange),
         Err(_) => Ok(()),
     }
@@ -199,6 +212,9 @@ fn pod_holds(ns: &str, c: &Candidate, pod: Option<&PodFacts>) -> Result<(), Refu
         )));
     }
     let name = r.name.clone().unwrap_or_default();
+    if !is_object_name(&name) {
+        return Err(Refusal::BadName);
+    }
     let Some(pod) = pod else {
         return Err(Refusal::PodMissing(name));
     };
@@ -221,6 +237,8 @@ pub struct ReservedSet {
     nodes: BTreeSet<IpAddr>,
     service_ranges: Vec<ipnet::IpNet>,
     pod_ranges: Vec<ipnet::IpNet>,
+    /// Load balancer and external IPs of Services, with their namespaces.
+    service_ips: std::collections::BTreeMap<IpAddr, BTreeSet<String>>,
 }
 
 impl ReservedSet {
@@ -242,6 +260,14 @@ impl ReservedSet {
     /// Whether `ip` is inside a node's Pod range.
     fn in_pod_range(&self, ip: IpAddr) -> bool {
         self.pod_ranges.iter().any(|n| n.contains(&ip))
+    }
+
+    /// Whether `ip` is a load balancer or external IP of a Service of a namespace other than
+    /// `ns`.
+    fn service_ip_elsewhere(&self, ip: IpAddr, ns: &str) -> bool {
+        self.service_ips
+            .get(&ip)
+            .is_some_and(|owners| owners.iter().any(|o| o != ns))
     }
 }
 
@@ -303,6 +329,7 @@ impl Reach {
         if self.allow_unmanaged && pod_holds(ns, c, facts.pod.as_ref()).is_err() {
             facts.other_namespace_pod = self.held_elsewhere(ns, c.ip).await?;
             facts.pod_range = reserved.in_pod_range(c.ip) && !self.held_here(ns, c.ip).await?;
+            facts.other_namespace_service = reserved.service_ip_elsewhere(c.ip, ns);
         }
         Ok(facts)
     }
@@ -314,7 +341,8 @@ impl Reach {
         };
         let name = r.name.clone().unwrap_or_default();
         let here = r.namespace.as_deref().is_none_or(|n| n == ns);
-        if r.kind.as_deref() != Some("Pod") || !here || name.is_empty() {
+        // A name no Pod can have never goes into the API path.
+        if r.kind.as_deref() != Some("Pod") || !here || !is_object_name(&name) {
             return Ok(None);
         }
         let pod = Api::<Pod>::namespaced(self.client.clone(), ns)
@@ -412,6 +440,34 @@ impl Reach {
                 .flat_map(|s| s.pod_cidrs.iter().flatten().chain(&s.pod_cidr))
                 .filter_map(|c| c.parse::<ipnet::IpNet>().ok()),
         );
+        let services = Api::<Service>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing the Services: {e}"))?;
+        for svc in &services.items {
+            let ns = svc.namespace().unwrap_or_default();
+            let external = svc
+                .spec
+                .as_ref()
+                .and_then(|s| s.external_ips.as_ref())
+                .into_iter()
+                .flatten();
+            let balanced = svc
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref()?.ingress.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.ip.as_ref());
+            for ip in external.chain(balanced) {
+                if let Ok(ip) = ip.parse::<IpAddr>() {
+                    set.service_ips
+                        .entry(ip.to_canonical())
+                        .or_default()
+                        .insert(ns.clone());
+                }
+            }
+        }
         let ranges = Api::<ServiceCIDR>::all(self.client.clone())
             .list(&ListParams::default())
             .await
@@ -630,6 +686,85 @@ mod tests {
             judge("team", &candidate("10.244.0.1", None), &range, true),
             Err(Refusal::PodRange)
         );
+        // Metadata and special ranges, and addresses that stand for IPv4 ones: never, with the
+        // opt-in as without.
+        for ip in [
+            "100.100.100.200",
+            "fd00:ec2::254",
+            "100.64.0.1",
+            "100.127.255.254",
+            "192.0.0.170",
+            "198.18.0.1",
+            "240.0.0.1",
+            "0.1.2.3",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::a00:1",
+            "::a9fe:a9fe",
+            "::ffff:169.254.169.254",
+            "::ffff:10.0.0.1",
+            "2002:a9fe:a9fe::1",
+            "2001:0:4136:e378::1",
+        ] {
+            assert_eq!(
+                judge("team", &candidate(ip, None), &none, true),
+                Err(Refusal::Special),
+                "{ip}"
+            );
+        }
+        // Another namespace's load balancer or external IP.
+        let lb = Facts {
+            other_namespace_service: true,
+            ..Facts::default()
+        };
+        assert_eq!(
+            judge("team", &candidate("203.0.113.9", None), &lb, true),
+            Err(Refusal::OtherNamespaceService)
+        );
+    }
+
+    #[test]
+    fn a_target_ref_name_no_pod_can_have_is_refused_and_never_asked_about() {
+        let f = Facts {
+            pod: pod("agent", &["10.0.0.5"], false),
+            ..Facts::default()
+        };
+        for name in [
+            "../../secrets/x",
+            "a/b",
+            "a?watch=1",
+            "A",
+            "-a",
+            "a..b",
+            "",
+            "%2e%2e",
+        ] {
+            for allow in [false, true] {
+                assert_eq!(
+                    judge(
+                        "team",
+                        &candidate("10.0.0.5", Some(("Pod", None, name))),
+                        &f,
+                        allow
+                    ),
+                    Err(Refusal::BadName),
+                    "{name:?}"
+                );
+            }
+        }
+        assert!(super::is_object_name("agent-0.web"));
+    }
+
+    #[test]
+    fn a_services_load_balancer_ip_is_another_namespaces_only_when_it_is() {
+        let mut set = ReservedSet::default();
+        set.service_ips
+            .entry("203.0.113.9".parse().unwrap())
+            .or_default()
+            .insert("shop".to_string());
+        let ip: IpAddr = "203.0.113.9".parse().unwrap();
+        assert!(set.service_ip_elsewhere(ip, "team"));
+        assert!(!set.service_ip_elsewhere(ip, "shop"));
+        assert!(!set.service_ip_elsewhere("203.0.113.10".parse().unwrap(), "team"));
     }
 
     #[test]
@@ -639,6 +774,7 @@ mod tests {
             nodes: ["172.18.0.3".parse().unwrap()].into(),
             service_ranges: vec!["10.96.0.0/16".parse().unwrap()],
             pod_ranges: vec!["10.244.0.0/24".parse().unwrap()],
+            ..ReservedSet::default()
         };
         assert!(set.in_pod_range("10.244.0.1".parse().unwrap()));
         assert!(!set.in_pod_range("10.245.0.1".parse().unwrap()));
