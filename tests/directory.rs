@@ -754,6 +754,7 @@ async fn a_flood_of_unknown_tokens_costs_one_review_each_and_leaves_known_caller
 
     // 5,000 requests with random tokens, 32 at a time, while the known caller keeps asking.
     let (rss_before, reviews_before) = (p.op.rss_kib(), token_reviews(&p));
+    let flood_started = std::time::Instant::now();
     let done = std::sync::atomic::AtomicBool::new(false);
     let (flood, latencies) = std::thread::scope(|s| {
         let caller = s.spawn(|| {
@@ -783,6 +784,7 @@ async fn a_flood_of_unknown_tokens_costs_one_review_each_and_leaves_known_caller
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         (flood, caller.join().unwrap())
     });
+    let flood_lasted = flood_started.elapsed();
     let reviews = token_reviews(&p) - reviews_before;
     let rss_after = p.op.rss_kib();
     assert!(
@@ -793,9 +795,15 @@ async fn a_flood_of_unknown_tokens_costs_one_review_each_and_leaves_known_caller
             .filter(|s| **s != 401 && **s != 503)
             .collect::<Vec<_>>()
     );
+    // One review per random token at most, and the known caller's token asked about again
+    // once per cache period (in the background, on its own budget) besides.
+    let known_refreshes = (flood_lasted.as_secs_f64()
+        / agentcard_operator::directory::access::TTL.as_secs_f64())
+    .floor()
+        + 1.0;
     assert!(
-        reviews <= flood.len() as f64,
-        "{reviews} reviews for {} tokens",
+        reviews <= flood.len() as f64 + known_refreshes,
+        "{reviews} reviews for {} tokens and at most {known_refreshes} refreshes of the known one in {flood_lasted:?}",
         flood.len()
     );
     assert!(

@@ -7,10 +7,13 @@
 //! review); accepted tokens are kept [`TTL`], rejected ones [`REJECTED_TTL`], in caches of
 //! their own, so a flood of random tokens never pushes out the callers already known; token
 //! reviews and access reviews each have their own slots ([`MAX_TOKEN_REVIEWS`],
-//! [`MAX_ACCESS_REVIEWS`]; tokens accepted before are asked about again on
-//! [`MAX_REFRESHES`] slots of their own), and at most [`MAX_WAITING`] requests wait for one (the others
-//! get 503 at once). Every cache is bounded. A lost API server makes requests answer 503
-//! rather than hang. Locks are never held across an `.await`.
+//! [`MAX_ACCESS_REVIEWS`]) and their own [`MAX_WAITING`] places to wait for one (the others
+//! get 503 at once), so requests with tokens never seen — a flood of random ones — only ever
+//! wait among themselves. A known caller is never made to wait for them: once its token or
+//! decision is past [`TTL`], it is answered from the cached one (for up to [`STALE_FOR`])
+//! while that is asked about again in the background, on [`MAX_REFRESHES`] slots of their
+//! own. Every cache is bounded. A lost API server makes requests answer 503 rather than hang.
+//! Locks are never held across an `.await`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -48,6 +51,11 @@ pub const MAX_WAITING: usize = 256;
 /// How long a review (waiting for a slot included) may take before the request gets 503.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long past its period a cached token or decision is still answered from while it is
+/// asked about again in the background: a known caller is answered at once, however busy the
+/// API server is, and a revoked token or grant stops working within [`TTL`] plus one review.
+pub const STALE_FOR: Duration = Duration::from_secs(300);
+
 /// A bounded map whose entries expire.
 struct Cache<K, V> {
     ttl: Duration,
@@ -69,10 +77,18 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
             .map(|(_, v)| v.clone())
     }
 
+    /// The value of `key` past its period but within [`STALE_FOR`] of it.
+    fn get_stale(&self, key: &K) -> Option<V> {
+        self.entries
+            .get(key)
+            .filter(|(at, _)| at.elapsed() < self.ttl + STALE_FOR)
+            .map(|(_, v)| v.clone())
+    }
+
     fn put(&mut self, key: K, value: V) {
         if self.entries.len() >= MAX_CACHED {
-            let ttl = self.ttl;
-            self.entries.retain(|_, (at, _)| at.elapsed() < ttl);
+            let keep = self.ttl + STALE_FOR;
+            self.entries.retain(|_, (at, _)| at.elapsed() < keep);
         }
         if self.entries.len() >= MAX_CACHED {
             // Every entry is fresh: the older half goes.
@@ -84,31 +100,42 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
         self.entries.insert(key, (Instant::now(), value));
     }
 
-    fn len(&self) -> usize {
-        self.entries.len()
+    fn remove(&mut self, key: &K) {
+        self.entries.remove(key);
     }
 
-    /// Whether `key` is held, fresh or expired.
-    fn holds(&self, key: &K) -> bool {
-        self.entries.contains_key(key)
+    fn len(&self) -> usize {
+        self.entries.len()
     }
 }
 
 /// One token review, shared by every request that asks about the same token meanwhile.
 type Review = Arc<OnceCell<Result<Option<UserInfo>, ApiError>>>;
 
-/// Checks callers against the API server.
+/// Checks callers against the API server (see the module doc). Cheap to share: every
+/// listener of the process holds the same one.
 pub struct Authorizer {
+    state: Arc<State>,
+}
+
+/// What an [`Authorizer`] keeps, shared with the reviews it runs in the background.
+struct State {
     client: Client,
     audiences: Vec<String>,
     users: Mutex<Cache<String, UserInfo>>,
     rejected: Mutex<Cache<String, ()>>,
     reviewing: Mutex<HashMap<String, Review>>,
     grants: Mutex<Cache<(String, String), bool>>,
+    /// Tokens and decisions being asked about again in the background (one at a time each).
+    refreshing: Mutex<HashSet<String>>,
     token_slots: Semaphore,
-    access_slots: Semaphore,
+    /// Requests waiting for a review of a token never seen (a flood of random tokens waits
+    /// here alone).
     waiting: AtomicUsize,
-    /// Slots and waiting places for reviews of tokens accepted before.
+    access_slots: Semaphore,
+    /// Requests of authenticated callers waiting for an access review.
+    access_waiting: AtomicUsize,
+    /// Slots and waiting places for reviews of tokens and decisions known before.
     refresh_slots: Semaphore,
     refresh_waiting: AtomicUsize,
 }
@@ -207,125 +234,46 @@ impl Drop for Waiter<'_> {
     }
 }
 
+/// Which budget a review is asked on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Budget {
+    /// A token never seen, or a decision never made.
+    New,
+    /// A token or decision known before, asked about again.
+    Refresh,
+}
+
 impl Authorizer {
     /// An authorizer asking the API server of `client`; `audiences` restrict the tokens
     /// accepted (empty: the API server's own).
     pub fn new(client: Client, audiences: Vec<String>) -> Self {
         Authorizer {
-            client,
-            audiences,
-            users: Mutex::new(Cache::new(TTL)),
-            rejected: Mutex::new(Cache::new(REJECTED_TTL)),
-            reviewing: Mutex::new(HashMap::new()),
-            grants: Mutex::new(Cache::new(TTL)),
-            token_slots: Semaphore::new(MAX_TOKEN_REVIEWS),
-            access_slots: Semaphore::new(MAX_ACCESS_REVIEWS),
-            waiting: AtomicUsize::new(0),
-            refresh_slots: Semaphore::new(MAX_REFRESHES),
-            refresh_waiting: AtomicUsize::new(0),
+            state: Arc::new(State {
+                client,
+                audiences,
+                users: Mutex::new(Cache::new(TTL)),
+                rejected: Mutex::new(Cache::new(REJECTED_TTL)),
+                reviewing: Mutex::new(HashMap::new()),
+                grants: Mutex::new(Cache::new(TTL)),
+                refreshing: Mutex::new(HashSet::new()),
+                token_slots: Semaphore::new(MAX_TOKEN_REVIEWS),
+                waiting: AtomicUsize::new(0),
+                access_slots: Semaphore::new(MAX_ACCESS_REVIEWS),
+                access_waiting: AtomicUsize::new(0),
+                refresh_slots: Semaphore::new(MAX_REFRESHES),
+                refresh_waiting: AtomicUsize::new(0),
+            }),
         }
     }
 
     /// How many tokens and decisions are cached (accepted, rejected, decisions).
     pub fn cached(&self) -> (usize, usize, usize) {
+        let s = &self.state;
         (
-            lock(&self.users).len(),
-            lock(&self.rejected).len(),
-            lock(&self.grants).len(),
+            lock(&s.users).len(),
+            lock(&s.rejected).len(),
+            lock(&s.grants).len(),
         )
-    }
-
-    async fn user(&self, token: &str) -> Result<UserInfo, ApiError> {
-        let rejected = || ApiError::unauthenticated("the bearer token was not accepted");
-        let key = crate::contract::content_hash(token.as_bytes());
-        if let Some(user) = lock(&self.users).get(&key) {
-            return Ok(user);
-        }
-        if lock(&self.rejected).get(&key).is_some() {
-            return Err(rejected());
-        }
-        // One review per token at a time: later requests wait for the first one's answer.
-        let shared = lock(&self.reviewing)
-            .entry(key.clone())
-            .or_insert_with(|| Arc::new(OnceCell::new()))
-            .clone();
-        let answer = shared
-            .get_or_init(|| self.review_token(token, &key))
-            .await
-            .clone();
-        {
-            let mut reviewing = lock(&self.reviewing);
-            if reviewing.get(&key).is_some_and(|r| Arc::ptr_eq(r, &shared)) {
-                reviewing.remove(&key);
-            }
-        }
-        answer?.ok_or_else(rejected)
-    }
-
-    /// Ask the API server about `token` (its hash `key`) and remember the answer.
-    async fn review_token(&self, token: &str, key: &str) -> Result<Option<UserInfo>, ApiError> {
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token.to_string()),
-                audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
-            },
-            ..Default::default()
-        };
-        let api = Api::<TokenReview>::all(self.client.clone());
-        // A token accepted before (its entry expired) is asked about on slots of its own.
-        let (slots, waiting) = if lock(&self.users).holds(&key.to_string()) {
-            (&self.refresh_slots, &self.refresh_waiting)
-        } else {
-            (&self.token_slots, &self.waiting)
-        };
-        let answer = self::review(
-            slots,
-            waiting,
-            "token review",
-            api.create(&PostParams::default(), &review),
-        )
-        .await?;
-        let user = accepted(answer.status, &self.audiences);
-        match &user {
-            Some(u) => lock(&self.users).put(key.to_string(), u.clone()),
-            None => lock(&self.rejected).put(key.to_string(), ()),
-        }
-        Ok(user)
-    }
-
-    async fn may_get(&self, user: &UserInfo, namespace: &str) -> Result<bool, ApiError> {
-        let key = (user_key(user), namespace.to_string());
-        if let Some(allowed) = lock(&self.grants).get(&key) {
-            return Ok(allowed);
-        }
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: user.username.clone(),
-                uid: user.uid.clone(),
-                groups: user.groups.clone(),
-                extra: user.extra.clone(),
-                resource_attributes: Some(ResourceAttributes {
-                    namespace: Some(namespace.to_string()),
-                    verb: Some("get".into()),
-                    group: Some("agentcard.dev".into()),
-                    resource: Some("agentcards".into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let api = Api::<SubjectAccessReview>::all(self.client.clone());
-        let answer = self::review(
-            &self.access_slots,
-            &self.waiting,
-            "access review",
-            api.create(&PostParams::default(), &review),
-        )
-        .await?;
-        let allowed = answer.status.is_some_and(|s| s.allowed);
-        lock(&self.grants).put(key, allowed);
-        Ok(allowed)
     }
 
     /// The namespaces among `namespaces` whose cards the holder of `authorization` (the
@@ -350,7 +298,7 @@ impl Authorizer {
             })
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ApiError::unauthenticated("a bearer token is required"))?;
-        Ok(Caller(self.user(token).await?))
+        Ok(Caller(State::user(&self.state, token).await?))
     }
 
     /// The namespaces among `namespaces` whose cards `caller` may see.
@@ -366,7 +314,11 @@ impl Authorizer {
             .cloned()
             .map(|ns| {
                 let user = user.clone();
-                async move { self.may_get(&user, &ns).await.map(|ok| (ns, ok)) }
+                async move {
+                    State::may_get(&self.state, &user, &ns)
+                        .await
+                        .map(|ok| (ns, ok))
+                }
             })
             .collect();
         let answers: Vec<Result<(String, bool), ApiError>> = futures::stream::iter(asks)
@@ -381,6 +333,168 @@ impl Authorizer {
             }
         }
         Ok(visible)
+    }
+}
+
+impl State {
+    /// Run `refresh` in the background unless one for `key` already runs.
+    fn refresh_in_background<F>(self: &Arc<Self>, key: String, refresh: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        if !lock(&self.refreshing).insert(key.clone()) {
+            return;
+        }
+        let state = self.clone();
+        let span = tracing::debug_span!("access refresh");
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                refresh.await;
+                lock(&state.refreshing).remove(&key);
+            },
+            span,
+        ));
+    }
+
+    /// The user `token` authenticates as: a fresh cached answer, a known caller's stale one
+    /// (asked about again in the background, on the refresh budget), or a review.
+    async fn user(self: &Arc<Self>, token: &str) -> Result<UserInfo, ApiError> {
+        let rejected = || ApiError::unauthenticated("the bearer token was not accepted");
+        let key = crate::contract::content_hash(token.as_bytes());
+        if let Some(user) = lock(&self.users).get(&key) {
+            return Ok(user);
+        }
+        if lock(&self.rejected).get(&key).is_some() {
+            return Err(rejected());
+        }
+        let stale = lock(&self.users).get_stale(&key);
+        if let Some(user) = stale {
+            let (state, token, k) = (self.clone(), token.to_string(), key.clone());
+            self.refresh_in_background(format!("token/{key}"), async move {
+                if let Err(e) = state.review_token(&token, &k, Budget::Refresh).await {
+                    tracing::debug!(error = %e.message, "a known token was not asked about again");
+                }
+            });
+            return Ok(user);
+        }
+        // One review per token at a time: later requests wait for the first one's answer.
+        let shared = lock(&self.reviewing)
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(OnceCell::new()))
+            .clone();
+        let answer = shared
+            .get_or_init(|| self.review_token(token, &key, Budget::New))
+            .await
+            .clone();
+        {
+            let mut reviewing = lock(&self.reviewing);
+            if reviewing.get(&key).is_some_and(|r| Arc::ptr_eq(r, &shared)) {
+                reviewing.remove(&key);
+            }
+        }
+        answer?.ok_or_else(rejected)
+    }
+
+    /// Ask the API server about `token` (its hash `key`) on `budget` and remember the answer.
+    async fn review_token(
+        &self,
+        token: &str,
+        key: &str,
+        budget: Budget,
+    ) -> Result<Option<UserInfo>, ApiError> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
+            },
+            ..Default::default()
+        };
+        let api = Api::<TokenReview>::all(self.client.clone());
+        let (slots, waiting) = match budget {
+            Budget::New => (&self.token_slots, &self.waiting),
+            Budget::Refresh => (&self.refresh_slots, &self.refresh_waiting),
+        };
+        let answer = self::review(
+            slots,
+            waiting,
+            "token review",
+            api.create(&PostParams::default(), &review),
+        )
+        .await?;
+        let user = accepted(answer.status, &self.audiences);
+        match &user {
+            Some(u) => lock(&self.users).put(key.to_string(), u.clone()),
+            None => {
+                lock(&self.users).remove(&key.to_string());
+                lock(&self.rejected).put(key.to_string(), ());
+            }
+        }
+        Ok(user)
+    }
+
+    /// Whether `user` may read the cards of `namespace`: a fresh cached decision, a stale one
+    /// (asked about again in the background), or an access review on the authenticated
+    /// callers' own budget.
+    async fn may_get(self: &Arc<Self>, user: &UserInfo, namespace: &str) -> Result<bool, ApiError> {
+        let key = (user_key(user), namespace.to_string());
+        if let Some(allowed) = lock(&self.grants).get(&key) {
+            return Ok(allowed);
+        }
+        let stale = lock(&self.grants).get_stale(&key);
+        if let Some(allowed) = stale {
+            let (state, user, ns) = (self.clone(), user.clone(), namespace.to_string());
+            let id = crate::contract::content_hash(format!("{}\u{0}{}", key.0, key.1).as_bytes());
+            self.refresh_in_background(format!("grant/{id}"), async move {
+                if let Err(e) = state.access_review(&user, &ns, Budget::Refresh).await {
+                    tracing::debug!(error = %e.message, "a known decision was not asked about again");
+                }
+            });
+            return Ok(allowed);
+        }
+        self.access_review(user, namespace, Budget::New).await
+    }
+
+    /// Ask the API server whether `user` may get AgentCards in `namespace`, on `budget`, and
+    /// remember the answer.
+    async fn access_review(
+        &self,
+        user: &UserInfo,
+        namespace: &str,
+        budget: Budget,
+    ) -> Result<bool, ApiError> {
+        let key = (user_key(user), namespace.to_string());
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                uid: user.uid.clone(),
+                groups: user.groups.clone(),
+                extra: user.extra.clone(),
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(namespace.to_string()),
+                    verb: Some("get".into()),
+                    group: Some("agentcard.dev".into()),
+                    resource: Some("agentcards".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = Api::<SubjectAccessReview>::all(self.client.clone());
+        let (slots, waiting) = match budget {
+            Budget::New => (&self.access_slots, &self.access_waiting),
+            Budget::Refresh => (&self.refresh_slots, &self.refresh_waiting),
+        };
+        let answer = self::review(
+            slots,
+            waiting,
+            "access review",
+            api.create(&PostParams::default(), &review),
+        )
+        .await?;
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        lock(&self.grants).put(key, allowed);
+        Ok(allowed)
     }
 }
 
@@ -426,6 +540,21 @@ mod tests {
         let mut short: Cache<usize, ()> = Cache::new(Duration::ZERO);
         short.put(1, ());
         assert!(short.get(&1).is_none(), "expired");
+    }
+
+    #[test]
+    fn an_entry_past_its_period_is_still_there_to_answer_a_known_caller_until_removed() {
+        let mut c: Cache<usize, u8> = Cache::new(Duration::ZERO);
+        c.put(1, 7);
+        assert!(c.get(&1).is_none(), "past its period");
+        assert_eq!(c.get_stale(&1), Some(7), "answered while asked about again");
+        c.remove(&1);
+        assert!(
+            c.get_stale(&1).is_none(),
+            "a rejected token is no longer answered"
+        );
+        let fresh: Cache<usize, u8> = Cache::new(Duration::from_secs(60));
+        assert!(fresh.get_stale(&2).is_none());
     }
 
     #[test]
