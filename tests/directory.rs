@@ -1077,6 +1077,66 @@ async fn a_feed_follower_ends_with_what_is_listed_across_a_restart_and_a_hand_ov
 
 /// Read a stream of Server-Sent Events until `want` events of those types arrived (or fail
 /// after 30 s); returns `(event, id, data)` of each.
+/// Open a change stream on `host` and read until its response head is in: the status.
+fn open_stream(addr: std::net::SocketAddr, host: &str) -> (std::net::TcpStream, u16) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let req =
+        format!("GET /v1/changes HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    let status = String::from_utf8_lossy(&raw)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (s, status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holds_a_bounded_share_of_the_change_streams() {
+    let p = Platform::start(&["--max-feed-streams-per-client", "3"]).await;
+    let t = rand_tag();
+    let team = Tenant::new(&p, &format!("streams-{t}")).await;
+    let dname = format!("streams-{t}");
+    let dhost = format!("streams-{t}.open.test");
+    let selector =
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ns}}});
+    apply_directory(&p, &directory(&dname, &dhost, selector)).await;
+    wait_for(Duration::from_secs(30), || {
+        std::future::ready(get(&p, &dhost, "/v1/changes", &[]).status == 200)
+    })
+    .await
+    .expect("the feed is recorded");
+    let addr = p.op.server.addr;
+    let held: Vec<std::net::TcpStream> = (0..3)
+        .map(|i| {
+            let (s, status) = open_stream(addr, &dhost);
+            assert_eq!(status, 200, "stream {i}");
+            s
+        })
+        .collect();
+    // The fourth of the same client: 429, told when to come back; plain pages still answer.
+    let (_, status) = open_stream(addr, &dhost);
+    assert_eq!(status, 429);
+    assert_eq!(get(&p, &dhost, "/v1/changes", &[]).status, 200);
+    // A stream closed is a stream the client may open again.
+    drop(held);
+    let reopened = wait_for(Duration::from_secs(10), || {
+        std::future::ready(open_stream(addr, &dhost).1 == 200)
+    })
+    .await;
+    assert!(reopened.is_ok(), "a closed stream's slot comes back");
+}
+
 fn read_events(
     addr: std::net::SocketAddr,
     path: &str,

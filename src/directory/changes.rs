@@ -46,6 +46,10 @@ pub struct Feeds {
     pub index: Arc<Index>,
     /// One permit per open stream.
     pub streams: Arc<Semaphore>,
+    /// Streams per client: per caller in Kubernetes mode, per address in public mode.
+    pub per_client: Arc<crate::serve::conn::PerKey<String>>,
+    /// The address of the connection asking.
+    pub client: std::net::IpAddr,
     /// Turns true when the server starts draining.
     pub draining: watch::Receiver<bool>,
 }
@@ -309,7 +313,7 @@ fn json_response(status: u16, body: &Value, mode: AccessMode) -> Response<Body> 
     if mode == AccessMode::Kubernetes {
         h.insert(VARY, HeaderValue::from_static("Authorization"));
     }
-    if status == 503 {
+    if status == 503 || status == 429 {
         h.insert(RETRY_AFTER, HeaderValue::from_static("5"));
     }
     resp
@@ -389,6 +393,20 @@ pub async fn handle(
         let body = page_json(&first, &site.info().identifier, &reader.codec);
         return json_response(200, &body, mode);
     }
+    // What one client may hold of the process's streams: an authenticated caller's own in
+    // Kubernetes mode, an address's in public mode.
+    let client = match &reader.caller {
+        Some(c) => format!("caller/{}", c.identity()),
+        None => format!("address/{}", feeds.client),
+    };
+    let Some(client_slot) = feeds.per_client.take(client) else {
+        let e = ApiError {
+            status: 429,
+            code: "TOO_MANY_STREAMS",
+            message: "this client holds as many change streams as it may; close one first".into(),
+        };
+        return error_response(&e, mode);
+    };
     let Ok(permit) = feeds.streams.clone().try_acquire_owned() else {
         let e = ApiError::unavailable("too many change streams open on this server");
         return error_response(&e, mode);
@@ -404,7 +422,7 @@ pub async fn handle(
         cursor: first.next.clone(),
         limit: req.limit,
         done: false,
-        _permit: permit,
+        _permit: (permit, client_slot),
     };
     let body = futures::stream::unfold(state, |mut s| async move {
         let chunk = s.next_chunk().await?;
@@ -456,7 +474,10 @@ struct Stream {
     limit: usize,
     /// The stream ends after what is pending.
     done: bool,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permit: (
+        tokio::sync::OwnedSemaphorePermit,
+        crate::serve::conn::KeySlot<String>,
+    ),
 }
 
 impl Stream {

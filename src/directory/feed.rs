@@ -122,6 +122,9 @@ pub struct FeedLog {
     by_seq: BTreeMap<u64, Change>,
     by_id: HashMap<Arc<str>, u64>,
     tombstones: usize,
+    /// The namespaces of the listed entries, worked out once per log (every stream's wake in
+    /// Kubernetes mode asks for them).
+    listed_namespaces: std::sync::OnceLock<BTreeSet<String>>,
 }
 
 /// One persisted change: `[identifier, seq, version (16 hex digits) or null, at]`.
@@ -226,7 +229,14 @@ impl FeedLog {
         self.by_seq.values().filter(|c| c.version.is_some())
     }
 
+    /// The namespaces of the listed entries.
+    pub fn listed_namespaces(&self) -> &BTreeSet<String> {
+        self.listed_namespaces
+            .get_or_init(|| self.listed().map(|c| c.card().0.to_string()).collect())
+    }
+
     fn push(&mut self, identifier: Arc<str>, version: Option<u64>, at: u64) {
+        self.listed_namespaces = Default::default();
         self.last_seq += 1;
         if let Some(old) = self.by_id.insert(identifier.clone(), self.last_seq) {
             if let Some(c) = self.by_seq.remove(&old) {
@@ -249,6 +259,7 @@ impl FeedLog {
 
     /// Drop the oldest tombstones past `retention`, raising the horizon.
     fn trim(&mut self, retention: usize) {
+        self.listed_namespaces = Default::default();
         while self.tombstones > retention {
             let Some(seq) = self
                 .by_seq
@@ -403,6 +414,7 @@ impl FeedLog {
     }
 
     fn add_rows(&mut self, rows: Vec<Row>) -> Result<(), String> {
+        self.listed_namespaces = Default::default();
         for (id, seq, version, at) in rows {
             if seq > self.last_seq || seq <= self.horizon {
                 return Err(format!(
@@ -768,8 +780,10 @@ pub fn page(
         }
     };
     // The caller's view changed: deletes for what it could read and no longer may, upserts
-    // for what it may now read and had not been sent.
-    if let (Some(v), Some(_)) = (visible, since) {
+    // for what it may now read and had not been sent. (Unchanged, the usual case, costs no
+    // pass over the log.)
+    let view_changed = seen_now.as_ref().is_some_and(|now| *now != seen_before);
+    if let (Some(v), Some(_), true) = (visible, since, view_changed) {
         for c in log.by_seq.values() {
             let ns = c.card().0;
             let was = seen_before.contains(&namespace_hash(ns));
@@ -852,11 +866,13 @@ fn cursor(log: &FeedLog, seq: u64, seen: Option<BTreeSet<u32>>) -> Cursor {
 /// The namespaces a caller's visibility must be asked about for a page after `since`: those
 /// with listed entries and those of later tombstones.
 pub fn namespaces(log: &FeedLog, since: u64) -> BTreeSet<String> {
-    log.by_seq
-        .values()
-        .filter(|c| c.version.is_some() || c.seq > since)
-        .map(|c| c.card().0.to_string())
-        .collect()
+    let mut out = log.listed_namespaces().clone();
+    out.extend(
+        log.after(since)
+            .filter(|c| c.version.is_none())
+            .map(|c| c.card().0.to_string()),
+    );
+    out
 }
 
 #[cfg(test)]

@@ -303,56 +303,63 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeadGuard<S> {
     }
 }
 
-/// Connections held per client address, bounded.
-pub struct PerClient {
+/// Slots held per key (a client address, a caller), bounded: what one client may hold of a
+/// shared resource (connections, change-feed streams).
+pub struct PerKey<K> {
     limit: usize,
-    held: Mutex<HashMap<IpAddr, usize>>,
+    held: Mutex<HashMap<K, usize>>,
 }
 
-/// One connection of a client, given back when dropped.
-pub struct ClientSlot {
-    owner: Arc<PerClient>,
-    addr: IpAddr,
+/// Connections held per client address.
+pub type PerClient = PerKey<IpAddr>;
+
+/// One slot of a key, given back when dropped.
+pub struct KeySlot<K: std::hash::Hash + Eq> {
+    owner: Arc<PerKey<K>>,
+    key: K,
 }
 
-impl PerClient {
-    /// At most `limit` connections per address (0: any number).
-    pub fn new(limit: usize) -> Arc<PerClient> {
-        Arc::new(PerClient {
+/// One connection of a client address.
+pub type ClientSlot = KeySlot<IpAddr>;
+
+impl<K: std::hash::Hash + Eq + Clone> PerKey<K> {
+    /// At most `limit` slots per key (0: any number).
+    pub fn new(limit: usize) -> Arc<PerKey<K>> {
+        Arc::new(PerKey {
             limit,
             held: Mutex::new(HashMap::new()),
         })
     }
 
-    /// A slot for one more connection of `addr`, unless it holds the limit already.
-    pub fn take(self: &Arc<Self>, addr: IpAddr) -> Option<ClientSlot> {
+    /// A slot for one more of `key`, unless it holds the limit already.
+    pub fn take(self: &Arc<Self>, key: K) -> Option<KeySlot<K>> {
         if self.limit == 0 {
             // Nothing counted (its drop finds no count to lower).
-            return Some(ClientSlot {
+            return Some(KeySlot {
                 owner: self.clone(),
-                addr,
+                key,
             });
         }
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.entry(addr).or_insert(0);
+        let n = held.entry(key.clone()).or_insert(0);
         if *n >= self.limit {
             return None;
         }
         *n += 1;
-        Some(ClientSlot {
+        Some(KeySlot {
             owner: self.clone(),
-            addr,
+            key,
         })
     }
 }
 
-impl Drop for ClientSlot {
+impl<K: std::hash::Hash + Eq> Drop for KeySlot<K> {
     fn drop(&mut self) {
         let mut held = self.owner.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = held.get_mut(&self.addr) {
+        if let Some(n) = held.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {
-                held.remove(&self.addr);
+                held.remove(&self.key);
             }
         }
     }

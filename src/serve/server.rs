@@ -119,6 +119,9 @@ pub struct Limits {
     /// Change-feed streams (`GET /v1/changes` as Server-Sent Events) open at once; past it,
     /// 503 with `Retry-After`.
     pub max_feed_streams: usize,
+    /// Change-feed streams one client holds at once (a caller in Kubernetes mode, an address
+    /// in public mode; 0: any number); past it, 429.
+    pub max_feed_streams_per_client: usize,
     /// Bytes of rendered directory responses kept for repeated queries (0: none kept).
     pub directory_cache_bytes: u64,
     /// Threads answering the public port, each with its own listening socket and event loop
@@ -158,6 +161,11 @@ pub struct ServerFlags {
     /// Most change-feed streams (Server-Sent Events) open at once on this process.
     #[arg(long, default_value_t = 1000)]
     pub max_feed_streams: usize,
+    /// Most change-feed streams one client holds at once on this process: per caller in
+    /// Kubernetes access mode, per client address in public mode (behind a proxy every
+    /// stream comes from the proxy's addresses: raise it there, or set 0 for any number).
+    #[arg(long, default_value_t = 100)]
+    pub max_feed_streams_per_client: usize,
     /// Bytes of rendered directory responses kept, so that a repeated query (same directory
     /// snapshot, same caller visibility, same parameters) is answered without running it again;
     /// 0 keeps none. Hits and misses: `agentcard_directory_cache_{hits,misses}_total`.
@@ -182,6 +190,7 @@ impl ServerFlags {
             max_connections_per_client: self.max_connections_per_client,
             max_concurrent_requests: self.max_concurrent_requests.max(1),
             max_feed_streams: self.max_feed_streams,
+            max_feed_streams_per_client: self.max_feed_streams_per_client,
             directory_cache_bytes: self.directory_cache_bytes,
             workers: self.workers,
             ..Limits::default()
@@ -205,6 +214,7 @@ impl Default for Limits {
             max_connections_per_client: 0,
             max_concurrent_requests: 4096,
             max_feed_streams: 1000,
+            max_feed_streams_per_client: 100,
             directory_cache_bytes: crate::directory::cache::DEFAULT_BYTES,
             workers: 0,
         }
@@ -282,6 +292,8 @@ pub async fn serve_public(
             feeds: Feeds {
                 index: index.clone(),
                 streams: guards.streams.clone(),
+                per_client: guards.streams_per_client.clone(),
+                client: peer.ip(),
                 draining: shutdown.draining(),
             },
         };
@@ -311,6 +323,8 @@ pub struct Guards {
     pub bodies: Arc<Semaphore>,
     /// Change-feed streams open at once.
     pub streams: Arc<Semaphore>,
+    /// Change-feed streams per client.
+    pub streams_per_client: Arc<super::conn::PerKey<String>>,
     /// Rendered directory responses.
     pub cache: Arc<ResponseCache>,
 }
@@ -323,6 +337,7 @@ impl Guards {
             in_flight: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
             bodies: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
             streams: Arc::new(Semaphore::new(limits.max_feed_streams)),
+            streams_per_client: super::conn::PerKey::new(limits.max_feed_streams_per_client),
             cache,
         }
     }
