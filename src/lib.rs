@@ -19,6 +19,7 @@ pub mod election;
 pub mod hub;
 pub mod index;
 pub mod input;
+pub mod net;
 pub mod process;
 pub mod run;
 pub mod serve;

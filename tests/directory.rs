@@ -1545,6 +1545,168 @@ async fn in_kubernetes_mode_a_cursor_opens_only_for_its_caller_and_hidden_change
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_ard_upstream_reaches_no_internal_address_lists_no_non_card_and_shadows_nothing()
+{
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let team = Tenant::new(&p, &format!("fh-{t}")).await;
+    team.apply(&card("local", &format!("local-{t}.open.test"), ""))
+        .await
+        .unwrap();
+    let local_host = format!("local-{t}.open.test");
+    // An "internal service": a JSON document that is no card.
+    let internal = support::upstream::Canned::start(|_| {
+        support::upstream::json_response(r#"{"instance-id":"i-123","secret":"s3cr3t"}"#)
+    });
+    // A registry that lists: the internal document by URL, a real card inline, one claiming
+    // the local card's namespace/name, one with a 2 MB identifier, and more than maxEntries.
+    let real = card("r1", "r1.ard.example", "")["spec"]["card"].to_string();
+    let claim = card("local", "evil.example", "")["spec"]["card"]
+        .to_string()
+        .replace("An agent.", "A shadow.");
+    let (ns, internal_addr) = (team.ns.clone(), internal.addr);
+    let huge = format!("urn:air:x:{}", "a".repeat(2 * 1024 * 1024));
+    let registry = support::upstream::Canned::start(move |line| {
+        let items = vec![
+            json!({"identifier": "urn:air:ard.example:x:internal", "displayName": "i", "type": agentcard_operator::directory::ard::TYPE_A2A,
+                   "url": format!("http://{internal_addr}/latest/meta-data")}),
+            json!({"identifier": "urn:air:ard.example:x:r1", "displayName": "r1", "type": agentcard_operator::directory::ard::TYPE_A2A,
+                   "data": serde_json::from_str::<Value>(&real).unwrap()}),
+            json!({"identifier": format!("urn:air:evil.example:{ns}:local"), "displayName": "s",
+                   "type": agentcard_operator::directory::ard::TYPE_A2A, "data": serde_json::from_str::<Value>(&claim).unwrap()}),
+            json!({"identifier": huge, "displayName": "h", "type": agentcard_operator::directory::ard::TYPE_A2A, "data": {}}),
+        ];
+        let mut extra: Vec<Value> = (0..50)
+            .map(|i| {
+                json!({"identifier": format!("urn:air:ard.example:x:more{i:02}"),
+                "displayName": "m", "type": agentcard_operator::directory::ard::TYPE_A2A,
+                "data": serde_json::from_str::<Value>(&real).unwrap()})
+            })
+            .collect();
+        let body = if line.contains("pageToken=2") {
+            json!({"items": extra.split_off(25)})
+        } else if line.contains("pageToken=1") {
+            extra.truncate(25);
+            json!({"items": extra, "pageToken": "2"})
+        } else {
+            json!({"items": items, "pageToken": "1"})
+        };
+        support::upstream::json_response(&body.to_string())
+    });
+    let (dname, dhost) = (format!("fh-{t}"), format!("fh-{t}.open.test"));
+    let mut spec = directory(
+        &dname,
+        &dhost,
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ns}}}),
+    );
+    let reg = format!("http://{}", registry.addr);
+    let by_name = format!("http://localhost:{}", registry.addr.port());
+    spec["spec"]["upstreams"] = json!([
+        // Named explicitly: loopback allowed, plain HTTP allowed.
+        {"name": "hostile", "url": reg, "kind": "ARD", "refreshSeconds": 5, "maxEntries": 10,
+         "allowHttp": true, "allowAddresses": ["127.0.0.0/8"]},
+        // Not named: plain HTTP refused; loopback refused, by address or by a name.
+        {"name": "no-http", "url": reg, "kind": "ARD", "refreshSeconds": 5,
+         "allowAddresses": ["127.0.0.0/8"]},
+        {"name": "no-loopback", "url": reg, "kind": "ARD", "refreshSeconds": 5, "allowHttp": true},
+        {"name": "no-loopback-name", "url": by_name, "kind": "ARD", "refreshSeconds": 5, "allowHttp": true},
+    ]);
+    apply_directory(&p, &spec).await;
+    let d = wait_upstreams(&p, &dname, "every upstream judged", |u| {
+        u.len() == 4
+            && u[0].reachable
+            && u[0].entries > 0
+            && u[1..].iter().all(|x| !x.reachable && x.message.is_some())
+    })
+    .await;
+    let u = &d.status.as_ref().unwrap().upstreams;
+    let message = |i: usize| u[i].message.clone().unwrap_or_default();
+    assert!(message(1).contains("allowHttp"), "{}", message(1));
+    assert!(
+        message(2).contains("127.0.0.1 is not an address"),
+        "{}",
+        message(2)
+    );
+    assert!(
+        message(3).contains("resolves to no address"),
+        "{}",
+        message(3)
+    );
+    // Status text from an upstream is cut: the 2 MB identifier is named by 1 KiB of it.
+    assert!(message(0).len() < 4096, "{} bytes", message(0).len());
+    // What is listed: the real card and the first of the rest up to maxEntries; never the
+    // internal document, the 2 MB identifier, or entries past maxEntries.
+    let v = json_of(&get(&p, &dhost, "/v1/agents?limit=100", &[]));
+    let names: Vec<String> = v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            a["_meta"]["agentcard.dev/directory"]["identifier"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        names.contains(&"urn:air:ard.example:x:r1".to_string()),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.ends_with(":internal")), "{names:?}");
+    assert!(!names.iter().any(|n| n.len() > 1000));
+    assert!(
+        !String::from_utf8_lossy(&get(&p, &dhost, "/v1/agents?limit=100", &[]).body)
+            .contains("s3cr3t")
+    );
+    assert!(
+        u[0].entries <= 10,
+        "{} entries past maxEntries 10",
+        u[0].entries
+    );
+    assert!(u[0].refused > 0);
+    // The local card keeps its own namespace/name: the native item and the HTML page are the
+    // local one's, and its origin is none.
+    let path = format!("/v1/agents/{}/local", team.ns);
+    wait_for(Duration::from_secs(30), || {
+        std::future::ready(
+            get(&p, &dhost, &path, &[]).status == 200
+                && p.get(&local_host, "/.well-known/agent-card.json").status == 200,
+        )
+    })
+    .await
+    .expect("the local card is listed");
+    let item = get(&p, &dhost, &path, &[]);
+    assert_eq!(item.status, 200);
+    assert_eq!(
+        raw_card(&item).as_bytes(),
+        &p.get(&local_host, "/.well-known/agent-card.json").body[..]
+    );
+    assert!(json_of(&item)["_meta"]["agentcard.dev/directory"]
+        .get("origin")
+        .is_none());
+    let html = get(
+        &p,
+        &dhost,
+        &format!("/agents/{}/local", team.ns),
+        &[("Accept", "text/html")],
+    );
+    assert!(!String::from_utf8_lossy(&html.body).contains("A shadow."));
+    // The federated entry's origin says where the operator read it.
+    let r1 = v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["_meta"]["agentcard.dev/directory"]["identifier"] == "urn:air:ard.example:x:r1")
+        .unwrap()
+        .clone();
+    let origin_url = r1["_meta"]["agentcard.dev/directory"]["origin"]["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(origin_url.starts_with(&reg), "{origin_url}");
+}
+
 /// The native page's agents: name → (upstream, verified) for federated ones, `None` for local.
 fn origins(v: &Value) -> std::collections::BTreeMap<String, Option<(String, bool)>> {
     v["agents"]
@@ -1615,7 +1777,7 @@ async fn a_directory_federates_another_through_its_change_feed() {
     let keys = support::upstream::Proxy::start(p.op.server.addr, &host("a1"));
     let mut spec = directory(&bdir, &bhost, sel(&b.ns));
     spec["spec"]["upstreams"] = json!([{
-        "name": "a", "url": format!("http://{}", feed.addr), "refreshSeconds": 5,
+        "name": "a", "url": format!("http://{}", feed.addr), "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"],
         "trust": {"jwksUrl": format!("http://{}/.well-known/jwks.json", keys.addr)}
     }]);
     apply_directory(&p, &spec).await;
@@ -1812,11 +1974,11 @@ async fn federation_refuses_what_it_cannot_trust_and_loses_nothing_local() {
         .unwrap();
     let mut spec = directory(&bdir, &bhost, sel(&b.ns));
     spec["spec"]["upstreams"] = json!([
-        {"name": "big", "url": format!("http://{}", big.addr), "refreshSeconds": 5},
-        {"name": "redirect", "url": format!("http://{}", redirect.addr), "refreshSeconds": 5},
-        {"name": "forged", "url": format!("http://{}", forged.addr), "refreshSeconds": 5, "trust": {"jwksUrl": jwks_url}},
-        {"name": "claim", "url": format!("http://{}", claim.addr), "refreshSeconds": 5},
-        {"name": "forged-secret", "url": format!("http://{}", forged.addr), "refreshSeconds": 5, "trust": {"jwks": {"name": jwks_secret}}},
+        {"name": "big", "url": format!("http://{}", big.addr), "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"]},
+        {"name": "redirect", "url": format!("http://{}", redirect.addr), "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"]},
+        {"name": "forged", "url": format!("http://{}", forged.addr), "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"], "trust": {"jwksUrl": jwks_url}},
+        {"name": "claim", "url": format!("http://{}", claim.addr), "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"]},
+        {"name": "forged-secret", "url": format!("http://{}", forged.addr), "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"], "trust": {"jwks": {"name": jwks_secret}}},
     ]);
     apply_directory(&p, &spec).await;
     let d = wait_upstreams(&p, &bdir, "every hostile upstream judged", |u| {
@@ -1860,11 +2022,9 @@ async fn federation_refuses_what_it_cannot_trust_and_loses_nothing_local() {
     let to_a = support::upstream::Proxy::start(p.op.server.addr, &ahost);
     let to_b = support::upstream::Proxy::start(p.op.server.addr, &bhost);
     let mut aspec = directory(&adir, &ahost, sel(&a.ns));
-    aspec["spec"]["upstreams"] =
-        json!([{"name": "b", "url": format!("http://{}", to_b.addr), "refreshSeconds": 5}]);
+    aspec["spec"]["upstreams"] = json!([{"name": "b", "url": format!("http://{}", to_b.addr), "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"]}]);
     apply_directory(&p, &aspec).await;
-    spec["spec"]["upstreams"] =
-        json!([{"name": "a", "url": format!("http://{}", to_a.addr), "refreshSeconds": 5}]);
+    spec["spec"]["upstreams"] = json!([{"name": "a", "url": format!("http://{}", to_a.addr), "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"]}]);
     apply_directory(&p, &spec).await;
     wait_listed(&p, &ahost, &["a1", "b1"]).await;
     wait_listed(&p, &bhost, &["a1", "b1"]).await;
@@ -1921,8 +2081,7 @@ async fn an_ard_registry_not_ours_is_paged_and_listed_with_its_origin() {
         &dhost,
         json!({"namespaceSelector": {"matchLabels": {"none": "none"}}}),
     );
-    spec["spec"]["upstreams"] =
-        json!([{"name": "ard", "url": url, "kind": "ARD", "refreshSeconds": 5}]);
+    spec["spec"]["upstreams"] = json!([{"name": "ard", "url": url, "kind": "ARD", "refreshSeconds": 5, "allowHttp": true, "allowAddresses": ["127.0.0.0/8"]}]);
     apply_directory(&p, &spec).await;
     wait_listed(&p, &dhost, &["inline-r4", "inline-r5", "r1", "r2", "r3"]).await;
     let listed = origins(&json_of(&get(&p, &dhost, "/v1/agents", &[])));

@@ -100,6 +100,18 @@ pub struct Upstream {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0 && self <= 2592000").message("must be between 0 and 2592000"))]
     pub keep_seconds: Option<i64>,
+    /// Accept `http://` for `url` and `trust.jwksUrl` (default: `https://` only: a card read
+    /// over plain HTTP can be changed on the way).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_http: bool,
+    /// Address ranges (CIDR) the upstream's names may resolve to besides public addresses:
+    /// by default loopback, link-local and cloud metadata, private ranges (the cluster's Pods,
+    /// Services, nodes and API server) and other special-purpose ranges are never connected
+    /// to, whatever an upstream's names or its cards' URLs resolve to. Name an in-cluster
+    /// registry's range here (e.g. `10.96.0.0/12`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub allow_addresses: Vec<String>,
 }
 
 /// The protocol an upstream speaks.

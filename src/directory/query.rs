@@ -179,11 +179,20 @@ impl Catalog {
         name: &str,
         visible: Visibility<'_>,
     ) -> Option<Arc<Entry>> {
-        self.entries
-            .iter()
-            .find(|e| e.placement.namespace == namespace && e.placement.name == name)
-            .filter(|e| is_visible(e, visible))
-            .cloned()
+        // A local card always holds its own namespace/name: a federated entry claiming it
+        // (an upstream says what it likes) is found only where no local card is, visible to
+        // this caller or not.
+        let mut federated = None;
+        for e in &self.entries {
+            if e.placement.namespace != namespace || e.placement.name != name {
+                continue;
+            }
+            if e.origin.is_none() {
+                return is_visible(e, visible).then(|| e.clone());
+            }
+            federated.get_or_insert(e);
+        }
+        federated.filter(|e| is_visible(e, visible)).cloned()
     }
 
     /// The position of the entry `identifier`.

@@ -126,8 +126,71 @@ async fn manage(
     }
 }
 
-/// An HTTP client for `base`: timeouts, no proxy, redirects only within its origin.
-fn client(base: &url::Url) -> Result<reqwest::Client, String> {
+/// What an upstream's spec lets its clients connect to: its address ranges (`allowAddresses`)
+/// and whether plain HTTP is accepted (`allowHttp`). Wrong ranges are an error naming them.
+fn net_policy(up: &Upstream) -> Result<crate::net::Allowed, String> {
+    up.allow_addresses
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            c.trim()
+                .parse::<ipnet::IpNet>()
+                .map_err(|_| format!("allowAddresses[{i}]: {c:?} is not a CIDR range"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(crate::net::Allowed)
+}
+
+/// Whether `url` may be read for `up`: `https://` (or `http://` with `allowHttp`), and a host
+/// that is a name (checked as it resolves, by the client's resolver) or an address `allowed`
+/// permits (an address is connected to without resolving).
+fn check_url(up: &Upstream, allowed: &crate::net::Allowed, url: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(url).map_err(|e| format!("{}: {e}", cut(url)))?;
+    match parsed.scheme() {
+        "https" => {}
+        "http" if up.allow_http => {}
+        "http" => {
+            return Err(format!(
+                "{}: http:// is accepted only with allowHttp: true",
+                cut(url)
+            ))
+        }
+        other => return Err(format!("{}: scheme {other} is not http(s)", cut(url))),
+    }
+    let ip = match parsed.host() {
+        Some(url::Host::Ipv4(a)) => Some(std::net::IpAddr::V4(a)),
+        Some(url::Host::Ipv6(a)) => Some(std::net::IpAddr::V6(a)),
+        Some(url::Host::Domain(_)) => None,
+        None => return Err(format!("{}: no host", cut(url))),
+    };
+    if let Some(ip) = ip.filter(|ip| !allowed.permits(*ip)) {
+        return Err(format!(
+            "{}: {ip} is not an address this directory may connect to; name its range in \
+             allowAddresses to reach it",
+            cut(url)
+        ));
+    }
+    Ok(())
+}
+
+/// Most bytes of an upstream's text (an error, a URL, an identifier) kept in status and logs.
+pub const MAX_TEXT: usize = 1024;
+
+/// `text` cut to [`MAX_TEXT`] bytes (on a character boundary), marked when cut.
+pub fn cut(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_TEXT {
+        return text.into();
+    }
+    let mut end = MAX_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end]).into()
+}
+
+/// An HTTP client for `base`: timeouts, no proxy, redirects only within its origin, and a
+/// resolver that connects only to the addresses `allowed` permits.
+fn client(base: &url::Url, allowed: crate::net::Allowed) -> Result<reqwest::Client, String> {
     let origin = base.origin();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() > 5 {
@@ -142,6 +205,7 @@ fn client(base: &url::Url) -> Result<reqwest::Client, String> {
         }
     });
     reqwest::Client::builder()
+        .dns_resolver(crate::net::guard(allowed))
         .redirect(policy)
         .timeout(TIMEOUT)
         .connect_timeout(Duration::from_secs(5))
@@ -212,6 +276,29 @@ async fn get(
     })
 }
 
+/// Most bytes of an identifier taken from an upstream.
+pub const MAX_IDENTIFIER: usize = 512;
+
+/// Whether `id` is an ARD identifier (`urn:air:<publisher>(:<segment>)+`, as the ARD entry
+/// schema has it) of at most [`MAX_IDENTIFIER`] bytes: what else an upstream sends is neither
+/// kept nor logged whole.
+pub fn valid_identifier(id: &str) -> bool {
+    let Some(rest) = id.strip_prefix("urn:air:") else {
+        return false;
+    };
+    let mut parts = rest.split(':');
+    let publisher = parts.next().unwrap_or_default();
+    let segment = |s: &str, extra: &[u8]| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || extra.contains(&b))
+    };
+    id.len() <= MAX_IDENTIFIER
+        && segment(publisher, b".-")
+        && rest.contains(':')
+        && parts.all(|p| segment(p, b"._-"))
+}
+
 /// One entry read from an upstream, or why it is refused.
 #[derive(Clone)]
 enum Read {
@@ -234,6 +321,41 @@ struct State {
     /// The upstream's base URL and the client for it, built at the first refresh (its
     /// connections are reused by the next ones).
     http: Option<(url::Url, reqwest::Client)>,
+    /// Entries of the last read not kept (past `maxEntries`, or with an identifier that is
+    /// none), and why the first was not.
+    dropped: usize,
+    first_dropped: Option<String>,
+}
+
+impl State {
+    /// Whether `items` (the set being read) may take an entry of identifier `id`: a valid
+    /// identifier, and room under `max` (one already held is always replaced). Counts and
+    /// says why when not.
+    fn admits(
+        dropped: &mut (usize, Option<String>),
+        items: &BTreeMap<String, Read>,
+        id: &str,
+        max: usize,
+    ) -> bool {
+        let why = if !valid_identifier(id) {
+            format!(
+                "{}: not an ARD identifier (urn:air:..., at most {MAX_IDENTIFIER} bytes)",
+                cut(id)
+            )
+        } else if items.len() >= max && !items.contains_key(id) {
+            format!("{id}: past maxEntries ({max}): not kept")
+        } else {
+            return true;
+        };
+        dropped.0 += 1;
+        dropped.1.get_or_insert(why);
+        false
+    }
+}
+
+/// The most entries kept of `up` (`maxEntries`, default 10,000).
+fn max_entries(up: &Upstream) -> usize {
+    usize::try_from(up.max_entries.unwrap_or(10_000)).unwrap_or(10_000)
 }
 
 /// One upstream's reader: what it keeps between refreshes.
@@ -298,6 +420,7 @@ async fn sync(fed: Arc<Federation>, dir: String, mut reader: Reader) {
                 failures = 0;
             }
             Err(e) => {
+                let e = cut(&e).into_owned();
                 tracing::warn!(directory = %dir, upstream = %name, error = %e, "upstream not read");
                 synced.reachable = false;
                 synced.error = Some(e);
@@ -336,11 +459,16 @@ async fn secret_jwks(
 }
 
 async fn refresh_once(up: &Upstream, own: &str, state: &mut State) -> Result<(), String> {
+    let allowed = net_policy(up)?;
+    check_url(up, &allowed, &up.url).map_err(|e| format!("url: {e}"))?;
+    if let Some(jwks_url) = &up.trust.jwks_url {
+        check_url(up, &allowed, jwks_url).map_err(|e| format!("trust.jwksUrl: {e}"))?;
+    }
     let (base, http) = match &state.http {
         Some(built) => built.clone(),
         None => {
             let base = url::Url::parse(&up.url).map_err(|e| format!("url: {e}"))?;
-            let built = (base.clone(), client(&base)?);
+            let built = (base.clone(), client(&base, allowed.clone())?);
             state.http = Some(built.clone());
             built
         }
@@ -463,6 +591,7 @@ async fn read_feed(
             // Expired: read everything again, and replace the set only once it is read.
             state.cursor = None;
             fresh = Some(BTreeMap::new());
+            (state.dropped, state.first_dropped) = (0, None);
             continue;
         }
         if got.status != 200 {
@@ -471,6 +600,7 @@ async fn read_feed(
         let page: FeedPage = serde_json::from_slice(&got.body)
             .map_err(|e| format!("{url}: not a change feed page: {e}"))?;
         let items = fresh.as_mut().unwrap_or(&mut state.items);
+        let mut dropped = (0, None);
         let registry = page
             .metadata
             .registry
@@ -481,6 +611,8 @@ async fn read_feed(
             match c.kind.as_str() {
                 "delete" => {
                     items.remove(&c.identifier);
+                }
+                "upsert" if !State::admits(&mut dropped, items, &c.identifier, max_entries(up)) => {
                 }
                 "upsert" => {
                     let mut via = c.origin.map(|o| o.via).unwrap_or_default();
@@ -503,7 +635,7 @@ async fn read_feed(
                             &c.identifier,
                             bytes,
                             (&c.namespace, &c.name),
-                            said,
+                            (said, format!("{base}/v1/changes")),
                             via,
                             state.jwks.as_ref().map(|j| &*j.1),
                         )
@@ -512,6 +644,10 @@ async fn read_feed(
                 }
                 _ => {}
             }
+        }
+        state.dropped += dropped.0;
+        if state.first_dropped.is_none() {
+            state.first_dropped = dropped.1;
         }
         state.cursor = Some(page.metadata.next_cursor);
         if empty {
@@ -572,6 +708,8 @@ async fn read_ard(
     let root = up.url.trim_end_matches('/');
     let mut token: Option<String> = None;
     let mut items = BTreeMap::new();
+    let mut dropped = (0, None);
+    let mut listed_urls: HashSet<String> = HashSet::new();
     for page_no in 0..MAX_PAGES {
         let mut url = format!("{root}/agents?pageSize=100");
         if let Some(t) = &token {
@@ -596,13 +734,22 @@ async fn read_ard(
         let page: ArdPage = serde_json::from_slice(&got.body)
             .map_err(|e| format!("{url}: not an ARD list response: {e}"))?;
         for e in page.items {
-            let read = ard_entry(http, base, up, &e, state).await;
+            if !State::admits(&mut dropped, &items, &e.identifier, max_entries(up)) {
+                continue;
+            }
+            let read = ard_entry(http, (base, &url), up, &e, state).await;
+            if let Some(u) = e.url.as_ref().filter(|_| e.data.is_none()) {
+                listed_urls.insert(u.clone());
+            }
             items.insert(e.identifier, read);
         }
         match page.page_token.filter(|t| !t.is_empty()) {
             Some(t) => token = Some(t),
             None => {
                 state.items = items;
+                (state.dropped, state.first_dropped) = dropped;
+                // Only the cards of what is listed keep their ETag and bytes.
+                state.cards.retain(|u, _| listed_urls.contains(u));
                 return Ok(());
             }
         }
@@ -615,7 +762,7 @@ async fn read_ard(
 /// One ARD entry: its card inline, or read from its URL on the upstream's origin.
 async fn ard_entry(
     http: &reqwest::Client,
-    base: &url::Url,
+    (base, page_url): (&url::Url, &str),
     up: &Upstream,
     e: &ArdEntry,
     state: &mut State,
@@ -636,7 +783,7 @@ async fn ard_entry(
             &e.identifier,
             Some(bytes),
             (namespace, name),
-            e.said(None),
+            (e.said(None), page_url.to_string()),
             via,
             jwks.as_deref(),
         );
@@ -675,7 +822,7 @@ async fn ard_entry(
         &e.identifier,
         bytes,
         (namespace, name),
-        e.said(Some(card_url.clone())),
+        (e.said(Some(card_url.clone())), card_url.clone()),
         via,
         jwks.as_deref(),
     )
@@ -688,7 +835,7 @@ fn entry_of(
     identifier: &str,
     bytes: Option<Bytes>,
     (namespace, name): (&str, &str),
-    said: Said,
+    (said, read_from): (Said, String),
     via: Vec<String>,
     jwks: Option<&Jwks>,
 ) -> Read {
@@ -704,6 +851,20 @@ fn entry_of(
         Ok(c) => c,
         Err(e) => return Read::Refused(format!("{identifier}: not an Agent Card: {e}")),
     };
+    // A card, as an import takes one: read as v1.0 (a v0.3 card converted), then validated.
+    // (Every field of the lenient form has a default: any JSON object would do otherwise.)
+    let checked = serde_json::from_slice::<Value>(&bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|v| crate::a2a::import::import(&v).map_err(|p| p.to_string()))
+        .and_then(
+            |imported| match crate::a2a::validate::validate(&imported.card).first() {
+                None => Ok(()),
+                Some(p) => Err(format!("{}: {}", p.path, p.message)),
+            },
+        );
+    if let Err(why) = checked {
+        return Read::Refused(format!("{identifier}: not an Agent Card: {}", cut(&why)));
+    }
     let verified = match jwks {
         Some(jwks) => match verify_card(&card, jwks) {
             Ok(_) => true,
@@ -720,7 +881,7 @@ fn entry_of(
         None => false,
     };
     let host = identifier.split(':').nth(2).unwrap_or_default().to_string();
-    let card_url = said.url.unwrap_or_else(|| up.url.clone());
+    let card_url = said.url.unwrap_or_else(|| read_from.clone());
     let placement = Placement {
         namespace: namespace.to_string(),
         name: name.to_string(),
@@ -735,9 +896,10 @@ fn entry_of(
     let Some(entry) = Entry::build(placement, bytes) else {
         return Read::Refused(format!("{identifier}: not a JSON object"));
     };
+    // Where the operator read the card, not where the upstream says it is.
     let origin = Origin {
         upstream: up.name.clone(),
-        url: card_url,
+        url: read_from,
         fetched_at: jiff::Timestamp::now().to_string(),
         verified,
         via,
@@ -752,15 +914,15 @@ fn entry_of(
 /// The entries to list (those the `include` filters select, the first `maxEntries` by
 /// identifier), how many were refused, and the first refusal.
 fn select(up: &Upstream, state: &State) -> (Vec<Arc<Entry>>, usize, Option<String>) {
-    let mut refused = 0;
-    let mut first = None;
+    let mut refused = state.dropped;
+    let mut first = state.first_dropped.clone();
     let mut entries = Vec::new();
     for read in state.items.values() {
         match read {
             Read::Entry(e) => entries.push(e.clone()),
             Read::Refused(why) => {
                 refused += 1;
-                first.get_or_insert_with(|| why.clone());
+                first.get_or_insert_with(|| cut(why).into_owned());
             }
         }
     }
@@ -775,7 +937,7 @@ fn select(up: &Upstream, state: &State) -> (Vec<Arc<Entry>>, usize, Option<Strin
             }
         }
     }
-    let max = usize::try_from(up.max_entries.unwrap_or(10_000)).unwrap_or(10_000);
+    let max = max_entries(up);
     if entries.len() > max {
         refused += entries.len() - max;
         first.get_or_insert_with(|| {

@@ -198,74 +198,7 @@ pub fn refresh(source: &Source) -> Duration {
     Duration::from_secs(u64::try_from(secs).unwrap_or(300))
 }
 
-/// Cloud metadata services outside the link-local range: Alibaba Cloud's (`100.100.100.200`)
-/// and AWS's IPv6 one (`fd00:ec2::254`).
-const METADATA: [IpAddr; 2] = [
-    IpAddr::V4(std::net::Ipv4Addr::new(100, 100, 100, 200)),
-    IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
-];
-
-/// Whether the operator may connect to `ip`: never the loopback, link-local (cloud metadata),
-/// unspecified, multicast or broadcast addresses, a cloud metadata address, or an IPv6
-/// address that stands for an IPv4 one (IPv4-mapped, IPv4-compatible, NAT64's
-/// `64:ff9b::/96` and `64:ff9b:1::/48`), whatever an EndpointSlice says. (No Pod has one of
-/// these addresses.)
-pub fn address_allowed(ip: IpAddr) -> bool {
-    if METADATA.contains(&ip) {
-        return false;
-    }
-    match ip {
-        IpAddr::V4(v4) => {
-            !(v4.is_loopback()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_multicast()
-                || v4.is_broadcast())
-        }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            let embeds_v4 = v6.to_ipv4_mapped().is_some()
-                || (s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified())
-                || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
-                || s[..3] == [0x64, 0xff9b, 1];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || v6.is_unicast_link_local()
-                || embeds_v4)
-        }
-    }
-}
-
-/// Special-purpose ranges a Pod may be given in some clusters (CGNAT's `100.64.0.0/10` as a
-/// Pod range) but that an endpoint outside the cluster's Pods is never let through to: shared
-/// address space, IETF protocol assignments, benchmarking, reserved and "this network" IPv4
-/// ranges, 6to4 and Teredo (both carry an IPv4 address), and unique local IPv6 addresses'
-/// well-known metadata prefix are refused for unmanaged endpoints
-/// (`--source-allow-unmanaged-endpoints`).
-pub fn unmanaged_address_allowed(ip: IpAddr) -> bool {
-    const V4: [(u32, u32); 5] = [
-        (0x6440_0000, 10), // 100.64.0.0/10
-        (0xc000_0000, 24), // 192.0.0.0/24
-        (0xc612_0000, 15), // 198.18.0.0/15
-        (0xf000_0000, 4),  // 240.0.0.0/4
-        (0x0000_0000, 8),  // 0.0.0.0/8
-    ];
-    if !address_allowed(ip) {
-        return false;
-    }
-    match ip {
-        IpAddr::V4(v4) => {
-            let a = u32::from(v4);
-            !V4.iter()
-                .any(|&(net, len)| a >> (32 - len) == net >> (32 - len))
-        }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            !(s[0] == 0x2002 || (s[0] == 0x2001 && s[1] == 0))
-        }
-    }
-}
+pub use crate::net::{address_allowed, unmanaged_address_allowed};
 
 /// Whether `name` may be a Pod's name (an RFC 1123 subdomain): what a tenant's EndpointSlice
 /// writes as `targetRef.name` goes into an API path only then.
