@@ -209,6 +209,10 @@ struct Feed {
     feed_parts: HashMap<(String, usize), Bytes>,
     /// Something a directory lists changed since the last rebuild.
     dirty: bool,
+    /// Directories to rebuild at the next rebuild while `dirty` is false (a label change that
+    /// changes only their listings): the others keep their sites, and so their cached
+    /// responses.
+    dirty_dirs: HashSet<String>,
     relist_cms: Option<HashSet<String>>,
     relist_cards: Option<HashSet<String>>,
     relist_directories: Option<HashSet<String>>,
@@ -232,6 +236,7 @@ impl Feed {
             feed_heads: HashMap::new(),
             feed_parts: HashMap::new(),
             dirty: false,
+            dirty_dirs: HashSet::new(),
             relist_cms: None,
             relist_cards: None,
             relist_directories: None,
@@ -486,14 +491,43 @@ impl Feed {
             return self.settle(&uid);
         };
         if previous.labels() != view.labels() {
-            // The directories' selections may change.
-            self.dirty = true;
+            // Only the directories whose listing the change changes are rebuilt: none for a
+            // card no directory could list (not served), or whose labels no selector reads.
+            let affected = self.listing_changes(&previous, &view);
+            self.dirty_dirs.extend(affected);
         }
         if previous.serves_as(&view) {
             // Most card events (spec edits, conditions) change nothing served.
             return;
         }
         self.settle(&uid);
+    }
+
+    /// The directories that list `card` under one of its label sets and not the other (only
+    /// a served card has an entry to list).
+    fn listing_changes(&self, before: &CardView, after: &CardView) -> Vec<String> {
+        let listed = self
+            .entries
+            .as_ref()
+            .is_some_and(|e| e.contains_key(&after.key));
+        if !listed {
+            return Vec::new();
+        }
+        let empty = BTreeMap::new();
+        let ns_labels = self.namespaces.get(after.namespace()).unwrap_or(&empty);
+        self.directories
+            .iter()
+            .filter(|(_, d)| {
+                select::listed(&d.spec, ns_labels, before.labels())
+                    != select::listed(&d.spec, ns_labels, after.labels())
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Whether a rebuild is due: of every directory, or of some.
+    fn rebuild_due(&self) -> bool {
+        self.dirty || !self.dirty_dirs.is_empty()
     }
 
     fn remove_card(&mut self, uid: &str) {
@@ -525,9 +559,13 @@ impl Feed {
         }
     }
 
-    /// Every directory's site from what is served now, into the index.
+    /// Every directory's site from what is served now, into the index; when only some
+    /// directories are due (`dirty_dirs`), the others keep the sites they have.
     fn rebuild_sites(&mut self) {
+        let only = (!self.dirty).then(|| std::mem::take(&mut self.dirty_dirs));
         self.dirty = false;
+        self.dirty_dirs.clear();
+        let held = self.index.sites();
         let empty = BTreeMap::new();
         let mut sites = HashMap::new();
         let no_entries = HashMap::new();
@@ -536,6 +574,13 @@ impl Feed {
             let Some(host) = dir.host.clone().filter(|_| !dir.deleting) else {
                 continue;
             };
+            let kept = held.get(&host).filter(|s| &s.name == name);
+            if let (Some(only), Some(site)) = (&only, kept) {
+                if !only.contains(name) {
+                    sites.insert(host, site.clone());
+                    continue;
+                }
+            }
             let local: Vec<Arc<Entry>> = self
                 .cards
                 .values()
@@ -701,7 +746,7 @@ pub async fn watch_cluster(
                     Change::Namespace(_) => {}
                     Change::Directory(e) => feed.on_directory_event(e),
                 }
-                if feed.dirty && rebuild_at.is_none() {
+                if feed.rebuild_due() && rebuild_at.is_none() {
                     rebuild_at = Some(tokio::time::Instant::now() + REBUILD_DELAY);
                 }
             }
@@ -937,6 +982,61 @@ mod tests {
         // The head gone: no log.
         f.remove_cm(&feed_cm("agentcard-feed-dir", None, &split2.head));
         assert!(f.index.feed("dir").is_none());
+    }
+
+    #[test]
+    fn a_label_change_rebuilds_only_the_directories_whose_listing_it_changes() {
+        let mut f = feed();
+        let labelled = |c: AgentCard, team: &str| {
+            let mut c = c;
+            c.metadata.labels = Some([("team".to_string(), team.to_string())].into());
+            Arc::new(c)
+        };
+        let one = r#"{"name":"one","description":"d","skills":[]}"#;
+        f.apply_card(labelled(
+            card("a", "one", "u1", "one.example", Some(one)),
+            "a",
+        ));
+        f.apply_cm(Arc::new(cm("a", "agentcard-one", "u1", one, "")));
+        // A card that is not served (no confirmed bytes): never listed, whatever its labels.
+        f.apply_card(labelled(
+            card("a", "draft", "u2", "draft.example", None),
+            "a",
+        ));
+        let mut by_team = (*directory("team-a", "a.example")).clone();
+        by_team.spec.card_selector =
+            serde_json::from_value(json!({"matchLabels": {"team": "a"}})).unwrap();
+        f.on_directory_event(Event::Apply(Arc::new(by_team)));
+        f.on_directory_event(Event::Apply(directory("all", "all.example")));
+        assert_eq!(listed(&mut f, "a.example"), ["one"]);
+        let all = f.index.site("all.example").unwrap();
+        let team = f.index.site("a.example").unwrap();
+        // Relabelling the unserved card, or the served one in a way no selector reads: nothing.
+        f.apply_card(labelled(
+            card("a", "draft", "u2", "draft.example", None),
+            "b",
+        ));
+        let mut other = (*labelled(card("a", "one", "u1", "one.example", Some(one)), "a")).clone();
+        other
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("unread".into(), "x".into());
+        f.apply_card(Arc::new(other));
+        assert!(!f.rebuild_due(), "{:?}", f.dirty_dirs);
+        // Moving the served card out of team a: only that directory is rebuilt.
+        f.apply_card(labelled(
+            card("a", "one", "u1", "one.example", Some(one)),
+            "b",
+        ));
+        assert!(f.rebuild_due());
+        assert!(listed(&mut f, "a.example").is_empty());
+        assert!(
+            Arc::ptr_eq(&f.index.site("all.example").unwrap(), &all),
+            "kept as it was"
+        );
+        assert!(!Arc::ptr_eq(&f.index.site("a.example").unwrap(), &team));
+        assert_eq!(listed(&mut f, "all.example"), ["one"]);
     }
 
     #[test]
