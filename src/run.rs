@@ -132,6 +132,11 @@ pub struct RunArgs {
     /// publish; the others report `NamespaceCardLimit` until cards go or the limit is raised.
     #[arg(long, default_value_t = 1000)]
     max_cards_per_namespace: usize,
+    /// Most bytes of AgentCard specs (as JSON) published per namespace (0: any number): what
+    /// one namespace may make every replica hold. The oldest cards that fit publish; the
+    /// others report `NamespaceByteBudget`, never another namespace's.
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    max_namespace_card_bytes: usize,
     /// Largest signed card published, in bytes; larger ones report `CardTooLarge`.
     #[arg(long, default_value_t = 256 * 1024, value_parser = clap::value_parser!(u64).range(1024..=crate::a2a::validate::MAX_CARD_BYTES as u64))]
     max_card_bytes: u64,
@@ -209,6 +214,7 @@ fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Confi
         jwks_max_age: args.jwks_max_age,
         max_cards_per_namespace: args.max_cards_per_namespace,
         max_card_bytes: usize::try_from(args.max_card_bytes).unwrap_or(usize::MAX),
+        max_namespace_card_bytes: args.max_namespace_card_bytes,
         source_allow_unmanaged_endpoints: args.source_allow_unmanaged_endpoints,
     })
 }

@@ -241,6 +241,57 @@ async fn a_card_past_the_schemas_bounds_is_refused_at_admission_with_the_field_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_past_its_byte_budget_publishes_its_oldest_cards_and_no_other_namespace_pays() {
+    let p = Platform::start(&["--max-namespace-card-bytes", "8000"]).await;
+    let t = rand_tag();
+    let big = Tenant::new(&p, &format!("budget-{t}")).await;
+    let other = Tenant::new(&p, &format!("budget-other-{t}")).await;
+    let sized = |name: &str, host: &str, pad: usize| {
+        let mut c = card(name, host, "");
+        c["spec"]["card"]["description"] = json!("d".repeat(pad));
+        c
+    };
+    for i in 0..3 {
+        let name = format!("c{i}");
+        big.apply(&sized(&name, &format!("{name}-{t}.open.test"), 3000))
+            .await
+            .unwrap();
+        // Creation times a second apart: the order is the cards' age.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    wait_card(&p, &big.ns, "c0", "Ready", ready).await;
+    wait_card(&p, &big.ns, "c1", "Ready", ready).await;
+    let c2 = wait_card(
+        &p,
+        &big.ns,
+        "c2",
+        "NamespaceByteBudget",
+        refused("NamespaceByteBudget"),
+    )
+    .await;
+    let msg = condition(&c2, "Ready").unwrap().2;
+    assert!(
+        msg.contains("--max-namespace-card-bytes") && msg.contains("8000"),
+        "{msg}"
+    );
+    assert_eq!(
+        p.get(&format!("c2-{t}.open.test"), PATH_CARD).status,
+        404,
+        "a card past the budget is not served"
+    );
+    // Another namespace has a budget of its own.
+    other
+        .apply(&sized("alone", &format!("alone-{t}.open.test"), 6000))
+        .await
+        .unwrap();
+    wait_card(&p, &other.ns, "alone", "Ready", ready).await;
+    // Room made: the waiting card publishes.
+    big.delete("c0").await;
+    wait_card(&p, &big.ns, "c2", "Ready", ready).await;
+    invariant(&p, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_configmap_cannot_publish_on_a_host_its_namespace_does_not_hold() {
     let p = Platform::start(&[]).await;
     let t = rand_tag();

@@ -49,6 +49,8 @@ pub struct Config {
     pub max_cards_per_namespace: usize,
     /// Largest signed card published, in bytes.
     pub max_card_bytes: usize,
+    /// Most bytes of card specs published per namespace (`--max-namespace-card-bytes`; 0: any).
+    pub max_namespace_card_bytes: usize,
     /// Import also from endpoint addresses that are not a Pod of the card's namespace.
     pub source_allow_unmanaged_endpoints: bool,
 }

@@ -45,6 +45,19 @@ pub enum Error {
         /// Its name.
         name: String,
     },
+    /// The card's namespace holds more bytes of card specs than the operator publishes per
+    /// namespace, and this card is not among the oldest that fit.
+    #[error("namespace {namespace} has {bytes} bytes of AgentCard specs; this operator publishes at most {limit} per namespace (--max-namespace-card-bytes) and this card ({size} bytes) does not fit after the older ones: shrink or delete cards, or raise the limit")]
+    NamespaceByteBudget {
+        /// The namespace.
+        namespace: String,
+        /// Bytes of its cards' specs.
+        bytes: usize,
+        /// This card's spec.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The card's namespace has more cards than the operator publishes per namespace, and
     /// this card is not among the oldest that fit.
     #[error("namespace {namespace} has {count} AgentCards; this operator publishes at most {limit} per namespace (--max-cards-per-namespace) and this card is number {position} by creation time: delete cards or raise the limit")]
@@ -125,6 +138,7 @@ impl Error {
             Error::HostConflict { .. } => "host_conflict",
             Error::NameInUse { .. } => "name_in_use",
             Error::NamespaceCardLimit { .. } => "namespace_card_limit",
+            Error::NamespaceByteBudget { .. } => "namespace_byte_budget",
             Error::CardTooLarge { .. } => "card_too_large",
             Error::KeyUnavailable(_) => "key_unavailable",
             Error::JwksPending(_) => "jwks_pending",
@@ -146,6 +160,7 @@ impl Error {
             Error::HostConflict { .. } => "HostConflict",
             Error::NameInUse { .. } => "NameInUse",
             Error::NamespaceCardLimit { .. } => "NamespaceCardLimit",
+            Error::NamespaceByteBudget { .. } => "NamespaceByteBudget",
             Error::CardTooLarge { .. } => "CardTooLarge",
             Error::KeyUnavailable(_) => "KeyUnavailable",
             Error::JwksPending(_) => "JwksPending",
@@ -166,6 +181,7 @@ impl Error {
             Error::InvalidSpec(_)
                 | Error::HostNotAllowed { .. }
                 | Error::NamespaceCardLimit { .. }
+                | Error::NamespaceByteBudget { .. }
                 | Error::CardTooLarge { .. }
                 | Error::Incompatible { .. }
                 | Error::Retired { .. }

@@ -95,6 +95,7 @@ pub async fn run(
         limits: Limits {
             max_cards_per_namespace: config.max_cards_per_namespace,
             max_card_bytes: config.max_card_bytes,
+            max_namespace_card_bytes: config.max_namespace_card_bytes,
         },
         backoff: Backoff::default(),
         verdicts: Default::default(),
@@ -196,6 +197,7 @@ fn start_card_watches(hubs: &Hubs, config: &Config, tasks: &mut Vec<AbortOnDrop>
     let scope = Scope {
         namespace: config.watch_namespace.clone(),
         limit: config.max_cards_per_namespace,
+        byte_limit: config.max_namespace_card_bytes,
     };
     let memo = Arc::new(WriteMemo::default());
     let statuses = Arc::new(Unseen::<AgentCardStatus>::default());

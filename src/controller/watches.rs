@@ -39,6 +39,15 @@ pub struct CardIndex {
     /// A host has one card, sometimes a few (shared hosts, conflicts): a list, not a set.
     by_host: HashMap<Arc<str>, Vec<CardKey>>,
     by_namespace: HashMap<String, HashSet<CardKey>>,
+    /// Bytes of each card's spec as JSON, and their sum per namespace: what one namespace makes
+    /// every replica hold (`--max-namespace-card-bytes`).
+    sizes: HashMap<ObjectRef<AgentCard>, usize>,
+    bytes_by_namespace: HashMap<String, usize>,
+}
+
+/// Bytes of `card`'s spec as JSON (at least 1: a card always counts).
+pub fn spec_bytes(card: &AgentCard) -> usize {
+    serde_json::to_vec(&card.spec).map_or(1, |v| v.len().max(1))
 }
 
 /// A card's reference as the [`CardIndex`] holds it.
@@ -48,6 +57,7 @@ impl CardIndex {
     /// Record `card` (new, or its host changed).
     pub fn apply(&mut self, card: &AgentCard) {
         let key = name_ref(card);
+        self.resize(&key, spec_bytes(card));
         let host = card.spec.publish.host.to_ascii_lowercase();
         let shared = match self.host_of.get_key_value(&key) {
             // Known on this host: nothing moves (its namespace cannot change).
@@ -67,8 +77,34 @@ impl CardIndex {
         self.by_namespace.entry(ns).or_default().insert(shared);
     }
 
+    /// Record that `key`'s spec takes `bytes` (0: forgotten).
+    fn resize(&mut self, key: &ObjectRef<AgentCard>, bytes: usize) {
+        let ns = key.namespace.clone().unwrap_or_default();
+        let old = if bytes == 0 {
+            self.sizes.remove(key).unwrap_or(0)
+        } else {
+            self.sizes.insert(key.clone(), bytes).unwrap_or(0)
+        };
+        let sum = self.bytes_by_namespace.entry(ns.clone()).or_default();
+        *sum = sum.saturating_sub(old).saturating_add(bytes);
+        if *sum == 0 {
+            self.bytes_by_namespace.remove(&ns);
+        }
+    }
+
+    /// Bytes of the specs of namespace `ns`'s cards.
+    pub fn bytes_in(&self, ns: &str) -> usize {
+        self.bytes_by_namespace.get(ns).copied().unwrap_or(0)
+    }
+
+    /// Bytes of `key`'s spec (0 when not indexed).
+    pub fn size_of(&self, key: &ObjectRef<AgentCard>) -> usize {
+        self.sizes.get(key).copied().unwrap_or(0)
+    }
+
     /// Forget `card`.
     pub fn remove(&mut self, key: &ObjectRef<AgentCard>) {
+        self.resize(key, 0);
         if let Some(host) = self.host_of.remove(key) {
             Self::remove_from_host(&mut self.by_host, &host, key);
         }
@@ -313,7 +349,8 @@ pub async fn fan_out_cards(
                     let ns = key.namespace.clone().unwrap_or_default();
                     let waiting = {
                         let mut index = lock();
-                        let over = scope.limit > 0 && index.count_in(&ns) > scope.limit;
+                        let over = (scope.limit > 0 && index.count_in(&ns) > scope.limit)
+                            || (scope.byte_limit > 0 && index.bytes_in(&ns) > scope.byte_limit);
                         index.remove(&key);
                         if over {
                             index.in_namespace(&ns)
@@ -338,6 +375,8 @@ pub struct Scope {
     pub namespace: Option<String>,
     /// Most cards published per namespace (0: any number).
     pub limit: usize,
+    /// Most bytes of card specs published per namespace (0: any number).
+    pub byte_limit: usize,
 }
 
 impl Scope {

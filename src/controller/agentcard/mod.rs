@@ -238,7 +238,10 @@ fn existing_routes<'a>(
 /// validate → claim → build → apply.
 async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Outcome {
     let annotations = ctx.namespace_annotations(&card.namespace().unwrap_or_default());
-    let limit = |c: &AgentCard| ctx.limits.check_namespace(c, &ctx.index, &ctx.cards);
+    let limit = |c: &AgentCard| {
+        ctx.limits.check_namespace(c, &ctx.index, &ctx.cards)?;
+        ctx.limits.check_namespace_bytes(c, &ctx.index, &ctx.cards)
+    };
     let warnings = validate::admit(
         card,
         &validate::Admission {
