@@ -235,7 +235,9 @@ async fn hostile_endpoints(
     }
     // With the opt-in, still never: cloud metadata outside the link-local range, shared
     // address space, another namespace's external IP, a targetRef name no Pod can have.
-    let more: [(&str, &str, Option<(&str, &str)>, &str); 4] = [
+    // (card, address, targetRef, what the refusal says)
+    type Case<'a> = (&'a str, &'a str, Option<(&'a str, &'a str)>, &'a str);
+    let more: [Case; 4] = [
         (
             "metadata",
             "100.100.100.200",
