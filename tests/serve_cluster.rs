@@ -15,6 +15,8 @@ use serde_json::json;
 use support::http::{eventually, Server};
 use support::plane::{client, client_for, install_crds, kubeconfig, OwnPlane, TestNamespace};
 
+/// The ConfigMap the operator would write for card `name` (named as it names it: only that
+/// ConfigMap of a card is kept by the server).
 fn card_cm(name: &str, host: &str, prefix: &str, body: &str, extra: &[(&str, &str)]) -> ConfigMap {
     let mut ann: BTreeMap<String, String> = BTreeMap::from([
         (ANN_HOST.into(), host.into()),
@@ -27,7 +29,7 @@ fn card_cm(name: &str, host: &str, prefix: &str, body: &str, extra: &[(&str, &st
     }
     serde_json::from_value(json!({
         "metadata": {
-            "name": name,
+            "name": card_configmap_name(name),
             "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_CARD},
             "annotations": ann,
         },

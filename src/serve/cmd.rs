@@ -93,7 +93,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     client.clone(),
                     crate::contract::patterns(&args.token_audiences),
                 )));
-                let hubs = crate::hub::Hubs::start(&client, &crate::hub::Scope::default());
+                // Every namespace's cards; the JWKS and feed logs from the operator's only.
+                let scope = crate::hub::Scope {
+                    namespace: None,
+                    operator_namespace: args.namespace.clone(),
+                };
+                let hubs = crate::hub::Hubs::start(&client, &scope);
                 let federation = Arc::new(crate::directory::federation::Federation::default());
                 let upstreams = crate::serve::upstreams::spawn(
                     hubs.clone(),
