@@ -16,7 +16,7 @@ const METADATA: [IpAddr; 2] = [
 
 /// Whether the operator may connect to `ip`: never the loopback, link-local (cloud metadata),
 /// unspecified, multicast or broadcast addresses, a cloud metadata address, or an IPv6
-/// address that stands for an IPv4 one (IPv4-mapped, IPv4-compatible, NAT64's
+/// address that stands for an IPv4 one (IPv4-mapped, IPv4-translated, IPv4-compatible, NAT64's
 /// `64:ff9b::/96` and `64:ff9b:1::/48`), whatever an EndpointSlice says. (No Pod has one of
 /// these addresses.)
 pub fn address_allowed(ip: IpAddr) -> bool {
@@ -36,6 +36,7 @@ pub fn address_allowed(ip: IpAddr) -> bool {
             let embeds_v4 = v6.to_ipv4_mapped().is_some()
                 || (s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified())
                 || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+                || s[..6] == [0, 0, 0, 0, 0xffff, 0]
                 || s[..3] == [0x64, 0xff9b, 1];
             !(v6.is_loopback()
                 || v6.is_unspecified()
@@ -170,6 +171,7 @@ mod tests {
             "::1",
             "::ffff:10.0.0.1",
             "64:ff9b::a9fe:a9fe",
+            "::ffff:0:a9fe:a9fe",
             "0.0.0.0",
         ] {
             assert!(!none.permits(ip.parse().unwrap()), "{ip}");

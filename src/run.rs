@@ -73,13 +73,14 @@ pub struct RunArgs {
     /// Ingress annotation keys cards may set (comma-separated; `prefix/*` for a whole prefix;
     /// default: none). Nothing that configures the ingress controller or chooses a
     /// certificate issuer should be here: a card route shares its host (and its certificate)
-    /// with other tenants' on a shared host. Set those with --ingress-annotations.
+    /// with other tenants' on a shared host. Set those with --ingress-annotation.
     #[arg(long, default_value = DEFAULT_ALLOWED_ANNOTATIONS)]
     ingress_allowed_annotations: String,
-    /// Annotations set on every Ingress the operator writes, the platform's choice
-    /// (comma-separated `key=value`, e.g. `cert-manager.io/cluster-issuer=letsencrypt`).
-    #[arg(long, default_value = "", value_parser = parse_annotations)]
-    ingress_annotations: std::collections::BTreeMap<String, String>,
+    /// An annotation set on every Ingress the operator writes, the platform's choice:
+    /// `key=value` (e.g. `cert-manager.io/cluster-issuer=letsencrypt`; the value may hold
+    /// commas); repeat the flag for more.
+    #[arg(long = "ingress-annotation", value_parser = parse_annotation)]
+    ingress_annotations: Vec<(String, String)>,
     /// `ingressClassName` of every Ingress the operator writes (default: the cluster default).
     #[arg(long)]
     ingress_class: Option<String>,
@@ -194,7 +195,7 @@ fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Confi
                 class_name: args.ingress_class.clone().filter(|c| !c.is_empty()),
                 allowed_classes: patterns(&args.ingress_allowed_classes),
                 tls: args.ingress_tls.clone(),
-                annotations: args.ingress_annotations.clone(),
+                annotations: args.ingress_annotations.iter().cloned().collect(),
             },
             routing: Routing {
                 kind: args.route_kind,
@@ -420,17 +421,10 @@ async fn stop_controllers(mut controllers: tokio::task::JoinHandle<Result<(), co
     let _ = tokio::time::timeout(Duration::from_secs(5), &mut controllers).await;
 }
 
-/// `--ingress-annotations`: comma-separated `key=value` pairs.
-fn parse_annotations(
-    text: &str,
-) -> std::result::Result<std::collections::BTreeMap<String, String>, String> {
-    patterns(text)
-        .into_iter()
-        .map(|pair| match pair.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() => {
-                Ok((k.trim().to_string(), v.trim().to_string()))
-            }
-            _ => Err(format!("{pair:?}: expected key=value")),
-        })
-        .collect()
+/// `--ingress-annotation`: one `key=value` (the value as it is, commas included).
+fn parse_annotation(text: &str) -> std::result::Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("{text:?}: expected key=value")),
+    }
 }

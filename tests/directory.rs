@@ -1103,7 +1103,14 @@ fn open_stream(addr: std::net::SocketAddr, host: &str) -> (std::net::TcpStream, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_holds_a_bounded_share_of_the_change_streams() {
-    let p = Platform::start(&["--max-feed-streams-per-client", "3"]).await;
+    let p = Platform::start(&[
+        "--max-feed-streams-per-client",
+        "3",
+        // Clients connect directly (no proxy in between): streams count per address.
+        "--max-connections-per-client",
+        "100",
+    ])
+    .await;
     let t = rand_tag();
     let team = Tenant::new(&p, &format!("streams-{t}")).await;
     let dname = format!("streams-{t}");

@@ -555,7 +555,7 @@ async fn tenant_ingress_settings_follow_the_operator_policy_and_status_stays_cle
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn by_default_the_certificate_issuer_of_a_card_route_is_the_platforms_not_a_tenants() {
     let p = Platform::start(&[
-        "--ingress-annotations",
+        "--ingress-annotation",
         "cert-manager.io/cluster-issuer=platform-ca",
     ])
     .await;

@@ -15,7 +15,7 @@ use crate::crd::agentcard::IngressSettings;
 /// lives in the operator's namespace and shares its host (and, with per-host TLS, its
 /// certificate Secret) with other tenants' routes on a shared host, so what configures it —
 /// the certificate issuer above all — is the platform's to choose ([`IngressPolicy::annotations`],
-/// `--ingress-annotations`), not a tenant's.
+/// `--ingress-annotation`), not a tenant's.
 pub const DEFAULT_ALLOWED_ANNOTATIONS: &str = "";
 
 /// How the card route's Ingress gets TLS.

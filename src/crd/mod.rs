@@ -54,7 +54,8 @@ fn bound(schema: &mut Value, name: &str) {
     let lower = name.to_ascii_lowercase();
     match obj.get("type").and_then(Value::as_str) {
         Some("string") if !obj.contains_key("maxLength") && !obj.contains_key("enum") => {
-            let max = if lower.ends_with("description") {
+            // An icon may be a `data:` URI: as long as a description.
+            let max = if lower.ends_with("description") || lower == "iconurl" {
                 MAX_DESCRIPTION
             } else if lower.contains("url") || lower == "examples" {
                 MAX_URL
@@ -128,7 +129,8 @@ mod tests {
         let v = serde_json::to_value(agentcard_crd()).unwrap();
         assert_eq!(at(&v, "card.description")["maxLength"], MAX_DESCRIPTION);
         assert_eq!(at(&v, "card.name")["maxLength"], MAX_STRING);
-        assert_eq!(at(&v, "card.iconUrl")["maxLength"], MAX_URL);
+        assert_eq!(at(&v, "card.iconUrl")["maxLength"], MAX_DESCRIPTION);
+        assert_eq!(at(&v, "card.documentationUrl")["maxLength"], MAX_URL);
         assert_eq!(at(&v, "card.skills")["maxItems"], MAX_SKILLS);
         assert_eq!(at(&v, "card.skills.[].tags")["maxItems"], MAX_ITEMS);
         assert_eq!(at(&v, "card.skills.[].tags.[]")["maxLength"], MAX_STRING);

@@ -53,7 +53,8 @@ const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long past its period a cached token or decision is still answered from while it is
 /// asked about again in the background: a known caller is answered at once, however busy the
-/// API server is, and a revoked token or grant stops working within [`TTL`] plus one review.
+/// API server is. A revoked token or grant stops working within [`TTL`] plus one review while
+/// the API server answers; while it cannot be asked, the cached answer stands this long.
 pub const STALE_FOR: Duration = Duration::from_secs(300);
 
 /// A bounded map whose entries expire.

@@ -50,6 +50,9 @@ pub struct Feeds {
     pub per_client: Arc<crate::serve::conn::PerKey<String>>,
     /// The address of the connection asking.
     pub client: std::net::IpAddr,
+    /// Whether public-mode streams are counted per address (clients connect directly:
+    /// `--max-connections-per-client` is set).
+    pub count_addresses: bool,
     /// Turns true when the server starts draining.
     pub draining: watch::Receiver<bool>,
 }
@@ -395,17 +398,24 @@ pub async fn handle(
     }
     // What one client may hold of the process's streams: an authenticated caller's own in
     // Kubernetes mode, an address's in public mode.
-    let client = match &reader.caller {
-        Some(c) => format!("caller/{}", c.identity()),
-        None => format!("address/{}", feeds.client),
+    let client = match (&reader.caller, feeds.count_addresses) {
+        (Some(c), _) => Some(format!("caller/{}", c.identity())),
+        (None, true) => Some(format!("address/{}", feeds.client)),
+        // Behind a proxy every stream comes from its few addresses: not counted by address.
+        (None, false) => None,
     };
-    let Some(client_slot) = feeds.per_client.take(client) else {
-        let e = ApiError {
-            status: 429,
-            code: "TOO_MANY_STREAMS",
-            message: "this client holds as many change streams as it may; close one first".into(),
-        };
-        return error_response(&e, mode);
+    let client_slot = match client.map(|c| feeds.per_client.take(c)) {
+        None => None,
+        Some(Some(slot)) => Some(slot),
+        Some(None) => {
+            let e = ApiError {
+                status: 429,
+                code: "TOO_MANY_STREAMS",
+                message: "this client holds as many change streams as it may; close one first"
+                    .into(),
+            };
+            return error_response(&e, mode);
+        }
     };
     let Ok(permit) = feeds.streams.clone().try_acquire_owned() else {
         let e = ApiError::unavailable("too many change streams open on this server");
@@ -476,7 +486,7 @@ struct Stream {
     done: bool,
     _permit: (
         tokio::sync::OwnedSemaphorePermit,
-        crate::serve::conn::KeySlot<String>,
+        Option<crate::serve::conn::KeySlot<String>>,
     ),
 }
 
@@ -492,6 +502,16 @@ impl Stream {
                 return None;
             }
             let site = self.feeds.index.site(&self.host)?;
+            if site.mode != mode_of(&self.reader.codec) {
+                // Opened under the other access mode: what it may see is decided anew.
+                self.done = true;
+                let e = ApiError::unavailable(
+                    "the directory's access mode changed: reconnect (with a bearer token in \
+                     Kubernetes mode)",
+                );
+                let data = error_body(&e);
+                return Some(Bytes::from(format!("event: error\ndata: {data}\n\n")));
+            }
             let log = self.feeds.index.feed(&site.name)?;
             if let (Some(caller), Some(authorizer)) = (&mut self.reader.caller, &self.authorizer) {
                 match authorizer.caller(self.authorization.as_deref()).await {

@@ -119,8 +119,8 @@ pub struct Limits {
     /// Change-feed streams (`GET /v1/changes` as Server-Sent Events) open at once; past it,
     /// 503 with `Retry-After`.
     pub max_feed_streams: usize,
-    /// Change-feed streams one client holds at once (a caller in Kubernetes mode, an address
-    /// in public mode; 0: any number); past it, 429.
+    /// Change-feed streams one client holds at once (a caller in Kubernetes mode; an address in
+    /// public mode when `max_connections_per_client` is set; 0: any number); past it, 429.
     pub max_feed_streams_per_client: usize,
     /// Bytes of rendered directory responses kept for repeated queries (0: none kept).
     pub directory_cache_bytes: u64,
@@ -161,9 +161,10 @@ pub struct ServerFlags {
     /// Most change-feed streams (Server-Sent Events) open at once on this process.
     #[arg(long, default_value_t = 1000)]
     pub max_feed_streams: usize,
-    /// Most change-feed streams one client holds at once on this process: per caller in
-    /// Kubernetes access mode, per client address in public mode (behind a proxy every
-    /// stream comes from the proxy's addresses: raise it there, or set 0 for any number).
+    /// Most change-feed streams one client holds at once on this process (0: any number): per
+    /// caller in Kubernetes access mode; per client address in public mode only where clients
+    /// connect directly (`--max-connections-per-client` set: behind a proxy every stream comes
+    /// from the proxy's few addresses).
     #[arg(long, default_value_t = 100)]
     pub max_feed_streams_per_client: usize,
     /// Bytes of rendered directory responses kept, so that a repeated query (same directory
@@ -294,6 +295,7 @@ pub async fn serve_public(
                 streams: guards.streams.clone(),
                 per_client: guards.streams_per_client.clone(),
                 client: peer.ip(),
+                count_addresses: limits.max_connections_per_client > 0,
                 draining: shutdown.draining(),
             },
         };

@@ -279,24 +279,12 @@ async fn get(
 /// Most bytes of an identifier taken from an upstream.
 pub const MAX_IDENTIFIER: usize = 512;
 
-/// Whether `id` is an ARD identifier (`urn:air:<publisher>(:<segment>)+`, as the ARD entry
-/// schema has it) of at most [`MAX_IDENTIFIER`] bytes: what else an upstream sends is neither
-/// kept nor logged whole.
+/// Whether `id` is an ARD identifier ([`crate::directory::ard::is_identifier`], the
+/// `urn:ai:` alias taken for `urn:air:`) of at most [`MAX_IDENTIFIER`] bytes: what else an
+/// upstream sends is neither kept nor logged whole.
 pub fn valid_identifier(id: &str) -> bool {
-    let Some(rest) = id.strip_prefix("urn:air:") else {
-        return false;
-    };
-    let mut parts = rest.split(':');
-    let publisher = parts.next().unwrap_or_default();
-    let segment = |s: &str, extra: &[u8]| {
-        !s.is_empty()
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || extra.contains(&b))
-    };
-    id.len() <= MAX_IDENTIFIER
-        && segment(publisher, b".-")
-        && rest.contains(':')
-        && parts.all(|p| segment(p, b"._-"))
+    use crate::directory::ard::{canonical_identifier, is_identifier};
+    id.len() <= MAX_IDENTIFIER && is_identifier(&canonical_identifier(id))
 }
 
 /// One entry read from an upstream, or why it is refused.
@@ -656,6 +644,11 @@ async fn read_feed(
             }
             return Ok(());
         }
+    }
+    if fresh.is_some() {
+        // A re-read from the start that did not end: the next refresh starts it again (going
+        // on from its cursor into the old set would miss the deletes it had passed).
+        state.cursor = None;
     }
     Err(format!(
         "{base}: more than {MAX_PAGES} pages in one refresh"

@@ -302,6 +302,9 @@ macro_rules! stored_as {
     };
 }
 
+/// The `apiVersion` of the AgentCards that own the ConfigMaps the operator writes.
+const CARD_API_VERSION: &str = "agentcard.dev/v1alpha1";
+
 /// A ConfigMap as the stores hold it (see the module doc).
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(from = "ConfigMap")]
@@ -416,11 +419,16 @@ impl SeenConfigMap {
         self.metadata.namespace.as_deref() == Some(ns)
     }
 
-    /// Controlled by an AgentCard whose ConfigMap has this name.
+    /// Controlled by an AgentCard (of the version the operator writes, which the garbage
+    /// collector resolves: a reference to an AgentCard that does not exist goes with its
+    /// ConfigMap) whose ConfigMap has this name, holding no more than a published card may.
     fn is_a_cards_own(&self) -> bool {
-        self.seen.controller().is_some_and(|o| {
+        let fits = self
+            .bytes(KEY_CARD)
+            .is_none_or(|b| b.len() <= crate::a2a::validate::MAX_CARD_BYTES);
+        fits && self.seen.controller().is_some_and(|o| {
             o.kind == "AgentCard"
-                && o.api_version.split('/').next() == Some("agentcard.dev")
+                && o.api_version == CARD_API_VERSION
                 && self.metadata.name.as_deref() == Some(card_configmap_name(o.name).as_str())
         })
     }
