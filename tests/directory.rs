@@ -1409,6 +1409,22 @@ async fn in_kubernetes_mode_a_cursor_opens_only_for_its_caller_and_hidden_change
             .unwrap();
     }
     let addr = p.op.server.addr;
+    for (token, want) in [(&token_victim, 3), (&token_evil, 1)] {
+        let listed = wait_for(Duration::from_secs(60), || {
+            let r = get(
+                &p,
+                &dhost,
+                "/v1/agents?limit=100",
+                &[("Authorization", token)],
+            );
+            let n = serde_json::from_slice::<Value>(&r.body)
+                .ok()
+                .and_then(|v| v["agents"].as_array().map(Vec::len));
+            std::future::ready(n == Some(want))
+        })
+        .await;
+        assert!(listed.is_ok(), "{want} cards listed");
+    }
     let mut fv = Follower::default();
     converge(
         &mut fv,
@@ -1455,6 +1471,12 @@ async fn in_kubernetes_mode_a_cursor_opens_only_for_its_caller_and_hidden_change
             .await
             .unwrap();
     }
+    // Listed first (a converge could end at a listing that has only some of them yet).
+    let listed = wait_for(Duration::from_secs(60), || {
+        std::future::ready(listing(addr, &dhost, Some(&token_victim)).len() == 5)
+    })
+    .await;
+    assert!(listed.is_ok(), "the victim's 5 cards are listed");
     converge(
         &mut fv,
         addr,
