@@ -105,6 +105,37 @@ fn probes(requests: &Path) -> usize {
         .count()
 }
 
+/// A card of `ns` importing from Service `name`, whose only endpoint is a hand-made
+/// EndpointSlice naming `address:port` (and `pod` as its targetRef); `probe`: the card asks
+/// for the agent's probe path, so a request that reaches the agent is counted.
+async fn hand_made_source(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    (address, port, pod): (&str, u16, Option<(&str, &str)>),
+    probe: bool,
+) {
+    service(
+        client,
+        ns,
+        json!({"metadata": {"name": name},
+               "spec": {"ports": [{"name": "http", "port": 80, "targetPort": port}]}}),
+    )
+    .await;
+    let slice_name = format!("{name}-hand-made");
+    let slice = netns::Slice {
+        name: &slice_name,
+        address,
+        pod,
+    };
+    slice.create(client, ns, name, "http", port).await;
+    let mut card = imported(name, &format!("{name}.{ns}.test"), name);
+    if probe {
+        card["spec"]["source"]["path"] = json!(PROBE_PATH);
+    }
+    support::apply_card(client, ns, &card).await;
+}
+
 /// Hand-made EndpointSlices naming addresses that are not the card's namespace's Pods: each
 /// refused with `EndpointNotAllowed` naming the address, and no request sent there (the agent
 /// logs its requests; the operator counts those it answers). With
@@ -155,25 +186,7 @@ async fn hostile_endpoints(
     ];
     let before = (probes(requests), requests_answered(&op.metrics()));
     for (ns, name, address, port, pod, _) in cases {
-        service(
-            client,
-            ns,
-            json!({"metadata": {"name": name},
-                   "spec": {"ports": [{"name": "http", "port": 80, "targetPort": port}]}}),
-        )
-        .await;
-        let slice_name = format!("{name}-hand-made");
-        let slice = netns::Slice {
-            name: &slice_name,
-            address,
-            pod,
-        };
-        slice.create(client, ns, name, "http", port).await;
-        let mut card = imported(name, &format!("{name}.{ns}.test"), name);
-        if ns == evil {
-            card["spec"]["source"]["path"] = json!(PROBE_PATH);
-        }
-        support::apply_card(client, ns, &card).await;
+        hand_made_source(client, ns, name, (address, port, pod), ns == evil).await;
     }
     let refused = |c: &AgentCard| {
         source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == "EndpointNotAllowed")
@@ -259,23 +272,7 @@ async fn hostile_endpoints(
         ),
     ];
     for (name, address, pod, _) in more {
-        service(
-            client,
-            evil,
-            json!({"metadata": {"name": name},
-                   "spec": {"ports": [{"name": "http", "port": 80, "targetPort": AGENT_PORT}]}}),
-        )
-        .await;
-        let slice_name = format!("{name}-hand-made");
-        let slice = netns::Slice {
-            name: &slice_name,
-            address,
-            pod,
-        };
-        slice.create(client, evil, name, "http", AGENT_PORT).await;
-        let mut card = imported(name, &format!("{name}.{evil}.test"), name);
-        card["spec"]["source"]["path"] = json!(PROBE_PATH);
-        support::apply_card(client, evil, &card).await;
+        hand_made_source(client, evil, name, (address, AGENT_PORT, pod), true).await;
     }
     for (name, address, _, why) in more {
         let c = wait_card(&evil_cards, name, op, why, |c| {
