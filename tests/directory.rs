@@ -1308,17 +1308,22 @@ async fn feed_cursors_expire_past_retention_and_streams_resume_from_the_last_eve
     assert_eq!(again.have.len(), 2, "e5 and e6: {:?}", again.have);
 }
 
+/// A Kubernetes-mode directory `name` (host `<name>.open.test`) over `namespaces`: its host.
+async fn kubernetes_directory(p: &Platform, name: &str, namespaces: &[&str]) -> String {
+    let host = format!("{name}.open.test");
+    let selector = json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]},
+        "access": {"mode": "Kubernetes"}});
+    apply_directory(p, &directory(name, &host, selector)).await;
+    host
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_kubernetes_mode_the_feed_shows_a_caller_only_the_namespaces_it_may_read() {
     let p = Platform::start(&[]).await;
     let t = rand_tag();
     let a = Tenant::new(&p, &format!("fk-a-{t}")).await;
     let b = Tenant::new(&p, &format!("fk-b-{t}")).await;
-    let dname = format!("fk-{t}");
-    let dhost = format!("fk-{t}.open.test");
-    let selector = json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [a.ns, b.ns]}]},
-        "access": {"mode": "Kubernetes"}});
-    apply_directory(&p, &directory(&dname, &dhost, selector)).await;
+    let dhost = kubernetes_directory(&p, &format!("fk-{t}"), &[&a.ns, &b.ns]).await;
     let token_a = format!(
         "Bearer {}",
         service_account_token(&p, &a.ns, "feed-a", &[&a.ns]).await
@@ -1385,11 +1390,7 @@ async fn in_kubernetes_mode_a_cursor_opens_only_for_its_caller_and_hidden_change
     let t = rand_tag();
     let victim = Tenant::new(&p, &format!("fs-a-{t}")).await;
     let evil = Tenant::new(&p, &format!("fs-evil-{t}")).await;
-    let dname = format!("fs-{t}");
-    let dhost = format!("fs-{t}.open.test");
-    let selector = json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [victim.ns, evil.ns]}]},
-        "access": {"mode": "Kubernetes"}});
-    apply_directory(&p, &directory(&dname, &dhost, selector)).await;
+    let dhost = kubernetes_directory(&p, &format!("fs-{t}"), &[&victim.ns, &evil.ns]).await;
     let token_victim = format!(
         "Bearer {}",
         service_account_token(&p, &victim.ns, "reader", &[&victim.ns]).await
