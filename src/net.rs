@@ -96,16 +96,122 @@ pub fn is_public(ip: IpAddr) -> bool {
 
 /// The addresses a federation client may connect to: public ones, and those in the ranges a
 /// directory's spec names (`upstreams[].allowAddresses`: an in-cluster registry, a test server
-/// on loopback).
+/// on loopback) — but never the Kubernetes API server's own addresses (`api_server`, public
+/// or private, inside a named range or not) unless a range names that one address alone
+/// (`/32`, `/128`).
 #[derive(Clone, Debug, Default)]
-pub struct Allowed(pub Vec<ipnet::IpNet>);
+pub struct Allowed {
+    /// The ranges the spec names.
+    pub ranges: Vec<ipnet::IpNet>,
+    /// The API server's addresses ([`ApiServer::addresses`]).
+    pub api_server: Arc<Vec<IpAddr>>,
+}
 
 impl Allowed {
     /// Whether a connection to `ip` is allowed.
     pub fn permits(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
-        self.0.iter().any(|n| n.contains(&ip)) || is_public(ip)
+        if self.api_server.contains(&ip) {
+            return self
+                .ranges
+                .iter()
+                .any(|n| n.prefix_len() == n.max_prefix_len() && n.addr() == ip);
+        }
+        self.ranges.iter().any(|n| n.contains(&ip)) || is_public(ip)
     }
+
+    /// Whether `ip` is the API server's (said so when a connection to it is refused).
+    pub fn is_api_server(&self, ip: IpAddr) -> bool {
+        self.api_server.contains(&ip.to_canonical())
+    }
+}
+
+/// How long the API server's addresses are kept before they are read again.
+const API_SERVER_TTL: std::time::Duration = std::time::Duration::from_secs(300);
+/// How long after a failed read it is tried again.
+const API_SERVER_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The Kubernetes API server's own addresses, read from the cluster and kept for a while: the
+/// `default/kubernetes` Service's cluster IPs and the addresses of its EndpointSlices (where
+/// the API server really listens, public in many managed clusters). A read that fails keeps
+/// what was last read (and says so in the log); without a client (tests), none.
+#[derive(Default)]
+pub struct ApiServer {
+    client: Option<kube::Client>,
+    cached: std::sync::Mutex<Option<(std::time::Instant, Arc<Vec<IpAddr>>)>>,
+}
+
+impl ApiServer {
+    /// Addresses read with `client`.
+    pub fn new(client: kube::Client) -> ApiServer {
+        ApiServer {
+            client: Some(client),
+            cached: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The addresses, read again when older than five minutes.
+    pub async fn addresses(&self) -> Arc<Vec<IpAddr>> {
+        let held = self.cached.lock().ok().and_then(|g| g.clone());
+        if let Some((at, set)) = &held {
+            if at.elapsed() < API_SERVER_TTL {
+                return set.clone();
+            }
+        }
+        let Some(client) = &self.client else {
+            return Arc::default();
+        };
+        let last = held.map(|h| h.1).unwrap_or_default();
+        let (set, at) = match api_server_addresses(client).await {
+            Ok(found) => (Arc::new(found), std::time::Instant::now()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the API server's addresses not read; keeping the last read");
+                // Kept as if read API_SERVER_TTL - API_SERVER_RETRY ago: tried again soon.
+                let at = std::time::Instant::now()
+                    .checked_sub(API_SERVER_TTL - API_SERVER_RETRY)
+                    .unwrap_or_else(std::time::Instant::now);
+                (last, at)
+            }
+        };
+        if let Ok(mut g) = self.cached.lock() {
+            *g = Some((at, set.clone()));
+        }
+        set
+    }
+}
+
+/// The API server's addresses as the cluster says: the `default/kubernetes` Service's cluster
+/// IPs and its EndpointSlices' endpoint addresses, canonical.
+pub async fn api_server_addresses(client: &kube::Client) -> Result<Vec<IpAddr>, kube::Error> {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let parse = |a: &String| a.parse::<IpAddr>().ok().map(|ip| ip.to_canonical());
+    let mut out = Vec::new();
+    let service = kube::Api::<Service>::namespaced(client.clone(), "default")
+        .get_opt("kubernetes")
+        .await?;
+    let spec = service.and_then(|s| s.spec).unwrap_or_default();
+    out.extend(
+        spec.cluster_ips
+            .iter()
+            .flatten()
+            .chain(&spec.cluster_ip)
+            .filter_map(parse),
+    );
+    let slices = kube::Api::<EndpointSlice>::namespaced(client.clone(), "default")
+        .list(&kube::api::ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await?;
+    out.extend(
+        slices
+            .items
+            .iter()
+            .flat_map(|s| &s.endpoints)
+            .flat_map(|e| &e.addresses)
+            .filter_map(parse),
+    );
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 /// A DNS resolver for reqwest that resolves with the system's resolver and keeps only the
@@ -126,7 +232,13 @@ impl reqwest::dns::Resolve for Guard {
                 .filter(|a| allowed.permits(a.ip()))
                 .collect();
             if kept.is_empty() {
-                let seen: Vec<String> = found.iter().map(|a| a.ip().to_string()).collect();
+                let seen: Vec<String> = found
+                    .iter()
+                    .map(|a| match allowed.is_api_server(a.ip()) {
+                        true => format!("{}: the Kubernetes API server's", a.ip()),
+                        false => a.ip().to_string(),
+                    })
+                    .collect();
                 return Err(Box::new(NotAllowed {
                     host,
                     addresses: seen,
@@ -158,6 +270,10 @@ mod tests {
     #[test]
     fn only_public_addresses_pass_unless_a_range_is_named() {
         let none = Allowed::default();
+        let named = |r: &[&str], api: &[&str]| Allowed {
+            ranges: r.iter().map(|c| c.parse().unwrap()).collect(),
+            api_server: Arc::new(api.iter().map(|a| a.parse().unwrap()).collect()),
+        };
         for ip in [
             "127.0.0.1",
             "10.1.2.3",
@@ -179,9 +295,18 @@ mod tests {
         for ip in ["203.0.113.5", "8.8.8.8", "2001:db8::1", "2606:4700::1111"] {
             assert!(none.permits(ip.parse().unwrap()), "{ip}");
         }
-        let lo = Allowed(vec!["127.0.0.0/8".parse().unwrap()]);
+        let lo = named(&["127.0.0.0/8"], &[]);
         assert!(lo.permits("127.0.0.1".parse().unwrap()));
         assert!(lo.permits("::ffff:127.0.0.1".parse().unwrap()));
         assert!(!lo.permits("10.0.0.1".parse().unwrap()));
+        // The API server's addresses: refused public, refused inside a named range, taken
+        // only when named alone.
+        let api = ["203.0.113.9", "10.96.0.1"];
+        assert!(!named(&[], &api).permits("203.0.113.9".parse().unwrap()));
+        assert!(named(&[], &api).permits("203.0.113.10".parse().unwrap()));
+        assert!(!named(&["10.0.0.0/8"], &api).permits("10.96.0.1".parse().unwrap()));
+        assert!(!named(&["10.0.0.0/8"], &api).permits("::ffff:10.96.0.1".parse().unwrap()));
+        assert!(named(&["10.0.0.0/8"], &api).permits("10.96.0.2".parse().unwrap()));
+        assert!(named(&["10.96.0.1/32"], &api).permits("10.96.0.1".parse().unwrap()));
     }
 }

@@ -289,6 +289,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         hubs.clone(),
         federation.clone(),
         kube::Api::namespaced(client.clone(), &args.namespace),
+        client.clone(),
     );
     let failed = Arc::new(AtomicBool::new(false));
     let servers = bind_servers(&args, &client, index.clone(), &metrics, &failed).await?;

@@ -1632,6 +1632,18 @@ async fn a_hostile_ard_upstream_reaches_no_internal_address_lists_no_non_card_an
     );
     let reg = format!("http://{}", registry.addr);
     let by_name = format!("http://localhost:{}", registry.addr.port());
+    // The API server's address (the `kubernetes` Service's), inside a range the spec names.
+    let api_ip =
+        kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(p.admin.clone(), "default")
+            .get("kubernetes")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .cluster_ip
+            .unwrap();
+    let api_range = format!("{}.0.0.0/8", api_ip.split('.').next().unwrap());
+    let api_url = format!("https://{api_ip}/");
     spec["spec"]["upstreams"] = json!([
         // Named explicitly: loopback allowed, plain HTTP allowed.
         {"name": "hostile", "url": reg, "kind": "ARD", "refreshSeconds": 5, "maxEntries": 10,
@@ -1641,10 +1653,13 @@ async fn a_hostile_ard_upstream_reaches_no_internal_address_lists_no_non_card_an
          "allowAddresses": ["127.0.0.0/8"]},
         {"name": "no-loopback", "url": reg, "kind": "ARD", "refreshSeconds": 5, "allowHttp": true},
         {"name": "no-loopback-name", "url": by_name, "kind": "ARD", "refreshSeconds": 5, "allowHttp": true},
+        // The API server: refused even inside a named range.
+        {"name": "api-server", "url": api_url, "kind": "ARD", "refreshSeconds": 5,
+         "allowAddresses": [api_range]},
     ]);
     apply_directory(&p, &spec).await;
     let d = wait_upstreams(&p, &dname, "every upstream judged", |u| {
-        u.len() == 4
+        u.len() == 5
             && u[0].reachable
             && u[0].entries > 0
             && u[1..].iter().all(|x| !x.reachable && x.message.is_some())
@@ -1662,6 +1677,11 @@ async fn a_hostile_ard_upstream_reaches_no_internal_address_lists_no_non_card_an
         message(3).contains("resolves to no address"),
         "{}",
         message(3)
+    );
+    assert!(
+        message(4).contains("the Kubernetes API server's address"),
+        "{}",
+        message(4)
     );
     // Status text from an upstream is cut: the 2 MB identifier is named by 1 KiB of it.
     assert!(message(0).len() < 4096, "{} bytes", message(0).len());
@@ -2070,6 +2090,23 @@ async fn federation_refuses_what_it_cannot_trust_and_loses_nothing_local() {
         .clone()
         .unwrap_or_default();
     assert!(m.contains("read back"), "{m}");
+    // B's card in A: `via` is the upstream as A's spec names it, whatever B says; `path` is
+    // what B says (B's registry), used to cut the loop.
+    let v = json_of(&get(&p, &ahost, "/v1/agents?limit=100", &[]));
+    let b1 = v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["_meta"]["agentcard.dev/directory"]["name"] == "b1")
+        .unwrap()["_meta"]["agentcard.dev/directory"]["origin"]
+        .clone();
+    assert_eq!(b1["via"], json!([format!("http://{}", to_b.addr)]), "{b1}");
+    let path = b1["path"].as_array().unwrap();
+    assert_eq!(path.len(), 1, "{b1}");
+    assert!(
+        path[0].as_str().unwrap().ends_with(&format!(":{bdir}")),
+        "{b1}"
+    );
     // Still so a few refreshes later: nothing bounces.
     tokio::time::sleep(Duration::from_secs(12)).await;
     wait_listed(&p, &ahost, &["a1", "b1"]).await;

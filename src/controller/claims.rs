@@ -121,12 +121,12 @@ impl Claims {
     /// Take `want` for its card unless another card holds a conflicting claim (returned).
     /// A claim the card already holds keeps its `since`. Other claims of the card stay until
     /// [`Claims::retain`] drops them (the old route is served until the new one is).
-    pub fn acquire(&mut self, want: Claim) -> Result<Claim, Claim> {
+    pub fn acquire(&mut self, want: Claim) -> Result<Claim, Box<Claim>> {
         if let Some(held) = self.held(&want.uid, &want.host, &want.prefix) {
             return Ok(held.clone());
         }
         if let Some(blocker) = self.blocker(&want) {
-            return Err(blocker.clone());
+            return Err(Box::new(blocker.clone()));
         }
         // Most hosts hold one claim, and most cards one host: no room for more until needed.
         let hosts = self

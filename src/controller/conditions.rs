@@ -61,7 +61,7 @@ mod tests {
         let first = condition(&[], READY, true, "Published", "a".into(), Some(1), &t0);
         assert_eq!(first.last_transition_time, t0);
         let same = condition(
-            &[first.clone()],
+            std::slice::from_ref(&first),
             READY,
             true,
             "Published",

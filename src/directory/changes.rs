@@ -194,7 +194,7 @@ pub fn item(i: &Item, cursor: String, mode: AccessMode) -> Value {
 /// Where a federated entry came from, as the APIs show it.
 pub fn origin_json(o: &super::federation::Origin) -> Value {
     json!({"upstream": o.upstream, "url": o.url, "fetchedAt": o.fetched_at,
-           "verified": o.verified, "via": o.via})
+           "verified": o.verified, "via": o.via, "path": o.path})
 }
 
 fn now() -> u64 {
@@ -432,6 +432,7 @@ pub async fn handle(
         cursor: first.next.clone(),
         limit: req.limit,
         done: false,
+        idle_at: None,
         _permit: (permit, client_slot),
     };
     let body = futures::stream::unfold(state, |mut s| async move {
@@ -484,6 +485,11 @@ struct Stream {
     limit: usize,
     /// The stream ends after what is pending.
     done: bool,
+    /// What its last page found nothing new in: the site's generation and the log's epoch and
+    /// last change. A wake that changes neither (another directory's rebuild, another log)
+    /// reads nothing; a heartbeat forgets it (so a caller's changed RBAC, or revoked token, is
+    /// seen within one).
+    idle_at: Option<(u64, String, u64)>,
     _permit: (
         tokio::sync::OwnedSemaphorePermit,
         Option<crate::serve::conn::KeySlot<String>>,
@@ -513,6 +519,13 @@ impl Stream {
                 return Some(Bytes::from(format!("event: error\ndata: {data}\n\n")));
             }
             let log = self.feeds.index.feed(&site.name)?;
+            let now_at = (site.generation, log.epoch.clone(), log.last_seq);
+            if self.idle_at.as_ref() == Some(&now_at) {
+                if let Some(heartbeat) = self.wait().await {
+                    return heartbeat;
+                }
+                continue;
+            }
             if let (Some(caller), Some(authorizer)) = (&mut self.reader.caller, &self.authorizer) {
                 match authorizer.caller(self.authorization.as_deref()).await {
                     Ok(c) => *caller = c,
@@ -540,6 +553,7 @@ impl Stream {
                     if self.pending.is_some() || moved {
                         continue;
                     }
+                    self.idle_at = Some(now_at);
                 }
                 Err(e) => {
                     self.done = true;
@@ -547,11 +561,22 @@ impl Stream {
                     return Some(Bytes::from(format!("event: error\ndata: {data}\n\n")));
                 }
             }
-            let mut draining = self.feeds.draining.clone();
-            tokio::select! {
-                _ = self.changes.changed() => {}
-                _ = draining.wait_for(|d| *d) => return None,
-                () = tokio::time::sleep(HEARTBEAT) => return Some(Bytes::from_static(b": heartbeat\n\n")),
+            if let Some(heartbeat) = self.wait().await {
+                return heartbeat;
+            }
+        }
+    }
+
+    /// Wait for the index to change; `Some` when the stream should send that instead: a
+    /// heartbeat, or its end (draining).
+    async fn wait(&mut self) -> Option<Option<Bytes>> {
+        let mut draining = self.feeds.draining.clone();
+        tokio::select! {
+            _ = self.changes.changed() => None,
+            _ = draining.wait_for(|d| *d) => Some(None),
+            () = tokio::time::sleep(HEARTBEAT) => {
+                self.idle_at = None;
+                Some(Some(Bytes::from_static(b": heartbeat\n\n")))
             }
         }
     }

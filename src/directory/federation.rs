@@ -29,10 +29,15 @@ pub struct Origin {
     pub fetched_at: String,
     /// Whether a signature verified with the upstream's trusted keys.
     pub verified: bool,
-    /// The registries it passed through, the first where it is published (identifiers of
-    /// directories, or URLs of other registries): a directory finding itself here is reading
-    /// its own entries back, and refuses them.
+    /// The upstream it was read from, as the directory's spec names it (its URL): where the
+    /// operator read it, never what the upstream claims.
     pub via: Vec<String>,
+    /// The registries it passed through as the upstreams say, the first where it is published
+    /// and the last the upstream it was read from (identifiers of directories, or URLs of other
+    /// registries). A claim, used only to cut loops: a directory finding itself here is reading
+    /// its own entries back, and refuses them (an upstream lying here can only have its own
+    /// entries refused).
+    pub path: Vec<String>,
 }
 
 /// One upstream as this replica last synced it.
@@ -223,6 +228,7 @@ mod tests {
                 fetched_at: String::new(),
                 verified: false,
                 via: vec![],
+                path: vec![],
             }),
             None => e,
         })

@@ -781,45 +781,85 @@ pub fn page(
     };
     // The caller's view changed: deletes for what it could read and no longer may, upserts
     // for what it may now read and had not been sent. (Unchanged, the usual case, costs no
-    // pass over the log.)
+    // pass over the log.) A namespace's items come whole, within the page's bound (at least
+    // one namespace): the next cursor names the namespaces done, and a view change that does
+    // not fit goes on at the next page, before anything newer.
+    let mut seen_next = seen_now.clone();
+    let mut count = 0;
+    let mut bytes = 0usize;
     let view_changed = seen_now.as_ref().is_some_and(|now| *now != seen_before);
-    if let (Some(v), Some(_), true) = (visible, since, view_changed) {
+    if let (Some(v), Some(now_seen), Some(_), true) = (visible, &seen_now, since, view_changed) {
+        // Per namespace hash, its items (`None`: a card not readable here yet, so it waits).
+        let mut groups: BTreeMap<u32, Option<Vec<Item>>> = BTreeMap::new();
         for c in log.by_seq.values() {
             let ns = c.card().0;
-            let was = seen_before.contains(&namespace_hash(ns));
+            let hash = namespace_hash(ns);
+            let was = seen_before.contains(&hash);
             let is = v.contains(ns);
-            if was && !is && (c.seq <= start || c.version.is_none()) {
-                items.push(Item {
-                    seq: start,
-                    identifier: c.identifier.clone(),
-                    upsert: false,
-                    entry: None,
-                    at: c.at,
-                });
+            let entry = if was && !is && (c.seq <= start || c.version.is_none()) {
+                None
             } else if !was && is && c.seq <= start && c.version.is_some() {
-                let Some(entry) = resolve(c) else {
-                    // Not readable here yet: nothing moves.
-                    return Ok(Page {
-                        items: Vec::new(),
-                        next: since.cloned().unwrap_or_else(|| cursor(log, 0, None)),
-                        latest: cursor(log, log.last_seq, seen_now),
-                    });
-                };
-                items.push(Item {
+                match resolve(c) {
+                    Some(entry) => Some(entry),
+                    None => {
+                        groups.insert(hash, None);
+                        continue;
+                    }
+                }
+            } else {
+                continue;
+            };
+            if let Some(group) = groups.entry(hash).or_insert_with(|| Some(Vec::new())) {
+                group.push(Item {
                     seq: start,
                     identifier: c.identifier.clone(),
-                    upsert: true,
-                    entry,
+                    upsert: entry.is_some(),
+                    entry: entry.flatten(),
                     at: c.at,
                 });
             }
         }
+        // Done: the namespaces' hashes as they were, changed one namespace at a time.
+        let mut done = seen_before.clone();
+        let changed: BTreeSet<u32> = seen_before
+            .symmetric_difference(now_seen)
+            .copied()
+            .collect();
+        let mut complete = true;
+        for hash in changed {
+            let Some(group) = groups.remove(&hash).unwrap_or(Some(Vec::new())) else {
+                complete = false;
+                break;
+            };
+            let group_bytes: usize = group
+                .iter()
+                .map(|i| i.entry.as_ref().map_or(0, |e| e.body.len()))
+                .sum();
+            let fits = count + group.len() <= limit.changes
+                && bytes.saturating_add(group_bytes) <= limit.bytes;
+            if !fits && !items.is_empty() {
+                complete = false;
+                break;
+            }
+            count += group.len();
+            bytes = bytes.saturating_add(group_bytes);
+            items.extend(group);
+            if !done.remove(&hash) {
+                done.insert(hash);
+            }
+        }
+        if !complete {
+            return Ok(Page {
+                items,
+                next: cursor(log, start, Some(done)),
+                latest: cursor(log, log.last_seq, seen_now),
+            });
+        }
+        seen_next = Some(done);
     }
     let mut at = start;
-    let mut count = 0;
-    let mut bytes = 0usize;
     for c in log.after(start) {
-        if count == limit.changes {
+        if count >= limit.changes {
             break;
         }
         let ns = c.card().0;
@@ -850,7 +890,7 @@ pub fn page(
     }
     Ok(Page {
         items,
-        next: cursor(log, at, seen_now.clone()),
+        next: cursor(log, at, seen_next),
         latest: cursor(log, log.last_seq, seen_now),
     })
 }
@@ -1109,16 +1149,40 @@ mod tests {
             .advance(&[a.clone(), b.clone()], 10, 100)
             .unwrap();
         // This replica has not seen b yet.
-        let p = page(&log, lookup(&[a.clone()]), None, 10, None, 100).unwrap();
+        let p = page(&log, lookup(std::slice::from_ref(&a)), None, 10, None, 100).unwrap();
         assert_eq!(kinds(&p), ["+a"]);
-        let p2 = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 101).unwrap();
+        let p2 = page(
+            &log,
+            lookup(std::slice::from_ref(&a)),
+            Some(&p.next),
+            10,
+            None,
+            101,
+        )
+        .unwrap();
         assert!(p2.items.is_empty());
         assert_eq!(p2.next, p.next);
         // Holding no entry for b, it waits longer than for another version of it, then moves
         // on with what it has (nothing for b).
-        let soon = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 115).unwrap();
+        let soon = page(
+            &log,
+            lookup(std::slice::from_ref(&a)),
+            Some(&p.next),
+            10,
+            None,
+            115,
+        )
+        .unwrap();
         assert!(soon.items.is_empty());
-        let late = page(&log, lookup(&[a.clone()]), Some(&p.next), 10, None, 300).unwrap();
+        let late = page(
+            &log,
+            lookup(std::slice::from_ref(&a)),
+            Some(&p.next),
+            10,
+            None,
+            300,
+        )
+        .unwrap();
         assert_eq!(late.items.len(), 1);
         assert!(late.items[0].upsert && late.items[0].entry.is_none());
         assert_eq!(late.next, late.latest);
@@ -1187,5 +1251,71 @@ mod tests {
         assert_eq!(got, ["+x", "-a", "-b"]);
         let r = page(&log, lookup(&all2), Some(&q.next), 10, Some(&other), 1).unwrap();
         assert!(r.items.is_empty(), "nothing twice: {:?}", kinds(&r));
+    }
+
+    #[test]
+    fn a_view_change_comes_a_namespace_at_a_time_within_the_page_bound() {
+        let mut all = Vec::new();
+        for ns in ["n1", "n2", "n3"] {
+            for name in ["a", "b", "c"] {
+                all.push(entry(ns, &format!("{ns}{name}"), "1"));
+            }
+        }
+        let log = FeedLog::new("e").advance(&all, 100, 0).unwrap();
+        let none: HashSet<String> = HashSet::new();
+        let start = page(&log, lookup(&all), None, 10, Some(&none), 0).unwrap();
+        assert!(start.items.is_empty());
+        // The caller may now read all three: 9 upserts, 4 a page at most (a namespace whole).
+        let three: HashSet<String> = ["n1", "n2", "n3"].iter().map(|s| s.to_string()).collect();
+        let mut cursor = start.next.clone();
+        let mut got = Vec::new();
+        let mut pages = 0;
+        loop {
+            let p = page(&log, lookup(&all), Some(&cursor), 4, Some(&three), 0).unwrap();
+            if p.items.is_empty() {
+                break;
+            }
+            assert!(p.items.len() <= 4, "{:?}", kinds(&p));
+            let namespaces: BTreeSet<&str> =
+                p.items.iter().map(|i| card_of(&i.identifier).0).collect();
+            assert_eq!(
+                p.items.len(),
+                3 * namespaces.len(),
+                "whole namespaces: {:?}",
+                kinds(&p)
+            );
+            got.extend(kinds(&p));
+            cursor = p.next;
+            pages += 1;
+            assert!(pages < 10);
+        }
+        got.sort();
+        let mut want: Vec<String> = all
+            .iter()
+            .map(|e| format!("+{}", e.placement.name))
+            .collect();
+        want.sort();
+        assert_eq!(got, want, "every card once");
+        assert_eq!(pages, 3);
+        // Bytes bound a page too: one namespace a page when two would pass it.
+        let one_card = all[0].body.len();
+        let bound = Bound {
+            changes: 100,
+            bytes: 4 * one_card,
+        };
+        let p = page(
+            &log,
+            lookup(&all),
+            Some(&start.next),
+            bound,
+            Some(&three),
+            0,
+        )
+        .unwrap();
+        assert_eq!(p.items.len(), 3);
+        // Losing them again: deletes, as bounded.
+        let q = page(&log, lookup(&all), Some(&cursor), 4, Some(&none), 0).unwrap();
+        assert_eq!(q.items.len(), 3);
+        assert!(q.items.iter().all(|i| !i.upsert));
     }
 }

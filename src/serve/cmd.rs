@@ -104,6 +104,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     hubs.clone(),
                     federation.clone(),
                     kube::Api::namespaced(client.clone(), &args.namespace),
+                    client.clone(),
                 );
                 let (args_namespace, index_c) = (args.namespace.clone(), index.clone());
                 tokio::spawn(async move {

@@ -431,7 +431,7 @@ async fn serve_connection(
 /// directory host's, or a card's; counted; marked `Connection: close` while draining.
 async fn answer_request(req: hyper::Request<Incoming>, shared: &Shared) -> hyper::Response<Body> {
     let (route, mut resp) = match admit(&req, shared) {
-        Err(refused) => refused,
+        Err(refused) => *refused,
         Ok(target) => match receive(req, shared).await {
             Err(refused) => refused,
             Ok(req) => match shared.in_flight.clone().try_acquire_owned() {
@@ -455,15 +455,15 @@ async fn answer_request(req: hyper::Request<Incoming>, shared: &Shared) -> hyper
 fn admit(
     req: &hyper::Request<Incoming>,
     shared: &Shared,
-) -> Result<Target, (Route, hyper::Response<Body>)> {
+) -> Result<Target, Box<(Route, hyper::Response<Body>)>> {
     if shared.verdicts.next() == HeadVerdict::Fragment {
-        return Err((
+        return Err(Box::new((
             Route::BadRequest,
             bad_request("a request-target carries no fragment"),
-        ));
+        )));
     }
     target::of(req.version(), req.uri(), req.headers())
-        .map_err(|why| (Route::BadRequest, bad_request(why)))
+        .map_err(|why| Box::new((Route::BadRequest, bad_request(why))))
 }
 
 /// A request whose body is here in full: read before the request takes a slot among those

@@ -38,7 +38,7 @@ use crate::directory::entry::{Entry, Placement};
 use crate::directory::federation::{Federation, Origin, Synced};
 use crate::directory::feed::card_of;
 use crate::directory::native;
-use crate::directory::query::Catalog;
+use crate::directory::query::{Catalog, Query};
 use crate::hub::Hubs;
 use crate::process::AbortOnDrop;
 
@@ -54,13 +54,16 @@ const FEED_PAGE: usize = 1000;
 const MAX_PAGES: usize = 1000;
 
 /// Start syncing every directory's upstreams; stops when the handle is dropped. `secrets`
-/// reads trusted JWKS Secrets (the operator's namespace).
+/// reads trusted JWKS Secrets (the operator's namespace); `client` reads the API server's
+/// addresses, which no upstream may make the operator connect to.
 pub fn spawn(
     hubs: Arc<Hubs>,
     federation: Arc<Federation>,
     secrets: kube::Api<k8s_openapi::api::core::v1::Secret>,
+    client: kube::Client,
 ) -> AbortOnDrop {
-    AbortOnDrop(tokio::spawn(manage(hubs, federation, secrets)))
+    let api_server = Arc::new(crate::net::ApiServer::new(client));
+    AbortOnDrop(tokio::spawn(manage(hubs, federation, secrets, api_server)))
 }
 
 /// The identifier a directory's entries carry in other directories' `via` (its registry's
@@ -86,6 +89,7 @@ async fn manage(
     hubs: Arc<Hubs>,
     federation: Arc<Federation>,
     secrets: kube::Api<k8s_openapi::api::core::v1::Secret>,
+    api_server: Arc<crate::net::ApiServer>,
 ) {
     let mut events = hubs.directories.subscribe();
     let store = hubs.directories.store();
@@ -116,7 +120,9 @@ async fn manage(
             if running.contains_key(&key) {
                 continue;
             }
-            let reader = Reader::new(up, own).with_secrets(secrets.clone());
+            let reader = Reader::new(up, own)
+                .with_secrets(secrets.clone())
+                .refusing(api_server.clone());
             let task = tokio::spawn(sync(federation.clone(), key.0.clone(), reader));
             running.insert(key, (digest, AbortOnDrop(task)));
         }
@@ -128,7 +134,10 @@ async fn manage(
 
 /// What an upstream's spec lets its clients connect to: its address ranges (`allowAddresses`)
 /// and whether plain HTTP is accepted (`allowHttp`). Wrong ranges are an error naming them.
-fn net_policy(up: &Upstream) -> Result<crate::net::Allowed, String> {
+fn net_policy(
+    up: &Upstream,
+    api_server: Arc<Vec<std::net::IpAddr>>,
+) -> Result<crate::net::Allowed, String> {
     up.allow_addresses
         .iter()
         .enumerate()
@@ -138,7 +147,7 @@ fn net_policy(up: &Upstream) -> Result<crate::net::Allowed, String> {
                 .map_err(|_| format!("allowAddresses[{i}]: {c:?} is not a CIDR range"))
         })
         .collect::<Result<Vec<_>, _>>()
-        .map(crate::net::Allowed)
+        .map(|ranges| crate::net::Allowed { ranges, api_server })
 }
 
 /// Whether `url` may be read for `up`: `https://` (or `http://` with `allowHttp`), and a host
@@ -163,6 +172,13 @@ fn check_url(up: &Upstream, allowed: &crate::net::Allowed, url: &str) -> Result<
         Some(url::Host::Domain(_)) => None,
         None => return Err(format!("{}: no host", cut(url))),
     };
+    if let Some(ip) = ip.filter(|ip| allowed.is_api_server(*ip)) {
+        return Err(format!(
+            "{}: {ip} is the Kubernetes API server's address; only an allowAddresses entry \
+             naming it alone ({ip}/32 or /128) lets a directory connect to it",
+            cut(url)
+        ));
+    }
     if let Some(ip) = ip.filter(|ip| !allowed.permits(*ip)) {
         return Err(format!(
             "{}: {ip} is not an address this directory may connect to; name its range in \
@@ -297,48 +313,121 @@ enum Read {
 /// What a sync task keeps between refreshes.
 #[derive(Default)]
 struct State {
-    /// The upstream's entries, by identifier.
-    items: BTreeMap<String, Read>,
+    /// What the last read made of the upstream's entries.
+    held: Held,
     /// Feed cursor (`kind: AgentDirectory`).
     cursor: Option<String>,
-    /// ETag of the first ARD page, and of each card URL with its bytes.
+    /// ETag of the first ARD page, and of each listed card's URL with its bytes.
     first_page: Option<String>,
     cards: HashMap<String, (String, Bytes)>,
     /// The trusted keys and their ETag.
     jwks: Option<(Option<String>, Arc<Jwks>)>,
     /// The upstream's base URL and the client for it, built at the first refresh (its
-    /// connections are reused by the next ones).
-    http: Option<(url::Url, reqwest::Client)>,
-    /// Entries of the last read not kept (past `maxEntries`, or with an identifier that is
-    /// none), and why the first was not.
-    dropped: usize,
-    first_dropped: Option<String>,
+    /// connections are reused by the next ones), and the cluster addresses it was built to
+    /// refuse.
+    http: Option<(url::Url, reqwest::Client, Arc<Vec<std::net::IpAddr>>)>,
 }
 
-impl State {
-    /// Whether `items` (the set being read) may take an entry of identifier `id`: a valid
-    /// identifier, and room under `max` (one already held is always replaced). Counts and
-    /// says why when not.
-    fn admits(
-        dropped: &mut (usize, Option<String>),
-        items: &BTreeMap<String, Read>,
-        id: &str,
-        max: usize,
-    ) -> bool {
+/// One upstream's entries as read, bounded by `maxEntries` (`max`): at most `max` listed (only
+/// those the `include` filters select, so entries it leaves out take no room), and at most
+/// `max` refusals remembered with why (cut); refusals past that are only counted. An entry
+/// `include` leaves out is neither listed nor counted.
+#[derive(Clone, Debug, Default)]
+struct Held {
+    listed: BTreeMap<String, Arc<Entry>>,
+    refused: BTreeMap<String, String>,
+    /// Refusals not remembered (past `max` of them), and why the first was.
+    overflow: usize,
+    first_overflow: Option<String>,
+}
+
+impl Held {
+    /// Whether an entry of identifier `id` is worth reading: a valid identifier, and room
+    /// (one already listed is always read again). Refuses it, saying why, when not.
+    fn admits(&mut self, id: &str, max: usize) -> bool {
         let why = if !valid_identifier(id) {
             format!(
                 "{}: not an ARD identifier (urn:air:..., at most {MAX_IDENTIFIER} bytes)",
                 cut(id)
             )
-        } else if items.len() >= max && !items.contains_key(id) {
+        } else if self.listed.len() >= max && !self.listed.contains_key(id) {
             format!("{id}: past maxEntries ({max}): not kept")
         } else {
             return true;
         };
-        dropped.0 += 1;
-        dropped.1.get_or_insert(why);
+        self.refuse(id, &why, max);
         false
     }
+
+    /// Take what was read of `id`: listed when `include` selects it and there is room,
+    /// forgotten when `include` leaves it out, refused otherwise. `true` when listed.
+    fn take(&mut self, id: &str, read: Read, include: Option<&Query>, max: usize) -> bool {
+        match read {
+            Read::Refused(why) => self.refuse(id, &why, max),
+            Read::Entry(e) if include.is_some_and(|q| !selects(q, &e)) => self.remove(id),
+            Read::Entry(e) if self.listed.len() < max || self.listed.contains_key(id) => {
+                self.refused.remove(id);
+                self.listed.insert(id.to_string(), e);
+                return true;
+            }
+            Read::Entry(_) => {
+                self.refuse(id, &format!("{id}: past maxEntries ({max}): not kept"), max)
+            }
+        }
+        false
+    }
+
+    fn refuse(&mut self, id: &str, why: &str, max: usize) {
+        self.listed.remove(id);
+        let key = cut(id).into_owned();
+        if self.refused.len() < max || self.refused.contains_key(&key) {
+            self.refused.insert(key, cut(why).into_owned());
+        } else {
+            self.overflow += 1;
+            self.first_overflow
+                .get_or_insert_with(|| cut(why).into_owned());
+        }
+    }
+
+    /// A delete: `id` is gone upstream.
+    fn remove(&mut self, id: &str) {
+        self.listed.remove(id);
+        self.refused.remove(id);
+    }
+
+    /// The entries to list (by identifier), how many are refused, and the first refusal.
+    fn selected(&self) -> (Vec<Arc<Entry>>, usize, Option<String>) {
+        let first = self
+            .refused
+            .values()
+            .next()
+            .cloned()
+            .or_else(|| self.first_overflow.clone());
+        (
+            self.listed.values().cloned().collect(),
+            self.refused.len() + self.overflow,
+            first,
+        )
+    }
+}
+
+/// Whether `include` selects `e`, asked of the entry alone (as the directory's own query
+/// engine would answer it over a catalog of one).
+fn selects(include: &Query, e: &Arc<Entry>) -> bool {
+    Catalog::build(vec![e.clone()])
+        .list(include, None, None, 1)
+        .total
+        == 1
+}
+
+/// The `include` filters of `up` as a query (`None`: everything), or why they are wrong.
+fn include_of(up: &Upstream) -> Result<Option<Query>, String> {
+    if up.include.is_empty() {
+        return Ok(None);
+    }
+    native::request(&up.include, false)
+        .map(|r| Some(r.query))
+        .map_err(|e| format!("include: {}", e.message))
 }
 
 /// The most entries kept of `up` (`maxEntries`, default 10,000).
@@ -352,6 +441,7 @@ pub struct Reader {
     own: String,
     state: State,
     secrets: Option<kube::Api<k8s_openapi::api::core::v1::Secret>>,
+    api_server: Arc<crate::net::ApiServer>,
 }
 
 impl Reader {
@@ -362,7 +452,14 @@ impl Reader {
             own,
             state: State::default(),
             secrets: None,
+            api_server: Arc::default(),
         }
+    }
+
+    /// Never connect to the API server's addresses as `api_server` reads them.
+    pub fn refusing(mut self, api_server: Arc<crate::net::ApiServer>) -> Self {
+        self.api_server = api_server;
+        self
     }
 
     /// Read `trust.jwks` Secrets with `secrets`.
@@ -374,11 +471,23 @@ impl Reader {
     /// Read what changed upstream; the entries to list, how many were refused, the first
     /// refusal.
     pub async fn refresh(&mut self) -> Result<(Vec<Arc<Entry>>, usize, Option<String>), String> {
+        let include = match include_of(&self.up) {
+            Ok(q) => q,
+            // Listing nothing until the filters are mended (what it would list is not known).
+            Err(why) => return Ok((Vec::new(), 0, Some(why))),
+        };
         if let Some(r) = &self.up.trust.jwks {
             self.state.jwks = Some((None, Arc::new(secret_jwks(self.secrets.as_ref(), r).await?)));
         }
-        refresh_once(&self.up, &self.own, &mut self.state).await?;
-        Ok(select(&self.up, &self.state))
+        let api_server = self.api_server.addresses().await;
+        let read = Refresh {
+            up: &self.up,
+            own: &self.own,
+            include: include.as_ref(),
+            max: max_entries(&self.up),
+        };
+        refresh_once(&read, api_server, &mut self.state).await?;
+        Ok(self.state.held.selected())
     }
 }
 
@@ -446,19 +555,34 @@ async fn secret_jwks(
         .map_err(|e| format!("trust.jwks: Secret {}/{key}: not a JWKS: {e}", r.name))
 }
 
-async fn refresh_once(up: &Upstream, own: &str, state: &mut State) -> Result<(), String> {
-    let allowed = net_policy(up)?;
+/// What one refresh reads with: the upstream, this directory's registry identifier, the
+/// `include` filters and `maxEntries`.
+struct Refresh<'a> {
+    up: &'a Upstream,
+    own: &'a str,
+    include: Option<&'a Query>,
+    max: usize,
+}
+
+async fn refresh_once(
+    r: &Refresh<'_>,
+    api_server: Arc<Vec<std::net::IpAddr>>,
+    state: &mut State,
+) -> Result<(), String> {
+    let up = r.up;
+    let allowed = net_policy(up, api_server.clone())?;
     check_url(up, &allowed, &up.url).map_err(|e| format!("url: {e}"))?;
     if let Some(jwks_url) = &up.trust.jwks_url {
         check_url(up, &allowed, jwks_url).map_err(|e| format!("trust.jwksUrl: {e}"))?;
     }
     let (base, http) = match &state.http {
-        Some(built) => built.clone(),
-        None => {
+        // Built again when the API server's addresses changed.
+        Some((base, http, refusing)) if *refusing == api_server => (base.clone(), http.clone()),
+        _ => {
             let base = url::Url::parse(&up.url).map_err(|e| format!("url: {e}"))?;
-            let built = (base.clone(), client(&base, allowed.clone())?);
-            state.http = Some(built.clone());
-            built
+            let http = client(&base, allowed.clone())?;
+            state.http = Some((base.clone(), http.clone(), api_server));
+            (base, http)
         }
     };
     if let Some(jwks_url) = &up.trust.jwks_url {
@@ -475,8 +599,8 @@ async fn refresh_once(up: &Upstream, own: &str, state: &mut State) -> Result<(),
         }
     }
     match up.kind {
-        UpstreamKind::AgentDirectory => read_feed(&http, up, own, state).await,
-        UpstreamKind::Ard => read_ard(&http, &base, up, state).await,
+        UpstreamKind::AgentDirectory => read_feed(&http, r, state).await,
+        UpstreamKind::Ard => read_ard(&http, &base, r, state).await,
     }
 }
 
@@ -539,11 +663,24 @@ fn ard_lifecycle(meta: &serde_json::Map<String, Value>) -> Option<Box<ServedLife
     lifecycle_of(Some(&l))
 }
 
+/// An upstream's `origin` of an entry it federated itself: the registries it says the entry
+/// passed through (`path`; older operators wrote it as `via`).
 #[derive(Deserialize)]
 struct FeedOrigin {
     #[serde(default)]
     via: Vec<String>,
+    #[serde(default)]
+    path: Option<Vec<String>>,
 }
+
+impl FeedOrigin {
+    fn claimed(self) -> Vec<String> {
+        self.path.unwrap_or(self.via)
+    }
+}
+
+/// Most registries an entry's `path` may name (an entry that claims more is refused).
+pub const MAX_PATH: usize = 16;
 
 #[derive(Deserialize)]
 struct FeedPage {
@@ -563,12 +700,12 @@ struct FeedMeta {
 /// the start again (into a fresh set) when the cursor expired.
 async fn read_feed(
     http: &reqwest::Client,
-    up: &Upstream,
-    own: &str,
+    r: &Refresh<'_>,
     state: &mut State,
 ) -> Result<(), String> {
+    let up = r.up;
     let base = up.url.trim_end_matches('/');
-    let mut fresh: Option<BTreeMap<String, Read>> = None;
+    let mut fresh: Option<Held> = None;
     for _ in 0..MAX_PAGES {
         let url = match &state.cursor {
             Some(c) => format!("{base}/v1/changes?limit={FEED_PAGE}&since={c}"),
@@ -578,8 +715,7 @@ async fn read_feed(
         if got.status == 410 && state.cursor.is_some() {
             // Expired: read everything again, and replace the set only once it is read.
             state.cursor = None;
-            fresh = Some(BTreeMap::new());
-            (state.dropped, state.first_dropped) = (0, None);
+            fresh = Some(Held::default());
             continue;
         }
         if got.status != 200 {
@@ -587,8 +723,7 @@ async fn read_feed(
         }
         let page: FeedPage = serde_json::from_slice(&got.body)
             .map_err(|e| format!("{url}: not a change feed page: {e}"))?;
-        let items = fresh.as_mut().unwrap_or(&mut state.items);
-        let mut dropped = (0, None);
+        let held = fresh.as_mut().unwrap_or(&mut state.held);
         let registry = page
             .metadata
             .registry
@@ -597,50 +732,50 @@ async fn read_feed(
         let empty = page.changes.is_empty();
         for c in page.changes {
             match c.kind.as_str() {
-                "delete" => {
-                    items.remove(&c.identifier);
-                }
-                "upsert" if !State::admits(&mut dropped, items, &c.identifier, max_entries(up)) => {
-                }
+                "delete" => held.remove(&cut(&c.identifier)),
+                "upsert" if !held.admits(&c.identifier, r.max) => {}
                 "upsert" => {
-                    let mut via = c.origin.map(|o| o.via).unwrap_or_default();
-                    via.push(registry.clone());
-                    let read = if via.iter().any(|v| v == own) {
-                        Read::Refused(format!(
-                            "{}: this directory's own entry, read back",
-                            c.identifier
-                        ))
-                    } else {
-                        let bytes = c.card.map(|r| Bytes::from(r.get().to_string()));
-                        let said = Said {
-                            url: c.url,
-                            updated_at: c.updated_at,
-                            reachable: reachable_of(c.reachable.as_deref()),
-                            lifecycle: lifecycle_of(c.lifecycle.as_ref()),
+                    let mut path = c.origin.map(FeedOrigin::claimed).unwrap_or_default();
+                    path.push(registry.clone());
+                    let read =
+                        if path.len() > MAX_PATH || path.iter().any(|p| p.len() > MAX_IDENTIFIER) {
+                            Read::Refused(format!(
+                                "{}: its origin names more than {MAX_PATH} registries, or one of \
+                             more than {MAX_IDENTIFIER} bytes",
+                                c.identifier
+                            ))
+                        } else if path.iter().any(|v| v == r.own) {
+                            Read::Refused(format!(
+                                "{}: this directory's own entry, read back",
+                                c.identifier
+                            ))
+                        } else {
+                            let bytes = c.card.map(|r| Bytes::from(r.get().to_string()));
+                            let said = Said {
+                                url: c.url,
+                                updated_at: c.updated_at,
+                                reachable: reachable_of(c.reachable.as_deref()),
+                                lifecycle: lifecycle_of(c.lifecycle.as_ref()),
+                            };
+                            entry_of(
+                                up,
+                                &c.identifier,
+                                bytes,
+                                (&c.namespace, &c.name),
+                                (said, format!("{base}/v1/changes")),
+                                path,
+                                state.jwks.as_ref().map(|j| &*j.1),
+                            )
                         };
-                        entry_of(
-                            up,
-                            &c.identifier,
-                            bytes,
-                            (&c.namespace, &c.name),
-                            (said, format!("{base}/v1/changes")),
-                            via,
-                            state.jwks.as_ref().map(|j| &*j.1),
-                        )
-                    };
-                    items.insert(c.identifier, read);
+                    held.take(&c.identifier, read, r.include, r.max);
                 }
                 _ => {}
             }
         }
-        state.dropped += dropped.0;
-        if state.first_dropped.is_none() {
-            state.first_dropped = dropped.1;
-        }
         state.cursor = Some(page.metadata.next_cursor);
         if empty {
             if let Some(set) = fresh {
-                state.items = set;
+                state.held = set;
             }
             return Ok(());
         }
@@ -695,13 +830,13 @@ impl ArdEntry {
 async fn read_ard(
     http: &reqwest::Client,
     base: &url::Url,
-    up: &Upstream,
+    r: &Refresh<'_>,
     state: &mut State,
 ) -> Result<(), String> {
+    let up = r.up;
     let root = up.url.trim_end_matches('/');
     let mut token: Option<String> = None;
-    let mut items = BTreeMap::new();
-    let mut dropped = (0, None);
+    let mut held = Held::default();
     let mut listed_urls: HashSet<String> = HashSet::new();
     for page_no in 0..MAX_PAGES {
         let mut url = format!("{root}/agents?pageSize=100");
@@ -727,21 +862,27 @@ async fn read_ard(
         let page: ArdPage = serde_json::from_slice(&got.body)
             .map_err(|e| format!("{url}: not an ARD list response: {e}"))?;
         for e in page.items {
-            if !State::admits(&mut dropped, &items, &e.identifier, max_entries(up)) {
+            if !held.admits(&e.identifier, r.max) {
                 continue;
             }
-            let read = ard_entry(http, (base, &url), up, &e, state).await;
+            let jwks = state.jwks.as_ref().map(|j| j.1.clone());
+            let (read, fetched) =
+                ard_entry(http, (base, &url), up, &e, (&state.cards, jwks.as_deref())).await;
+            if !held.take(&e.identifier, read, r.include, r.max) {
+                continue;
+            }
+            // Only what is listed keeps its card's ETag and bytes.
             if let Some(u) = e.url.as_ref().filter(|_| e.data.is_none()) {
                 listed_urls.insert(u.clone());
+                if let Some(got) = fetched {
+                    state.cards.insert(u.clone(), got);
+                }
             }
-            items.insert(e.identifier, read);
         }
         match page.page_token.filter(|t| !t.is_empty()) {
             Some(t) => token = Some(t),
             None => {
-                state.items = items;
-                (state.dropped, state.first_dropped) = dropped;
-                // Only the cards of what is listed keep their ETag and bytes.
+                state.held = held;
                 state.cards.retain(|u, _| listed_urls.contains(u));
                 return Ok(());
             }
@@ -753,45 +894,51 @@ async fn read_ard(
 }
 
 /// One ARD entry: its card inline, or read from its URL on the upstream's origin.
+/// With a card read from its URL, the ETag and bytes to keep for it if it is listed.
 async fn ard_entry(
     http: &reqwest::Client,
     (base, page_url): (&url::Url, &str),
     up: &Upstream,
     e: &ArdEntry,
-    state: &mut State,
-) -> Read {
+    (cards, jwks): (&HashMap<String, (String, Bytes)>, Option<&Jwks>),
+) -> (Read, Option<(String, Bytes)>) {
     if e.kind != TYPE_A2A {
-        return Read::Refused(format!(
+        let why = format!(
             "{}: type {:?} is not an A2A Agent Card",
             e.identifier, e.kind
-        ));
+        );
+        return (Read::Refused(why), None);
     }
     let (namespace, name) = card_of(&e.identifier);
-    let via = vec![up.url.clone()];
-    let jwks = state.jwks.as_ref().map(|j| j.1.clone());
+    // An ARD registry says nothing of where its entries came from: the path is the upstream.
+    let path = vec![up.url.clone()];
     if let Some(data) = &e.data {
         let bytes = Bytes::from(data.get().to_string());
-        return entry_of(
+        let read = entry_of(
             up,
             &e.identifier,
             Some(bytes),
             (namespace, name),
             (e.said(None), page_url.to_string()),
-            via,
-            jwks.as_deref(),
+            path,
+            jwks,
         );
+        return (read, None);
     }
     let Some(card_url) = &e.url else {
-        return Read::Refused(format!("{}: neither url nor data", e.identifier));
+        let why = format!("{}: neither url nor data", e.identifier);
+        return (Read::Refused(why), None);
     };
     let same_origin = url::Url::parse(card_url).is_ok_and(|u| u.origin() == base.origin());
     if !same_origin {
-        return Read::Refused(format!(
-            "{}: its card URL {card_url} is not on the upstream's origin",
-            e.identifier
-        ));
+        let why = format!(
+            "{}: its card URL {} is not on the upstream's origin",
+            e.identifier,
+            cut(card_url)
+        );
+        return (Read::Refused(why), None);
     }
-    let held = state.cards.get(card_url).cloned();
+    let held = cards.get(card_url).cloned();
     let got = get(
         http,
         card_url,
@@ -799,26 +946,28 @@ async fn ard_entry(
         MAX_CARD_BYTES,
     )
     .await;
-    let bytes = match got {
-        Ok(g) if g.status == 304 && held.is_some() => held.map(|h| h.1),
+    let (bytes, fetched) = match got {
+        Ok(g) if g.status == 304 && held.is_some() => (held.map(|h| h.1), None),
         Ok(g) if g.status == 200 => {
-            if let Some(tag) = g.etag.clone() {
-                state.cards.insert(card_url.clone(), (tag, g.body.clone()));
-            }
-            Some(g.body)
+            let keep = g.etag.clone().map(|tag| (tag, g.body.clone()));
+            (Some(g.body), keep)
         }
-        Ok(g) => return Read::Refused(format!("{}: {card_url}: HTTP {}", e.identifier, g.status)),
-        Err(why) => return Read::Refused(format!("{}: {why}", e.identifier)),
+        Ok(g) => {
+            let why = format!("{}: {}: HTTP {}", e.identifier, cut(card_url), g.status);
+            return (Read::Refused(why), None);
+        }
+        Err(why) => return (Read::Refused(format!("{}: {why}", e.identifier)), None),
     };
-    entry_of(
+    let read = entry_of(
         up,
         &e.identifier,
         bytes,
         (namespace, name),
         (e.said(Some(card_url.clone())), card_url.clone()),
-        via,
-        jwks.as_deref(),
-    )
+        path,
+        jwks,
+    );
+    (read, fetched)
 }
 
 /// The entry of a card read from `up` (`card`: its AgentCard's namespace and name), or why it
@@ -829,7 +978,7 @@ fn entry_of(
     bytes: Option<Bytes>,
     (namespace, name): (&str, &str),
     (said, read_from): (Said, String),
-    via: Vec<String>,
+    path: Vec<String>,
     jwks: Option<&Jwks>,
 ) -> Read {
     let Some(bytes) = bytes else {
@@ -889,56 +1038,21 @@ fn entry_of(
     let Some(entry) = Entry::build(placement, bytes) else {
         return Read::Refused(format!("{identifier}: not a JSON object"));
     };
-    // Where the operator read the card, not where the upstream says it is.
+    // Where the operator read the card, not where the upstream says it is; `via` is the
+    // upstream as the spec names it, `path` what the upstreams claim (to cut loops only).
     let origin = Origin {
         upstream: up.name.clone(),
         url: read_from,
         fetched_at: jiff::Timestamp::now().to_string(),
         verified,
-        via,
+        via: vec![up.url.clone()],
+        path,
     };
     Read::Entry(Arc::new(
         entry
             .with_identifier(identifier.to_string())
             .with_origin(origin),
     ))
-}
-
-/// The entries to list (those the `include` filters select, the first `maxEntries` by
-/// identifier), how many were refused, and the first refusal.
-fn select(up: &Upstream, state: &State) -> (Vec<Arc<Entry>>, usize, Option<String>) {
-    let mut refused = state.dropped;
-    let mut first = state.first_dropped.clone();
-    let mut entries = Vec::new();
-    for read in state.items.values() {
-        match read {
-            Read::Entry(e) => entries.push(e.clone()),
-            Read::Refused(why) => {
-                refused += 1;
-                first.get_or_insert_with(|| cut(why).into_owned());
-            }
-        }
-    }
-    if !up.include.is_empty() {
-        match native::request(&up.include, false) {
-            Ok(r) => {
-                let catalog = Catalog::build(entries);
-                entries = catalog.list(&r.query, None, None, usize::MAX).items;
-            }
-            Err(e) => {
-                return (Vec::new(), refused, Some(format!("include: {}", e.message)));
-            }
-        }
-    }
-    let max = max_entries(up);
-    if entries.len() > max {
-        refused += entries.len() - max;
-        first.get_or_insert_with(|| {
-            format!("{} entries past maxEntries ({max})", entries.len() - max)
-        });
-        entries.truncate(max);
-    }
-    (entries, refused, first)
 }
 
 #[cfg(test)]
@@ -990,40 +1104,99 @@ mod tests {
         }
     }
 
+    /// What `reads` (identifier, what was read) make of a fresh set under `up`.
+    fn held_of(up: &Upstream, reads: &[(&str, Read)]) -> (Vec<String>, usize, Option<String>) {
+        let include = include_of(up).unwrap();
+        let max = max_entries(up);
+        let mut held = Held::default();
+        for (id, read) in reads {
+            if held.admits(id, max) {
+                held.take(id, read.clone(), include.as_ref(), max);
+            }
+        }
+        let (entries, refused, first) = held.selected();
+        let names = entries.iter().map(|e| e.placement.name.clone()).collect();
+        (names, refused, first)
+    }
+
     #[test]
     fn include_filters_then_max_entries_then_refusals_are_counted() {
-        let mut state = State::default();
-        for (name, tag) in [
-            ("a", "public"),
-            ("b", "internal"),
-            ("c", "public"),
-            ("d", "public"),
-        ] {
-            state
-                .items
-                .insert(format!("urn:air:{name}.example:t:{name}"), read(name, tag));
-        }
-        state.items.insert(
-            "urn:air:x:t:x".into(),
-            Read::Refused("x: not an Agent Card".into()),
-        );
-        let names = |v: &[Arc<Entry>]| {
-            v.iter()
-                .map(|e| e.placement.name.clone())
-                .collect::<Vec<_>>()
-        };
-        let (all, refused, first) = select(&upstream(&[], None), &state);
-        assert_eq!(names(&all), ["a", "b", "c", "d"]);
+        // Arrival order: refused and left-out entries take no room under maxEntries.
+        let reads = [
+            (
+                "urn:air:x.example:t:x",
+                Read::Refused("x: not an Agent Card".into()),
+            ),
+            ("urn:air:b.example:t:b", read("b", "internal")),
+            ("urn:air:e.example:t:e", read("e", "internal")),
+            ("urn:air:a.example:t:a", read("a", "public")),
+            ("urn:air:c.example:t:c", read("c", "public")),
+            ("urn:air:d.example:t:d", read("d", "public")),
+        ];
+        let (all, refused, first) = held_of(&upstream(&[], None), &reads);
+        assert_eq!(all, ["a", "b", "c", "d", "e"]);
         assert_eq!(
             (refused, first.as_deref()),
             (1, Some("x: not an Agent Card"))
         );
-        let (public, _, _) = select(&upstream(&[("tag", "public")], None), &state);
-        assert_eq!(names(&public), ["a", "c", "d"]);
-        let (two, refused, _) = select(&upstream(&[("tag", "public")], Some(2)), &state);
-        assert_eq!(names(&two), ["a", "c"]);
+        let (public, refused, _) = held_of(&upstream(&[("tag", "public")], None), &reads);
+        assert_eq!(
+            (public, refused),
+            (vec!["a".to_string(), "c".into(), "d".into()], 1)
+        );
+        let (two, refused, _) = held_of(&upstream(&[("tag", "public")], Some(2)), &reads);
+        assert_eq!(
+            two,
+            ["a", "c"],
+            "the two first the filters select, past two left out"
+        );
         assert_eq!(refused, 2, "the refused card and one past maxEntries");
-        let (none, _, why) = select(&upstream(&[("colour", "red")], None), &state);
-        assert!(none.is_empty() && why.unwrap().starts_with("include: colour"));
+        let mut bad = upstream(&[("colour", "red")], None);
+        assert!(include_of(&bad).unwrap_err().starts_with("include: colour"));
+        bad.include.clear();
+        assert!(include_of(&bad).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_feed_keeps_counts_of_what_it_holds_now_and_remembers_a_bounded_number_of_refusals() {
+        let max = 2;
+        let mut held = Held::default();
+        // Refused, then listed when it becomes a card, then gone.
+        held.take(
+            "urn:air:a.example:t:a",
+            Read::Refused("a: bad".into()),
+            None,
+            max,
+        );
+        assert_eq!(held.selected().1, 1);
+        held.take("urn:air:a.example:t:a", read("a", "x"), None, max);
+        assert_eq!((held.selected().0.len(), held.selected().1), (1, 0));
+        held.remove("urn:air:a.example:t:a");
+        assert_eq!((held.selected().0.len(), held.selected().1), (0, 0));
+        // A refusal deleted upstream is no longer counted (nothing grows until a re-read).
+        held.take(
+            "urn:air:b.example:t:b",
+            Read::Refused("b: bad".into()),
+            None,
+            max,
+        );
+        held.remove("urn:air:b.example:t:b");
+        assert_eq!(held.selected().1, 0);
+        // Refusals past maxEntries of them are counted, not remembered; a huge identifier is
+        // kept cut.
+        let huge = format!("urn:air:x:{}", "a".repeat(100_000));
+        assert!(!held.admits(&huge, max));
+        for i in 0..5 {
+            held.take(
+                &format!("urn:air:r.example:t:r{i}"),
+                Read::Refused(format!("r{i}: bad")),
+                None,
+                max,
+            );
+        }
+        assert_eq!(held.refused.len(), max);
+        assert_eq!(held.selected().1, 6);
+        assert!(held.refused.keys().all(|k| k.len() <= MAX_TEXT + 4));
+        assert!(held.refused.values().all(|v| v.len() <= MAX_TEXT + 4));
     }
 }

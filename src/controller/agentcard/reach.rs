@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
@@ -393,29 +392,10 @@ impl Reach {
     /// the Service ranges (a Pod address is never in either, so only the opt-in needs them).
     async fn read_reserved(&self) -> Result<ReservedSet, String> {
         let mut set = ReservedSet::default();
-        let service = Api::<Service>::namespaced(self.client.clone(), "default")
-            .get_opt("kubernetes")
-            .await
-            .map_err(|e| format!("reading Service default/kubernetes: {e}"))?;
-        let spec = service.and_then(|s| s.spec).unwrap_or_default();
-        let cluster_ips = spec.cluster_ips.unwrap_or_default();
         set.api_server.extend(
-            cluster_ips
-                .iter()
-                .chain(&spec.cluster_ip)
-                .filter_map(|a| a.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())),
-        );
-        let slices = Api::<EndpointSlice>::namespaced(self.client.clone(), "default")
-            .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
-            .await
-            .map_err(|e| format!("listing the API server's EndpointSlices: {e}"))?;
-        set.api_server.extend(
-            slices
-                .items
-                .iter()
-                .flat_map(|s| &s.endpoints)
-                .flat_map(|e| &e.addresses)
-                .filter_map(|a| a.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())),
+            crate::net::api_server_addresses(&self.client)
+                .await
+                .map_err(|e| format!("reading the API server's addresses: {e}"))?,
         );
         if !self.allow_unmanaged {
             return Ok(set);

@@ -272,7 +272,7 @@ pub fn candidates(
             }
         }
     }
-    found.sort_by(|a, b| (a.ip, a.port).cmp(&(b.ip, b.port)));
+    found.sort_by_key(|a| (a.ip, a.port));
     found.dedup_by(|a, b| (a.ip, a.port) == (b.ip, b.port));
     if found.is_empty() {
         return Err(SourceError::new(
