@@ -17,7 +17,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use agentcard_operator::crd::agentdirectory::Upstream;
-use agentcard_operator::serve::upstreams::Reader;
+use agentcard_operator::directory::federation::Reader;
 
 fn main() {
     let n: usize = std::env::var("FED_BENCH_CARDS")
@@ -40,20 +40,22 @@ fn main() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let up: Upstream = serde_json::from_value(serde_json::json!({
-        "name": "bench", "url": format!("http://{}", proxy.addr)
+        "name": "bench", "url": format!("http://{}", proxy.addr),
+        "allowHttp": true, "allowAddresses": ["127.0.0.0/8"]
     }))
     .expect("upstream");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut reader = Reader::new(up, "urn:air:self.example:agentcard-operator:self".into());
     let before = proxy.requests().len();
     let t = Instant::now();
-    let (entries, refused, _) = rt.block_on(reader.refresh()).expect("sync");
+    let read = rt.block_on(reader.refresh()).expect("sync");
+    let (entries, refused) = (read.entries, read.refused);
     let took = t.elapsed();
     let first = proxy.requests().len() - before;
     assert_eq!(entries.len(), n, "{refused} refused");
     let before = proxy.requests().len();
     let t = Instant::now();
-    let (again, _, _) = rt.block_on(reader.refresh()).expect("refresh");
+    let again = rt.block_on(reader.refresh()).expect("refresh").entries;
     let idle = t.elapsed();
     let steady = proxy.requests().len() - before;
     assert_eq!(again.len(), n);

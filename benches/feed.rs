@@ -15,7 +15,7 @@ use std::time::Instant;
 use agentcard_operator::contract::content_hash;
 use agentcard_operator::directory::changes::page_json;
 use agentcard_operator::directory::entry::{Entry, Placement};
-use agentcard_operator::directory::feed::{page, FeedLog, PART_BYTES};
+use agentcard_operator::directory::feed::{page, CursorCodec, FeedLog, PART_BYTES};
 use agentcard_operator::directory::query::Catalog;
 use bytes::Bytes;
 
@@ -102,9 +102,13 @@ fn main() {
             break;
         }
         changes += p.items.len();
-        bytes += serde_json::to_vec(&page_json(&p, "urn:air:bench:agentcard-operator:bench"))
-            .expect("json")
-            .len();
+        bytes += serde_json::to_vec(&page_json(
+            &p,
+            "urn:air:bench:agentcard-operator:bench",
+            &CursorCodec::Plain,
+        ))
+        .expect("json")
+        .len();
         since = Some(p.next);
     }
     let took = t.elapsed();

@@ -147,7 +147,7 @@ where
                     }
                     Event::Delete(o) => vec![Event::Delete(Arc::new(o))],
                 };
-                let mut subs = forward.lock().unwrap_or_else(|e| e.into_inner());
+                let mut subs = crate::locks::lock(&forward);
                 for event in shared {
                     if matches!(event, Event::InitDone) {
                         subs.synced = true;
@@ -181,7 +181,7 @@ where
     /// listed already. Dropping the receiver unsubscribes.
     pub fn subscribe(&self) -> UnboundedReceiver<Shared<K>> {
         let (tx, rx) = futures::channel::mpsc::unbounded();
-        let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut subs = crate::locks::lock(&self.subscribers);
         if subs.synced {
             let _ = tx.unbounded_send(Event::Init);
             for o in self.store.state() {

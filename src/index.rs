@@ -240,11 +240,11 @@ impl Index {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         // A panic while holding the lock cannot leave the maps half-updated in a way that
         // matters more than refusing to serve; recover the guard.
-        self.state.write().unwrap_or_else(|e| e.into_inner())
+        crate::locks::write(&self.state)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(|e| e.into_inner())
+        crate::locks::read(&self.state)
     }
 
     /// Insert or replace the card from `entry.source`.
@@ -297,7 +297,7 @@ impl Index {
 
     /// Replace every directory site (by host).
     pub fn set_sites(&self, sites: HashMap<String, Arc<Site>>) {
-        *self.sites.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(sites);
+        *crate::locks::write(&self.sites) = Arc::new(sites);
         self.sites_version.fetch_add(1, Ordering::AcqRel);
         self.changed.send_modify(|n| *n += 1);
     }
@@ -309,13 +309,13 @@ impl Index {
 
     /// Every directory site.
     pub fn sites(&self) -> Arc<HashMap<String, Arc<Site>>> {
-        self.sites.read().unwrap_or_else(|e| e.into_inner()).clone()
+        crate::locks::read(&self.sites).clone()
     }
 
     /// Set directory `name`'s change-feed log, unless the one held is newer (same epoch, a
     /// later last change): a log read back from the watch may trail the one just written.
     pub fn set_feed(&self, name: &str, log: Arc<FeedLog>) {
-        let mut feeds = self.feeds.write().unwrap_or_else(|e| e.into_inner());
+        let mut feeds = crate::locks::write(&self.feeds);
         let stale = feeds
             .get(name)
             .is_some_and(|held| held.epoch == log.epoch && held.last_seq > log.last_seq);
@@ -328,12 +328,7 @@ impl Index {
 
     /// Forget directory `name`'s change-feed log (its ConfigMap is gone).
     pub fn remove_feed(&self, name: &str) {
-        let removed = self
-            .feeds
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name)
-            .is_some();
+        let removed = crate::locks::write(&self.feeds).remove(name).is_some();
         if removed {
             self.changed.send_modify(|n| *n += 1);
         }
@@ -341,11 +336,7 @@ impl Index {
 
     /// Directory `name`'s change-feed log, when one is persisted.
     pub fn feed(&self, name: &str) -> Option<Arc<FeedLog>> {
-        self.feeds
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
+        crate::locks::read(&self.feeds).get(name).cloned()
     }
 
     /// A receiver that sees each change of the sites or feed logs.
@@ -355,11 +346,7 @@ impl Index {
 
     /// The directory site holding `host`, if any.
     pub fn site(&self, host: &str) -> Option<Arc<Site>> {
-        self.sites
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(host)
-            .cloned()
+        crate::locks::read(&self.sites).get(host).cloned()
     }
 
     /// Mark the first full sync done.

@@ -9,6 +9,9 @@
 //! [`store`] says of each object; [`controller`] reconciles on the replica [`election`] picks.
 //! [`cli`] is the command line over all of it.
 
+// The library holds no unsafe code (the binary sets the allocator's configuration only).
+#![forbid(unsafe_code)]
+
 pub mod a2a;
 pub mod cli;
 pub mod contract;
@@ -19,6 +22,7 @@ pub mod election;
 pub mod hub;
 pub mod index;
 pub mod input;
+pub mod locks;
 pub mod net;
 pub mod process;
 pub mod run;

@@ -152,7 +152,7 @@ impl ApiServer {
 
     /// The addresses, read again when older than five minutes.
     pub async fn addresses(&self) -> Arc<Vec<IpAddr>> {
-        let held = self.cached.lock().ok().and_then(|g| g.clone());
+        let held = crate::locks::lock(&self.cached).clone();
         if let Some((at, set)) = &held {
             if at.elapsed() < API_SERVER_TTL {
                 return set.clone();
@@ -173,9 +173,7 @@ impl ApiServer {
                 (last, at)
             }
         };
-        if let Ok(mut g) = self.cached.lock() {
-            *g = Some((at, set.clone()));
-        }
+        *crate::locks::lock(&self.cached) = Some((at, set.clone()));
         set
     }
 }

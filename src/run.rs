@@ -236,7 +236,7 @@ async fn bind_servers(
     let failed = failed.clone();
     let controllers_ok: crate::serve::admin::ReadyCheck = Arc::new(move || {
         if failed.load(Ordering::Acquire) {
-            Err("the controllers stopped with an error; giving up the lease".into())
+            Err(crate::serve::admin::NotReady::ControllersFailed)
         } else {
             Ok(())
         }
@@ -285,7 +285,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         index.clone(),
         federation.clone(),
     ));
-    let _upstreams = crate::serve::upstreams::spawn(
+    let _upstreams = crate::directory::federation::spawn(
         hubs.clone(),
         federation.clone(),
         kube::Api::namespaced(client.clone(), &args.namespace),
@@ -423,9 +423,14 @@ async fn stop_controllers(mut controllers: tokio::task::JoinHandle<Result<(), co
 }
 
 /// `--ingress-annotation`: one `key=value` (the value as it is, commas included).
-fn parse_annotation(text: &str) -> std::result::Result<(String, String), String> {
+fn parse_annotation(text: &str) -> std::result::Result<(String, String), NotKeyValue> {
     match text.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(format!("{text:?}: expected key=value")),
+        _ => Err(NotKeyValue(text.to_string())),
     }
 }
+
+/// A `--ingress-annotation` that is not `key=value`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?}: expected key=value")]
+pub struct NotKeyValue(String);

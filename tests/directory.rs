@@ -2128,16 +2128,18 @@ async fn an_ard_registry_not_ours_is_paged_and_listed_with_its_origin() {
         )
         .unwrap();
     }
-    let mut registry = std::process::Command::new("python3")
-        .arg(support::root().join("tests/oracle/ard_registry.py"))
-        .arg(&cards)
-        .arg("2")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut registry = support::netns::Proc(
+        std::process::Command::new("python3")
+            .arg(support::root().join("tests/oracle/ard_registry.py"))
+            .arg(&cards)
+            .arg("2")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
     std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(registry.stdout.take().unwrap()),
+        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
         &mut line,
     )
     .unwrap();
@@ -2180,5 +2182,5 @@ async fn an_ard_registry_not_ours_is_paged_and_listed_with_its_origin() {
         "steady state: {} requests in 11 s (refresh every 5 s): {steady:?}",
         steady.len()
     );
-    let _ = registry.kill();
+    drop(registry);
 }

@@ -3,6 +3,9 @@
 //! applied when the fault strikes (the applier retries what the API refused, as `kubectl` in
 //! a CI job would), and at the end nothing is lost: every card Ready, every served card's bytes
 //! equal its `status.contentHash`, one ConfigMap and one Ingress per card, none orphaned.
+// The `SERIAL` guard is held for a whole test on purpose (one plane-heavy test at a time);
+// each test has its runtime to itself.
+#![allow(clippy::await_holding_lock)]
 
 mod support;
 

@@ -150,7 +150,15 @@ async fn hostile_endpoints(
 ) {
     let (team, evil) = ("team", "evil");
     // (namespace, card, address, port, targetRef, what the refusal says)
-    let cases: [(&str, &str, &str, u16, Option<(&str, &str)>, &str); 4] = [
+    type Refused<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        u16,
+        Option<(&'a str, &'a str)>,
+        &'a str,
+    );
+    let cases: [Refused; 4] = [
         (
             evil,
             "other-pod",

@@ -205,7 +205,8 @@ async fn a_card_past_the_schemas_bounds_is_refused_at_admission_with_the_field_n
     let good = wait_card(&p, &tenant.ns, "agent", "Ready", ready).await;
     let skill =
         |i: usize| json!({"id": format!("s{i}"), "name": "S", "description": "d", "tags": ["t"]});
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "spec.card.description",
             Box::new(|c| c["spec"]["card"]["description"] = json!("x".repeat(1024 * 1024))),

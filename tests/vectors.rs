@@ -61,7 +61,7 @@ fn deterministic_signatures_are_reproduced_byte_for_byte() {
         for e in entries() {
             let ours = sign_card(
                 &card(e["input"].as_str().unwrap()),
-                &[key.clone()],
+                std::slice::from_ref(&key),
                 Some(&jku),
             )
             .unwrap();

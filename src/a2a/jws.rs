@@ -119,20 +119,68 @@ fn signature_bytes(signature_b64: &str) -> Option<Vec<u8>> {
         .ok()
 }
 
+/// Why one signature does not verify (each is said as `signatures[i]: ...`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureProblem {
+    /// The protected header is not base64url.
+    #[error("protected header is not base64url")]
+    HeaderNotBase64,
+    /// The protected header is not a JSON object.
+    #[error("protected header is not a JSON object")]
+    HeaderNotObject,
+    /// The protected header names no algorithm.
+    #[error("protected header has no alg")]
+    NoAlg,
+    /// An algorithm not accepted.
+    #[error("algorithm {0:?} is not accepted")]
+    Alg(String),
+    /// The key id is not in the JWKS.
+    #[error("key {0:?} is not in the JWKS")]
+    UnknownKid(String),
+    /// The JWKS is empty.
+    #[error("the JWKS has no keys")]
+    EmptyJwks,
+    /// No key fits the algorithm.
+    #[error("no key of the JWKS fits the algorithm")]
+    NoFittingKey,
+    /// A key of the JWKS is malformed.
+    #[error("the JWKS key is malformed")]
+    MalformedKey,
+    /// The signature is not base64url.
+    #[error("signature is not base64url")]
+    SignatureNotBase64,
+    /// The key cannot verify.
+    #[error("unusable key: {0}")]
+    UnusableKey(String),
+    /// The signature is not the card's.
+    #[error("signature does not match the card")]
+    Mismatch,
+    /// What the key its header names made of it.
+    #[error("key {kid:?} ({alg}): {problem}")]
+    WithKey {
+        /// The key id.
+        kid: String,
+        /// The algorithm.
+        alg: Algorithm,
+        /// What went wrong.
+        problem: Box<SignatureProblem>,
+    },
+}
+
 fn verify_one(
     alg: Algorithm,
     jwk: &Option<Jwk>,
     input: &[u8],
     signature_b64: &str,
-) -> Result<(), String> {
-    let jwk = jwk.as_ref().ok_or("the JWKS key is malformed")?;
-    let sig = signature_bytes(signature_b64).ok_or("signature is not base64url")?;
+) -> Result<(), SignatureProblem> {
+    let jwk = jwk.as_ref().ok_or(SignatureProblem::MalformedKey)?;
+    let sig = signature_bytes(signature_b64).ok_or(SignatureProblem::SignatureNotBase64)?;
     let verifier = alg
         .verifier(jwk)
-        .map_err(|e| format!("unusable key: {e}"))?;
+        .map_err(|e| SignatureProblem::UnusableKey(e.to_string()))?;
     verifier
         .verify(input, &sig)
-        .map_err(|_| "signature does not match the card".to_string())
+        .map_err(|_| SignatureProblem::Mismatch)
 }
 
 /// Verify `card` against the keys of `jwks`: Ok with the first signature that verifies.
@@ -155,19 +203,19 @@ fn verify_signature(
     sig: &AgentCardSignature,
     payload_b64: &str,
     jwks: &Jwks,
-) -> Result<(String, Algorithm), String> {
+) -> Result<(String, Algorithm), SignatureProblem> {
     let header_bytes = URL_SAFE_NO_PAD
         .decode(sig.protected.trim_end_matches('='))
-        .map_err(|_| "protected header is not base64url".to_string())?;
-    let header: Map<String, Value> = serde_json::from_slice(&header_bytes)
-        .map_err(|_| "protected header is not a JSON object".to_string())?;
+        .map_err(|_| SignatureProblem::HeaderNotBase64)?;
+    let header: Map<String, Value> =
+        serde_json::from_slice(&header_bytes).map_err(|_| SignatureProblem::HeaderNotObject)?;
     let alg_name = header
         .get("alg")
         .and_then(Value::as_str)
-        .ok_or("protected header has no alg")?;
+        .ok_or(SignatureProblem::NoAlg)?;
     let alg: Algorithm = alg_name
         .parse()
-        .map_err(|_| format!("algorithm {alg_name:?} is not accepted"))?;
+        .map_err(|_| SignatureProblem::Alg(alg_name.to_string()))?;
     let kid = header
         .get("kid")
         .or_else(|| sig.header.as_ref().and_then(|h| h.get("kid")))
@@ -179,11 +227,11 @@ fn verify_signature(
     };
     if candidates.is_empty() {
         return Err(match kid {
-            Some(kid) => format!("key {kid:?} is not in the JWKS"),
-            None => "the JWKS has no keys".into(),
+            Some(kid) => SignatureProblem::UnknownKid(kid.to_string()),
+            None => SignatureProblem::EmptyJwks,
         });
     }
-    let mut last = String::from("no key of the JWKS fits the algorithm");
+    let mut last = SignatureProblem::NoFittingKey;
     for key in candidates {
         let kty = key.get("kty").and_then(Value::as_str).unwrap_or_default();
         let crv = key.get("crv").and_then(Value::as_str);
@@ -205,7 +253,11 @@ fn verify_signature(
         }
     }
     Err(match kid {
-        Some(kid) => format!("key {kid:?} ({alg}): {last}"),
+        Some(kid) => SignatureProblem::WithKey {
+            kid: kid.to_string(),
+            alg,
+            problem: Box::new(last),
+        },
         None => last,
     })
 }

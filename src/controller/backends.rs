@@ -129,7 +129,7 @@ fn slice_key(slice: &EndpointSlice) -> (String, String) {
 
 impl Backends {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::locks::lock(&self.state)
     }
 
     /// Record an added or changed slice; the Services whose ready ports changed.
@@ -291,10 +291,7 @@ pub fn watch(
                 }
             };
             for (ns, svc) in touched {
-                let keys = index
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .in_namespace(&ns);
+                let keys = crate::locks::lock(&index).in_namespace(&ns);
                 for key in keys {
                     let names_it = cards
                         .get(&key)

@@ -15,7 +15,7 @@ pub struct Backoff {
 impl Backoff {
     /// Count one more failure of `key`; the delay before its retry (see [`backoff_delay`]).
     pub fn next(&self, key: &str) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut failures = crate::locks::lock(&self.failures);
         let n = failures.entry(key.to_string()).or_insert(0);
         *n = n.saturating_add(1);
         // Jitter from the clock's nanoseconds: enough to spread retries, no RNG needed.
@@ -26,10 +26,7 @@ impl Backoff {
 
     /// Forget the failures of `key` (after a success, or when it is gone).
     pub fn reset(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        crate::locks::lock(&self.failures).remove(key);
     }
 }
 

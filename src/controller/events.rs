@@ -130,7 +130,7 @@ impl Direct {
     /// once the current has published [`PER_GENERATION`] Events. The `bool` says whether a
     /// new generation started.
     fn recorder(&self) -> (Recorder, bool) {
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut current = crate::locks::lock(&self.current);
         let renewed = current.published >= PER_GENERATION;
         if renewed {
             *current = Generation {

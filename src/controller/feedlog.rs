@@ -110,6 +110,35 @@ fn new_epoch(dir: &str) -> String {
     digest[digest.len() - 12..].to_string()
 }
 
+/// Why a directory's change feed was not persisted (retried with backoff, said in the log).
+#[derive(Debug, thiserror::Error)]
+enum PersistError {
+    /// OpenSSL could not make a cursor key.
+    #[error("making a cursor key: {0}")]
+    CursorKey(#[source] openssl::error::ErrorStack),
+    /// The log does not fit in its ConfigMaps.
+    #[error(
+        "{entries} logged entries do not fit in {} ConfigMaps of {part_bytes} bytes",
+        MAX_PARTS
+    )]
+    TooLarge {
+        /// Changes logged.
+        entries: usize,
+        /// Bytes of one ConfigMap.
+        part_bytes: usize,
+    },
+    /// The API server refused a write.
+    #[error("{verb} ConfigMap {name}: {source}")]
+    Write {
+        /// `writing` or `creating`.
+        verb: &'static str,
+        /// The ConfigMap.
+        name: String,
+        /// Its answer.
+        source: kube::Error,
+    },
+}
+
 /// Record and write `site`'s changes, if any: the parts that changed, then the head (with
 /// the precondition), whose part hashes make readers wait for the parts of this write.
 /// `false` when the log was written by another since it was read (the round is to be made
@@ -120,7 +149,7 @@ async fn persist(
     site: &Site,
     (retention, part_bytes): (usize, usize),
     written_parts: &mut HashMap<(String, usize), String>,
-) -> Result<bool, String> {
+) -> Result<bool, PersistError> {
     if site.uid.is_empty() {
         return Ok(true);
     }
@@ -133,8 +162,7 @@ async fn persist(
     // once: Kubernetes-mode callers wait for it).
     let keyless = base.cursor_key.is_none();
     if keyless {
-        base.cursor_key =
-            Some(CursorKey::random().map_err(|e| format!("making a cursor key: {e}"))?);
+        base.cursor_key = Some(CursorKey::random().map_err(PersistError::CursorKey)?);
     }
     let next = base.advance(site.catalog.entries(), retention, now());
     let mut next = match (next, held.is_some() && !keyless) {
@@ -144,10 +172,10 @@ async fn persist(
         (None, true) => return Ok(true),
     };
     let Some(encoded) = next.encode_parts(part_bytes) else {
-        return Err(format!(
-            "{} logged entries do not fit in {MAX_PARTS} ConfigMaps of {part_bytes} bytes",
-            next.len()
-        ));
+        return Err(PersistError::TooLarge {
+            entries: next.len(),
+            part_bytes,
+        });
     };
     next.parts = encoded.parts.len() + 1;
     let name = configmap_name(&site.name);
@@ -162,7 +190,11 @@ async fn persist(
         let part_name = format!("{name}-{}", i + 1);
         api.patch(&part_name, &params, &Patch::Apply(&part))
             .await
-            .map_err(|e| format!("writing ConfigMap {part_name}: {e}"))?;
+            .map_err(|source| PersistError::Write {
+                verb: "writing",
+                name: part_name.clone(),
+                source,
+            })?;
         written_parts.insert(key, hash);
     }
     let cm = configmap(site, None, encoded.head, next.resource_version.clone());
@@ -171,14 +203,26 @@ async fn persist(
             Ok(cm) => cm,
             // One exists that this replica has not read yet: its watch brings it.
             Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
-            Err(e) => return Err(format!("creating ConfigMap {name}: {e}")),
+            Err(source) => {
+                return Err(PersistError::Write {
+                    verb: "creating",
+                    name,
+                    source,
+                })
+            }
         }
     } else {
         match api.patch(&name, &params, &Patch::Apply(&cm)).await {
             Ok(cm) => cm,
             // Written since it was read (or gone): the watch brings the newer state.
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => return Ok(false),
-            Err(e) => return Err(format!("writing ConfigMap {name}: {e}")),
+            Err(source) => {
+                return Err(PersistError::Write {
+                    verb: "writing",
+                    name,
+                    source,
+                })
+            }
         }
     };
     next.resource_version = written.metadata.resource_version;

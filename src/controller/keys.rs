@@ -48,8 +48,41 @@ pub struct Keys {
     pub version: String,
 }
 
+/// What is wrong with a signing Secret (said in the cards' conditions, naming the entry).
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// An entry is not a key.
+    #[error("key {name:?}: {source}")]
+    Key {
+        /// The entry.
+        name: String,
+        /// Why it is not one.
+        source: crate::a2a::keys::KeyError,
+    },
+    /// Two entries hold keys of the same key id.
+    #[error("key {name:?}: key id {kid:?} is used twice")]
+    KidTwice {
+        /// The second entry.
+        name: String,
+        /// The key id.
+        kid: String,
+    },
+    /// No entry holds a key.
+    #[error("the signing Secret holds no key (entries named *.json, *.jwk or *.pem)")]
+    NoKey,
+    /// The active-key annotation names a key that is not there.
+    #[error("{ann} names {0:?}, which is not among the keys", ann = ANN_ACTIVE_KEY)]
+    ActiveMissing(String),
+    /// Several keys and none named active.
+    #[error(
+        "the signing Secret holds {0} keys: name the active one in the {ann} annotation",
+        ann = ANN_ACTIVE_KEY
+    )]
+    WhichActive(usize),
+}
+
 /// Parse the keys of a signing Secret.
-pub fn keys_from_secret(secret: &Secret) -> Result<Keys, String> {
+pub fn keys_from_secret(secret: &Secret) -> Result<Keys, SecretError> {
     let mut entries: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for (k, v) in secret.data.iter().flatten() {
         entries.insert(k.clone(), v.0.clone());
@@ -62,34 +95,29 @@ pub fn keys_from_secret(secret: &Secret) -> Result<Keys, String> {
         if !(name.ends_with(".json") || name.ends_with(".jwk") || name.ends_with(".pem")) {
             continue;
         }
-        let key =
-            SigningKey::from_bytes(bytes, None, None).map_err(|e| format!("key {name:?}: {e}"))?;
+        let key = SigningKey::from_bytes(bytes, None, None).map_err(|source| SecretError::Key {
+            name: name.clone(),
+            source,
+        })?;
         if all.iter().any(|k: &SigningKey| k.kid() == key.kid()) {
-            return Err(format!(
-                "key {name:?}: key id {:?} is used twice",
-                key.kid()
-            ));
+            return Err(SecretError::KidTwice {
+                name: name.clone(),
+                kid: key.kid().to_string(),
+            });
         }
         all.push(key);
     }
     if all.is_empty() {
-        return Err(
-            "the signing Secret holds no key (entries named *.json, *.jwk or *.pem)".into(),
-        );
+        return Err(SecretError::NoKey);
     }
     let active = match secret.annotations().get(ANN_ACTIVE_KEY) {
         Some(kid) => all
             .iter()
             .find(|k| k.kid() == kid)
             .cloned()
-            .ok_or_else(|| format!("{ANN_ACTIVE_KEY} names {kid:?}, which is not among the keys"))?,
+            .ok_or_else(|| SecretError::ActiveMissing(kid.clone()))?,
         None if all.len() == 1 => all[0].clone(),
-        None => {
-            return Err(format!(
-                "the signing Secret holds {} keys: name the active one in the {ANN_ACTIVE_KEY} annotation",
-                all.len()
-            ))
-        }
+        None => return Err(SecretError::WhichActive(all.len())),
     };
     Ok(Keys {
         jwks: Jwks::from_signing_keys(&all),
@@ -441,9 +469,9 @@ pub struct KeyCache {
 
 impl KeyCache {
     /// The keys of `secret`, parsed once per resourceVersion.
-    pub fn get(&self, secret: &Secret) -> Result<Arc<Keys>, String> {
+    pub fn get(&self, secret: &Secret) -> Result<Arc<Keys>, SecretError> {
         let version = secret.resource_version().unwrap_or_default();
-        let mut guard = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = crate::locks::lock(&self.cached);
         if let Some(k) = guard
             .as_ref()
             .filter(|k| k.version == version && !version.is_empty())
@@ -578,7 +606,9 @@ mod tests {
             ("old.jwk.json", a.private_jwk_json()),
             ("new.jwk.json", b.private_jwk_json()),
         ];
-        let err = keys_from_secret(&secret(&entries, None)).unwrap_err();
+        let err = keys_from_secret(&secret(&entries, None))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(ANN_ACTIVE_KEY), "{err}");
         let keys = keys_from_secret(&secret(&entries, Some("new"))).unwrap();
         assert_eq!(keys.active.kid(), "new");
@@ -598,7 +628,8 @@ mod tests {
             &[("bad.pem", "-----BEGIN PRIVATE KEY-----\nxx\n".into())],
             None,
         ))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.starts_with("key \"bad.pem\""), "{err}");
         assert!(keys_from_secret(&secret(&[], None)).is_err());
     }

@@ -34,7 +34,7 @@ impl Limits {
         let limit = self.max_cards_per_namespace;
         let ns = card.namespace().unwrap_or_default();
         let peers = {
-            let index = index.lock().unwrap_or_else(|e| e.into_inner());
+            let index = crate::locks::lock(index);
             if limit == 0 || index.count_in(&ns) <= limit {
                 return Ok(());
             }
@@ -77,7 +77,7 @@ impl Limits {
         let limit = self.max_namespace_card_bytes;
         let ns = card.namespace().unwrap_or_default();
         let (total, sized) = {
-            let index = index.lock().unwrap_or_else(|e| e.into_inner());
+            let index = crate::locks::lock(index);
             let total = index.bytes_in(&ns);
             if limit == 0 || total <= limit {
                 return Ok(());

@@ -59,7 +59,7 @@ impl Default for ControllerMetrics {
 impl ControllerMetrics {
     /// Record the Ready status (`True`/`False`) of card `key`, or forget it (`None`).
     pub fn set_ready(&self, key: String, status: Option<&'static str>) {
-        let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ready = crate::locks::lock(&self.ready);
         match status {
             Some(s) => ready.insert(key, s),
             None => ready.remove(&key),
@@ -68,7 +68,7 @@ impl ControllerMetrics {
 
     /// Recompute the cards-by-condition gauges (called before each scrape).
     pub fn refresh_cards(&self) {
-        let ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let ready = crate::locks::lock(&self.ready);
         for status in ["True", "False"] {
             let n = ready.values().filter(|s| **s == status).count();
             self.cards

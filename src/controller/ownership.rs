@@ -100,7 +100,7 @@ impl Ownership {
         }
         let on = |host: &str| hosts.iter().any(|h| host.eq_ignore_ascii_case(h));
         let peers: Vec<ObjectRef<AgentCard>> = {
-            let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+            let index = crate::locks::lock(&self.index);
             hosts.iter().flat_map(|h| index.on_host(h)).collect()
         };
         for peer in peers {
@@ -122,7 +122,7 @@ impl Ownership {
     }
 
     fn with_claims<T>(&self, f: impl FnOnce(&mut Claims) -> T) -> T {
-        let mut guard = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = crate::locks::lock(&self.claims);
         let claims = guard.get_or_insert_with(|| Claims::new(self.shared_hosts.clone()));
         f(claims)
     }
@@ -130,12 +130,7 @@ impl Ownership {
     /// Load the claims table from what the cards' status says is served (once per leadership:
     /// the status is the previous holder's decision, written where tenants cannot write).
     pub async fn load(&self) {
-        if self
-            .claims
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-        {
+        if crate::locks::lock(&self.claims).is_some() {
             return;
         }
         let _ = self.cards_listed.clone().wait_for(|l| *l).await;
@@ -184,7 +179,7 @@ impl Ownership {
             .chain(directories)
             .collect();
         served.sort_by(|a, b| a.since.cmp(&b.since).then(a.card().cmp(&b.card())));
-        let mut guard = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = crate::locks::lock(&self.claims);
         if guard.is_none() {
             let mut claims = Claims::new(self.shared_hosts.clone());
             for claim in served {

@@ -428,10 +428,7 @@ fn resign_all_on_demand(
     let (index, card_refs) = (index.clone(), card_refs.clone());
     let task = AbortOnDrop(tokio::spawn(async move {
         while rx.next().await.is_some() {
-            let keys = index
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .shared_keys();
+            let keys = crate::locks::lock(&index).shared_keys();
             for key in keys {
                 let _ = card_refs.unbounded_send(ObjectRef::clone(&key));
             }

@@ -178,10 +178,7 @@ pub async fn resync(
 ) {
     tokio::time::sleep(period).await;
     loop {
-        let keys = index
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .shared_keys();
+        let keys = crate::locks::lock(&index).shared_keys();
         let Some(gap) = resync_gap(period, keys.len()) else {
             tokio::time::sleep(period).await;
             continue;
@@ -297,7 +294,7 @@ pub async fn fan_out_cards(
 ) {
     futures::pin_mut!(feed);
     let mut relisted: Option<Vec<ObjectRef<AgentCard>>> = None;
-    let lock = || index.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = || crate::locks::lock(&index);
     while let Some(event) = feed.next().await {
         if let watcher::Event::Apply(c) | watcher::Event::InitApply(c) | watcher::Event::Delete(c) =
             &event
@@ -403,10 +400,7 @@ pub async fn fan_out_namespaces(
     // store holds the new list.
     let mut relisted: Option<Vec<String>> = None;
     let recheck = |name: &str| {
-        let keys = index
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .in_namespace(name);
+        let keys = crate::locks::lock(&index).in_namespace(name);
         for key in keys {
             let _ = cards.unbounded_send(key);
         }

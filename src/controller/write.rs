@@ -74,6 +74,8 @@ fn removals(
     (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
 }
 
+/// The merge patch removing what the operator set on ConfigMap `have` and `want` lacks (its
+/// annotations; data keys are replaced whole by the apply).
 pub fn configmap_removals(have: &SeenConfigMap, want: &ConfigMap) -> Option<serde_json::Value> {
     removals(&have.seen, &want.metadata, serde_json::Map::new())
 }
@@ -94,6 +96,7 @@ pub fn ingress_removals(have: &SeenIngress, want: &Ingress) -> Option<serde_json
     removals(&have.seen, &want.metadata, spec)
 }
 
+/// Whether ConfigMap `have` already holds everything `want` sets (no write needed).
 pub fn configmap_current(have: Option<&SeenConfigMap>, want: &ConfigMap) -> bool {
     have.is_some_and(|h| h.holds_data(&want.data) && meta_holds(&h.seen, &want.metadata))
 }

@@ -52,7 +52,7 @@ fn key(kind: &str, ns: &str, name: &str) -> (String, String, String) {
 
 impl<V: Clone> Unseen<V> {
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries<V>> {
-        self.written.lock().unwrap_or_else(|e| e.into_inner())
+        crate::locks::lock(&self.written)
     }
 
     /// What was written to `kind` `ns/name` over the version the store still holds

@@ -32,6 +32,7 @@ use kube::Client;
 use tokio::sync::{OnceCell, Semaphore};
 
 use super::ApiError;
+use crate::locks::lock;
 
 /// How long an accepted token and an access decision are reused.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -167,10 +168,6 @@ fn user_key(u: &UserInfo) -> String {
         u.groups,
         u.extra
     )
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The user a TokenReview answer authenticates, if it does. An authenticator that ignores

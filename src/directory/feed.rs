@@ -182,13 +182,61 @@ fn gzip(v: &impl Serialize) -> Vec<u8> {
     gz.finish().unwrap_or_default()
 }
 
-fn gunzip<T: serde::de::DeserializeOwned>(bytes: &[u8], max_json: u64) -> Result<T, String> {
+/// Why a persisted log could not be read (yet): a reader waits for the rest of a write, or
+/// for a log that is readable.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// Not gzip.
+    #[error("not gzip: {0}")]
+    NotGzip(#[source] std::io::Error),
+    /// Not a log's JSON.
+    #[error("not a feed log: {0}")]
+    NotLog(#[source] serde_json::Error),
+    /// The head's cursor key is malformed.
+    #[error("the cursor key is malformed")]
+    CursorKey,
+    /// A part the head names is not here yet (of a write still arriving).
+    #[error("part {0} not read yet")]
+    PartMissing(usize),
+    /// A part is not the one the head names (of another write).
+    #[error("part {0} is not the one the head names")]
+    PartMismatch(usize),
+    /// A part of another log.
+    #[error("part {0} is of another log")]
+    OtherLog(usize),
+    /// A change outside the log's range.
+    #[error("change {seq} outside ({horizon}, {last}]")]
+    OutOfRange {
+        /// Its sequence number.
+        seq: u64,
+        /// The log's horizon.
+        horizon: u64,
+        /// The log's last sequence number.
+        last: u64,
+    },
+    /// An identifier logged twice.
+    #[error("{0} logged twice")]
+    Twice(String),
+    /// A version that is not hex.
+    #[error("{id}: version {version:?} is not hex")]
+    Version {
+        /// The identifier.
+        id: String,
+        /// Its version as written.
+        version: String,
+    },
+    /// A sequence number used twice.
+    #[error("sequence number {0} used twice")]
+    SeqTwice(u64),
+}
+
+fn gunzip<T: serde::de::DeserializeOwned>(bytes: &[u8], max_json: u64) -> Result<T, LogError> {
     let mut json = Vec::new();
     flate2::read::GzDecoder::new(bytes)
         .take(max_json)
         .read_to_end(&mut json)
-        .map_err(|e| format!("not gzip: {e}"))?;
-    serde_json::from_slice(&json).map_err(|e| format!("not a feed log: {e}"))
+        .map_err(LogError::NotGzip)?;
+    serde_json::from_slice(&json).map_err(LogError::NotLog)
 }
 
 /// A part's name in the head: 16 hex digits of its content hash (the head lists every part).
@@ -376,7 +424,7 @@ impl FeedLog {
     }
 
     /// Read a persisted log in one part (at most `max_json` bytes once decompressed).
-    pub fn decode(bytes: &[u8], max_json: u64) -> Result<FeedLog, String> {
+    pub fn decode(bytes: &[u8], max_json: u64) -> Result<FeedLog, LogError> {
         FeedLog::decode_parts(bytes, |_| None, max_json)
     }
 
@@ -388,53 +436,54 @@ impl FeedLog {
         head: &[u8],
         part: impl Fn(usize) -> Option<bytes::Bytes>,
         max_json: u64,
-    ) -> Result<FeedLog, String> {
+    ) -> Result<FeedLog, LogError> {
         let h: Head = gunzip(head, max_json)?;
         let mut log = FeedLog::new(h.epoch.clone());
         log.cursor_key = match &h.cursor_key {
             None => None,
-            Some(k) => Some(CursorKey::decode(k).ok_or("the cursor key is malformed")?),
+            Some(k) => Some(CursorKey::decode(k).ok_or(LogError::CursorKey)?),
         };
         log.horizon = h.horizon;
         log.last_seq = h.last_seq;
         log.parts = h.parts.len() + 1;
         log.add_rows(h.changes)?;
         for (i, want) in h.parts.iter().enumerate() {
-            let bytes = part(i + 1).ok_or_else(|| format!("part {} not read yet", i + 1))?;
+            let bytes = part(i + 1).ok_or(LogError::PartMissing(i + 1))?;
             if part_hash(&bytes) != *want {
-                return Err(format!("part {} is not the one the head names", i + 1));
+                return Err(LogError::PartMismatch(i + 1));
             }
             let p: Part = gunzip(&bytes, max_json)?;
             if p.epoch != h.epoch {
-                return Err(format!("part {} is of another log", i + 1));
+                return Err(LogError::OtherLog(i + 1));
             }
             log.add_rows(p.changes)?;
         }
         Ok(log)
     }
 
-    fn add_rows(&mut self, rows: Vec<Row>) -> Result<(), String> {
+    fn add_rows(&mut self, rows: Vec<Row>) -> Result<(), LogError> {
         self.listed_namespaces = Default::default();
         for (id, seq, version, at) in rows {
             if seq > self.last_seq || seq <= self.horizon {
-                return Err(format!(
-                    "change {seq} outside ({}, {}]",
-                    self.horizon, self.last_seq
-                ));
+                return Err(LogError::OutOfRange {
+                    seq,
+                    horizon: self.horizon,
+                    last: self.last_seq,
+                });
             }
             let id: Arc<str> = id.into();
             if version.is_none() {
                 self.tombstones += 1;
             }
             if self.by_id.insert(id.clone(), seq).is_some() {
-                return Err(format!("{id} logged twice"));
+                return Err(LogError::Twice(id.to_string()));
             }
             let version = match version {
                 None => None,
-                Some(v) => Some(
-                    u64::from_str_radix(&v, 16)
-                        .map_err(|_| format!("{id}: version {v:?} is not hex"))?,
-                ),
+                Some(v) => Some(u64::from_str_radix(&v, 16).map_err(|_| LogError::Version {
+                    id: id.to_string(),
+                    version: v.clone(),
+                })?),
             };
             let change = Change {
                 seq,
@@ -443,7 +492,7 @@ impl FeedLog {
                 at,
             };
             if self.by_seq.insert(seq, change).is_some() {
-                return Err(format!("sequence number {seq} used twice"));
+                return Err(LogError::SeqTwice(seq));
             }
         }
         Ok(())
@@ -481,19 +530,17 @@ impl Cursor {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
     }
 
-    /// Parse the text form; the error says what is wrong.
-    pub fn parse(text: &str) -> Result<Cursor, String> {
+    /// Parse the text form: anything else is [`CursorError::Invalid`].
+    pub fn parse(text: &str) -> Result<Cursor, CursorError> {
         let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(text.trim())
-            .map_err(|_| "not a cursor this server gave out".to_string())?;
-        let raw = String::from_utf8(raw).map_err(|_| "not a cursor this server gave out")?;
+            .map_err(|_| NOT_A_CURSOR)?;
+        let raw = String::from_utf8(raw).map_err(|_| NOT_A_CURSOR)?;
         let mut parts = raw.split('.');
         let (Some("1"), Some(epoch), Some(seq)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err("not a cursor this server gave out".into());
+            return Err(NOT_A_CURSOR);
         };
-        let seq = seq
-            .parse()
-            .map_err(|_| "not a cursor this server gave out".to_string())?;
+        let seq = seq.parse().map_err(|_| NOT_A_CURSOR)?;
         let seen = match parts.next() {
             None => None,
             Some("") => Some(BTreeSet::new()),
@@ -501,11 +548,11 @@ impl Cursor {
                 list.split('-')
                     .map(|h| u32::from_str_radix(h, 16))
                     .collect::<Result<_, _>>()
-                    .map_err(|_| "not a cursor this server gave out".to_string())?,
+                    .map_err(|_| NOT_A_CURSOR)?,
             ),
         };
         if parts.next().is_some() || epoch.is_empty() {
-            return Err("not a cursor this server gave out".into());
+            return Err(NOT_A_CURSOR);
         }
         Ok(Cursor {
             epoch: epoch.to_string(),
@@ -633,7 +680,7 @@ impl CursorCodec {
                 // The directory's access mode changed: its callers re-list.
                 return Err(CursorError::Expired);
             }
-            return Cursor::parse(text).map_err(|_| CursorError::Invalid(NOT_OURS));
+            return Cursor::parse(text);
         };
         let forged = CursorError::Invalid(NOT_FOR_CALLER);
         let (epoch, sealed) = text
@@ -678,6 +725,8 @@ impl CursorCodec {
 }
 
 const NOT_OURS: &str = "not a cursor this server gave out";
+/// What a cursor of no form this server writes is.
+const NOT_A_CURSOR: CursorError = CursorError::Invalid(NOT_OURS);
 const NOT_FOR_CALLER: &str = "not a cursor this directory gave out to this caller";
 
 /// What a page could not be.
@@ -1120,7 +1169,10 @@ mod tests {
             |i| if i == 1 { None } else { part(i) },
             1 << 20,
         );
-        assert!(missing.unwrap_err().contains("part 1 not read yet"));
+        assert!(missing
+            .unwrap_err()
+            .to_string()
+            .contains("part 1 not read yet"));
         let edited = log.advance(&entries[20..], 100, 7).unwrap();
         let other = edited.encode_parts(700).unwrap();
         let mixed = FeedLog::decode_parts(

@@ -177,9 +177,29 @@ fn caller(parts: &http::request::Parts) -> Result<&Caller, ErrorData> {
         .ok_or_else(|| ErrorData::internal_error("no directory for this request", None))
 }
 
+/// Why a tool call is refused: its text is the tool error the client reads.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments are wrong, as the native API would say (naming the parameter).
+    #[error("{0}")]
+    Arguments(String),
+    /// `identifier` is no ARD identifier.
+    #[error("identifier: {0:?} is not an ARD identifier (urn:air:<host>:<namespace>:<name>)")]
+    Identifier(String),
+    /// No such agent visible to the caller.
+    #[error("no agent {0}")]
+    NoAgent(String),
+    /// Neither an identifier nor a namespace and name.
+    #[error("give either identifier, or both namespace and name")]
+    Which,
+    /// Paging asked of a tool that does not page.
+    #[error("limit, cursor: only for search_agents")]
+    NoPaging,
+}
+
 /// `search_agents`: the first page of [`native::page`] for the arguments (pure).
-pub fn search(c: &Caller, args: &SearchArgs) -> Result<Value, String> {
-    let r = native::request(&params(args), true).map_err(|e| e.message)?;
+pub fn search(c: &Caller, args: &SearchArgs) -> Result<Value, ToolError> {
+    let r = native::request(&params(args), true).map_err(|e| ToolError::Arguments(e.message))?;
     let page = c
         .site
         .catalog
@@ -188,37 +208,35 @@ pub fn search(c: &Caller, args: &SearchArgs) -> Result<Value, String> {
 }
 
 /// `get_agent_card`: [`native::item`] of one agent (pure).
-pub fn get(c: &Caller, args: &GetArgs) -> Result<Value, String> {
+pub fn get(c: &Caller, args: &GetArgs) -> Result<Value, ToolError> {
     let visible = c.visible.as_ref();
     let found = match (&args.identifier, &args.namespace, &args.name) {
         (Some(id), None, None) => {
             let id = ard::canonical_identifier(id);
             if !ard::is_identifier(&id) {
-                return Err(format!(
-                    "identifier: {id:?} is not an ARD identifier (urn:air:<host>:<namespace>:<name>)"
-                ));
+                return Err(ToolError::Identifier(id));
             }
             c.site
                 .catalog
                 .get(&id, visible)
-                .ok_or(format!("no agent {id}"))
+                .ok_or_else(|| ToolError::NoAgent(id.clone()))
         }
         (None, Some(ns), Some(name)) => c
             .site
             .catalog
             .get_card(ns, name, visible)
-            .ok_or(format!("no agent {ns}/{name}")),
-        _ => Err("give either identifier, or both namespace and name".to_string()),
+            .ok_or_else(|| ToolError::NoAgent(format!("{ns}/{name}"))),
+        _ => Err(ToolError::Which),
     }?;
     Ok(native::item(&found))
 }
 
 /// `list_facets`: [`native::facets`] for the arguments (pure; no paging).
-pub fn facets(c: &Caller, args: &SearchArgs) -> Result<Value, String> {
+pub fn facets(c: &Caller, args: &SearchArgs) -> Result<Value, ToolError> {
     if args.limit.is_some() || args.cursor.is_some() {
-        return Err("limit, cursor: only for search_agents".into());
+        return Err(ToolError::NoPaging);
     }
-    let r = native::request(&params(args), false).map_err(|e| e.message)?;
+    let r = native::request(&params(args), false).map_err(|e| ToolError::Arguments(e.message))?;
     let (counts, total) =
         c.site
             .catalog
@@ -226,10 +244,10 @@ pub fn facets(c: &Caller, args: &SearchArgs) -> Result<Value, String> {
     Ok(native::facets(&counts, total))
 }
 
-fn answer(result: Result<Value, String>) -> CallToolResult {
+fn answer(result: Result<Value, ToolError>) -> CallToolResult {
     match result {
         Ok(v) => CallToolResult::structured(v),
-        Err(message) => tool_error(message),
+        Err(e) => tool_error(e.to_string()),
     }
 }
 

@@ -14,8 +14,22 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-/// A readiness check: returns `Err(reason)` while not ready.
-pub type ReadyCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// A readiness check: returns `Err(why)` while not ready.
+pub type ReadyCheck = Arc<dyn Fn() -> Result<(), NotReady> + Send + Sync>;
+
+/// Why a process is not ready, as `/readyz` says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The card index has not synced with the cluster (or directory) yet.
+    #[error("the card index has not finished its first sync")]
+    NotSynced,
+    /// Shutting down: the load balancer should send no more.
+    #[error("draining: this process is shutting down")]
+    Draining,
+    /// The controllers failed for good.
+    #[error("the controllers stopped with an error; giving up the lease")]
+    ControllersFailed,
+}
 
 /// What the admin port reports.
 pub struct Admin {
@@ -46,7 +60,11 @@ fn answer(admin: &Admin, method: &Method, path: &str) -> Response<Full<Bytes>> {
     match path {
         "/healthz" | "/livez" => text(StatusCode::OK, "ok\n".into(), "text/plain"),
         "/readyz" => {
-            let failing: Vec<String> = admin.ready.iter().filter_map(|c| c().err()).collect();
+            let failing: Vec<String> = admin
+                .ready
+                .iter()
+                .filter_map(|c| c().err().map(|e| e.to_string()))
+                .collect();
             if failing.is_empty() {
                 text(StatusCode::OK, "ok\n".into(), "text/plain")
             } else {

@@ -100,7 +100,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 };
                 let hubs = crate::hub::Hubs::start(&client, &scope);
                 let federation = Arc::new(crate::directory::federation::Federation::default());
-                let upstreams = crate::serve::upstreams::spawn(
+                let upstreams = crate::directory::federation::spawn(
                     hubs.clone(),
                     federation.clone(),
                     kube::Api::namespaced(client.clone(), &args.namespace),

@@ -50,7 +50,7 @@ impl Verdicts {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<HeadVerdict>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        crate::locks::lock(&self.0)
     }
 }
 
@@ -340,7 +340,7 @@ impl<K: std::hash::Hash + Eq + Clone> PerKey<K> {
                 key,
             });
         }
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = crate::locks::lock(&self.held);
         let n = held.entry(key.clone()).or_insert(0);
         if *n >= self.limit {
             return None;
@@ -355,7 +355,7 @@ impl<K: std::hash::Hash + Eq + Clone> PerKey<K> {
 
 impl<K: std::hash::Hash + Eq> Drop for KeySlot<K> {
     fn drop(&mut self) {
-        let mut held = self.owner.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = crate::locks::lock(&self.owner.held);
         if let Some(n) = held.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {

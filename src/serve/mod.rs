@@ -15,7 +15,6 @@ pub mod server;
 pub mod source_cluster;
 pub mod source_dir;
 pub mod target;
-pub mod upstreams;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,7 +56,7 @@ impl Servers {
         let ready_shutdown = shutdown.clone();
         ready.push(Arc::new(move || {
             if ready_shutdown.is_draining() {
-                Err("draining: this process is shutting down".into())
+                Err(admin::NotReady::Draining)
             } else {
                 Ok(())
             }
@@ -69,7 +68,7 @@ impl Servers {
                 if ready_index.is_ready() {
                     Ok(())
                 } else {
-                    Err("the card index has not finished its first sync".into())
+                    Err(admin::NotReady::NotSynced)
                 }
             }),
         );

@@ -32,6 +32,7 @@ pub fn word() -> impl Strategy<Value = String> {
 }
 
 /// Numbers that stress ECMAScript double formatting.
+#[allow(clippy::excessive_precision)] // digits past a double's precision are what is tested
 pub fn number() -> impl Strategy<Value = Value> {
     let awkward = prop::sample::select(vec![
         0.0,

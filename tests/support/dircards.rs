@@ -163,6 +163,8 @@ pub fn serve_generated(
         std::fs::write(cards.join(format!("{card_host}.json")), json.to_string()).expect("write");
     }
     let log = dir.join("server.log");
+    // Handed to the caller, who kills it.
+    #[allow(clippy::zombie_processes)]
     let server = std::process::Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
         .args(["serve", "--from-dir"])
         .arg(&cards)

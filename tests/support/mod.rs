@@ -148,7 +148,9 @@ pub fn on_exit_stop(script: &Path, dir: &Path, remove: bool) {
     if remove {
         watchdog.push_str(&format!("; rm -rf '{}'", dir.display()));
     }
-    Command::new("setsid")
+    // Detached on purpose: it outlives this process to clean up after it.
+    #[allow(clippy::zombie_processes)]
+    let _watchdog = Command::new("setsid")
         .args(["bash", "-c", &watchdog])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -50,7 +50,7 @@ pub struct Verdicts {
 
 impl Verdicts {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Vec<Finding>)>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+        crate::locks::lock(&self.pending)
     }
 
     /// Hold what publishing `hash` for the card `uid` breaks, until its status lands.

@@ -120,6 +120,23 @@ pub enum Refusal {
     Unchecked(String),
 }
 
+/// A question the cluster could not answer while an address was checked (the address is
+/// refused until it can be).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct Unanswered {
+    /// What was asked ("reading Pod t/agent").
+    what: String,
+    /// The API server's answer.
+    source: kube::Error,
+}
+
+impl Unanswered {
+    fn new(what: String, source: kube::Error) -> Unanswered {
+        Unanswered { what, source }
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -300,7 +317,10 @@ impl Reach {
         if !address_allowed(c.ip) {
             return Err(Refusal::Special);
         }
-        let facts = self.facts(ns, c).await.map_err(Refusal::Unchecked)?;
+        let facts = self
+            .facts(ns, c)
+            .await
+            .map_err(|e| Refusal::Unchecked(e.to_string()))?;
         judge(ns, c, &facts, self.allow_unmanaged)
     }
 
@@ -315,7 +335,7 @@ impl Reach {
     }
 
     /// What the cluster says about `c`.
-    async fn facts(&self, ns: &str, c: &Candidate) -> Result<Facts, String> {
+    async fn facts(&self, ns: &str, c: &Candidate) -> Result<Facts, Unanswered> {
         let reserved = self.reserved_set().await?;
         let mut facts = Facts {
             reserved: reserved.of(c.ip, &own_addresses()),
@@ -334,7 +354,7 @@ impl Reach {
     }
 
     /// The Pod of `ns` that `c`'s `targetRef` names, when it names one there.
-    async fn named_pod(&self, ns: &str, c: &Candidate) -> Result<Option<PodFacts>, String> {
+    async fn named_pod(&self, ns: &str, c: &Candidate) -> Result<Option<PodFacts>, Unanswered> {
         let Some(r) = &c.target_ref else {
             return Ok(None);
         };
@@ -347,16 +367,16 @@ impl Reach {
         let pod = Api::<Pod>::namespaced(self.client.clone(), ns)
             .get_opt(&name)
             .await
-            .map_err(|e| format!("reading Pod {ns}/{name}: {e}"))?;
+            .map_err(|e| Unanswered::new(format!("reading Pod {ns}/{name}"), e))?;
         Ok(pod.map(|p| pod_facts(&p)))
     }
 
     /// Whether a Pod of a namespace other than `ns` holds `ip`.
-    async fn held_elsewhere(&self, ns: &str, ip: IpAddr) -> Result<bool, String> {
+    async fn held_elsewhere(&self, ns: &str, ip: IpAddr) -> Result<bool, Unanswered> {
         let pods = Api::<Pod>::all(self.client.clone())
             .list_metadata(&ListParams::default().fields(&format!("status.podIP={ip}")))
             .await
-            .map_err(|e| format!("listing the Pods holding {ip}: {e}"))?;
+            .map_err(|e| Unanswered::new(format!("listing the Pods holding {ip}"), e))?;
         Ok(pods
             .items
             .iter()
@@ -364,38 +384,34 @@ impl Reach {
     }
 
     /// Whether a Pod of `ns` holds `ip`.
-    async fn held_here(&self, ns: &str, ip: IpAddr) -> Result<bool, String> {
+    async fn held_here(&self, ns: &str, ip: IpAddr) -> Result<bool, Unanswered> {
         let pods = Api::<Pod>::namespaced(self.client.clone(), ns)
             .list_metadata(&ListParams::default().fields(&format!("status.podIP={ip}")))
             .await
-            .map_err(|e| format!("listing the Pods of {ns} holding {ip}: {e}"))?;
+            .map_err(|e| Unanswered::new(format!("listing the Pods of {ns} holding {ip}"), e))?;
         Ok(!pods.items.is_empty())
     }
 
     /// The reserved addresses, read again after [`RESERVED_TTL`].
-    async fn reserved_set(&self) -> Result<Arc<ReservedSet>, String> {
-        if let Ok(guard) = self.reserved.lock() {
-            if let Some((at, set)) = guard.as_ref() {
-                if at.elapsed() < RESERVED_TTL {
-                    return Ok(set.clone());
-                }
+    async fn reserved_set(&self) -> Result<Arc<ReservedSet>, Unanswered> {
+        if let Some((at, set)) = crate::locks::lock(&self.reserved).as_ref() {
+            if at.elapsed() < RESERVED_TTL {
+                return Ok(set.clone());
             }
         }
         let set = Arc::new(self.read_reserved().await?);
-        if let Ok(mut guard) = self.reserved.lock() {
-            *guard = Some((Instant::now(), set.clone()));
-        }
+        *crate::locks::lock(&self.reserved) = Some((Instant::now(), set.clone()));
         Ok(set)
     }
 
     /// Read the API server's addresses; with unmanaged endpoints allowed, also the nodes' and
     /// the Service ranges (a Pod address is never in either, so only the opt-in needs them).
-    async fn read_reserved(&self) -> Result<ReservedSet, String> {
+    async fn read_reserved(&self) -> Result<ReservedSet, Unanswered> {
         let mut set = ReservedSet::default();
         set.api_server.extend(
             crate::net::api_server_addresses(&self.client)
                 .await
-                .map_err(|e| format!("reading the API server's addresses: {e}"))?,
+                .map_err(|e| Unanswered::new("reading the API server's addresses".into(), e))?,
         );
         if !self.allow_unmanaged {
             return Ok(set);
@@ -403,7 +419,7 @@ impl Reach {
         let nodes = Api::<Node>::all(self.client.clone())
             .list(&ListParams::default())
             .await
-            .map_err(|e| format!("listing the nodes: {e}"))?;
+            .map_err(|e| Unanswered::new("listing the nodes".into(), e))?;
         set.nodes.extend(
             nodes
                 .items
@@ -423,7 +439,7 @@ impl Reach {
         let services = Api::<Service>::all(self.client.clone())
             .list(&ListParams::default())
             .await
-            .map_err(|e| format!("listing the Services: {e}"))?;
+            .map_err(|e| Unanswered::new("listing the Services".into(), e))?;
         for svc in &services.items {
             let ns = svc.namespace().unwrap_or_default();
             let external = svc
@@ -452,7 +468,10 @@ impl Reach {
             .list(&ListParams::default())
             .await
             .map_err(|e| {
-                format!("listing the ServiceCIDRs (networking.k8s.io/v1, Kubernetes 1.33+): {e}")
+                Unanswered::new(
+                    "listing the ServiceCIDRs (networking.k8s.io/v1, Kubernetes 1.33+)".into(),
+                    e,
+                )
             })?;
         set.service_ranges.extend(
             ranges

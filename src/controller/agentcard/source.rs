@@ -129,7 +129,7 @@ impl SourceCache {
     /// a good look; after failed ones 0.5 s doubling per failure up to 10 s (or the interval,
     /// if shorter), so an agent still starting is picked up soon and a dead one costs little.
     fn fresh(&self, uid: &str, source: &Source) -> Option<Report> {
-        let guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = crate::locks::lock(&self.entries);
         let e = guard.get(uid).filter(|e| e.source == *source)?;
         let due = match e.last.error {
             None => refresh(source),
@@ -140,7 +140,7 @@ impl SourceCache {
 
     /// The last good import of `uid`'s `source`.
     fn good(&self, uid: &str, source: &Source) -> Option<Cached> {
-        let guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = crate::locks::lock(&self.entries);
         guard
             .get(uid)
             .filter(|e| e.source == *source)
@@ -149,7 +149,7 @@ impl SourceCache {
 
     /// Remember a look at `uid`'s `source` started `at`.
     fn put(&self, uid: &str, source: &Source, at: Instant, good: Option<Cached>, last: &Report) {
-        let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = crate::locks::lock(&self.entries);
         let failures = match (&last.error, guard.get(uid).filter(|e| e.source == *source)) {
             (None, _) => 0,
             (Some(_), Some(prev)) => prev.failures.saturating_add(1),
@@ -169,7 +169,7 @@ impl SourceCache {
 
     /// Forget `uid` (the card is gone).
     pub fn forget(&self, uid: &str) {
-        let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = crate::locks::lock(&self.entries);
         guard.remove(uid);
     }
 }

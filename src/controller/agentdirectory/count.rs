@@ -50,7 +50,7 @@ impl Counts {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tally> {
-        self.tally.lock().unwrap_or_else(|e| e.into_inner())
+        crate::locks::lock(&self.tally)
     }
 }
 

@@ -1,13 +1,32 @@
 //! Federation: the entries a directory lists from other registries (its `spec.upstreams`),
 //! beside its own cards, each with where it came from.
 //!
-//! Data flow: each replica's upstream syncs ([`crate::serve::upstreams`]) put what they read
-//! into the process's [`Federation`] ([`Federation::set`]), which wakes the cluster feed; when
-//! it rebuilds a directory's site it asks for the upstreams' entries in the order the spec
+//! Data flow, every import pointing down: [`sync`] keeps one task per directory and upstream,
+//! each reading its upstream ([`feed`]: another directory's change feed; [`ard`]: any ARD
+//! registry) through the guarded HTTP [`client`], turning each card into an entry or a
+//! refusal ([`card`]) held within `maxEntries` ([`state`]), and putting what it holds into the
+//! process's [`Federation`] ([`Federation::set`]), which wakes the cluster feed. When it
+//! rebuilds a directory's site it asks for the upstreams' entries in the order the spec
 //! lists them and [`merge`]s them under the local cards (an identifier is the local card's,
 //! then the first upstream's), recording per upstream what was listed and shadowed
 //! ([`Federation::set_report`]). The lease holder's directory controller turns the syncs and
-//! reports into `status.upstreams` ([`Federation::status`]).
+//! reports into `status.upstreams` ([`Federation::status`]). Why a refresh failed is an
+//! [`Error`].
+//!
+//! Safety: requests go only to the URLs the AgentDirectory names (a cluster-scoped object,
+//! written by cluster admins) and, for ARD cards, to URLs on the same origin; redirects to
+//! another origin are refused; every response is read within a size limit and a timeout.
+
+mod ard;
+mod card;
+pub mod client;
+mod error;
+mod feed;
+pub mod state;
+pub mod sync;
+
+pub use error::{Error, Problem, UrlProblem};
+pub use sync::{registry_identifier, spawn, Reader, Refreshed};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -17,6 +36,7 @@ use tokio::sync::watch;
 
 use super::entry::Entry;
 use crate::crd::agentdirectory::{Upstream, UpstreamStatus};
+use crate::locks::lock;
 
 /// Where a federated entry came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,10 +88,6 @@ pub struct Federation {
     synced: Mutex<HashMap<(String, String), Synced>>,
     reports: Mutex<HashMap<(String, String), Report>>,
     changed: watch::Sender<u64>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Federation {
