@@ -24,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
@@ -98,6 +98,43 @@ impl Events {
                 }
                 Ok(())
             }
+        }
+    }
+}
+
+/// Most bytes of an Event's note (longer ones are cut on a character boundary).
+pub const MAX_NOTE: usize = 1000;
+
+/// The Event the controllers write: `reason` (a bounded name, an error's
+/// [`crate::controller::Error::reason`]), `note` cut to [`MAX_NOTE`], for `action`.
+pub fn event(type_: EventType, reason: &str, action: &str, note: &str) -> Event {
+    Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(cut(note, MAX_NOTE)),
+        action: action.to_string(),
+        secondary: None,
+    }
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary), marked `…` when cut.
+pub fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+impl Events {
+    /// Record `event` about `regarding`: an Event says what happened, the status what is, so
+    /// one that cannot be written is logged and the caller goes on.
+    pub async fn record(&self, event: &Event, regarding: &ObjectReference) {
+        if let Err(e) = self.publish(event, regarding).await {
+            tracing::warn!(reason = %event.reason, error = %e, "could not record an Event");
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Client;
 use tokio::sync::watch;
@@ -198,20 +198,10 @@ impl Publisher {
     /// A rotation step's Event on the Secret.
     async fn record(&self, secret: &Secret, reason: &'static str, note: String) {
         tracing::info!(reason, "{note}");
-        let event = Event {
-            type_: EventType::Normal,
-            reason: reason.into(),
-            note: Some(note),
-            action: "RotateKeys".into(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .recorder
-            .publish(&event, &kube::Resource::object_ref(secret, &()))
-            .await
-        {
-            tracing::warn!(error = %e, "could not record an Event");
-        }
+        let event = super::events::event(EventType::Normal, reason, "RotateKeys", &note);
+        self.recorder
+            .record(&event, &kube::Resource::object_ref(secret, &()))
+            .await;
     }
 }
 

@@ -35,6 +35,7 @@ use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use super::error::Error;
+use super::events::event;
 use super::finalizers::{self, LEGACY_CARD};
 use super::metrics::FailureLabels;
 use super::routing::{self, RouteKind};
@@ -196,16 +197,13 @@ async fn hold_if_contested(card: &AgentCard, ctx: &Context) -> Result<Option<Act
     status::write(&api, card, &held, &ctx.written.statuses).await?;
     if news {
         tracing::warn!(card = %card::card_key(card), error = %error, "another operator installation reconciles this card");
-        let event = Event {
-            type_: EventType::Warning,
-            reason: error.reason().into(),
-            note: Some(truncate(&error.to_string(), 1000)),
-            action: "Publish".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &card.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not record an Event");
-        }
+        let event = event(
+            EventType::Warning,
+            error.reason(),
+            PUBLISH,
+            &error.to_string(),
+        );
+        ctx.recorder.record(&event, &card.object_ref(&())).await;
     }
     Ok(Some(Action::requeue(
         ctx.backoff.next(&key).min(contest::MAX_RECHECK),
@@ -340,16 +338,8 @@ async fn report_outcome(
         publish_event(ctx, card, outcome).await;
     }
     if let (true, Some((_, message))) = (breaking_news, compat) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "BreakingChange".into(),
-            note: Some(truncate(&message, 1000)),
-            action: "Publish".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &card.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not record an Event");
-        }
+        let event = event(EventType::Warning, "BreakingChange", PUBLISH, &message);
+        ctx.recorder.record(&event, &card.object_ref(&())).await;
     }
     ctx.ownership.recheck_card(&freed, card);
     Ok(())
@@ -407,41 +397,25 @@ fn next_backend_check(next: &crate::crd::AgentCardStatus) -> Option<Duration> {
 /// failure's reason (pure; the load benchmark's floor writes the same Event).
 pub fn outcome_event(outcome: &Outcome) -> Event {
     match outcome {
-        Ok((built, _)) => Event {
-            type_: EventType::Normal,
-            reason: "Published".into(),
-            note: Some(format!("served at {} (key {})", built.url, built.key_id)),
-            action: "Publish".into(),
-            secondary: None,
-        },
-        Err(e) => Event {
-            type_: EventType::Warning,
-            reason: e.reason().into(),
-            note: Some(truncate(&e.to_string(), 1000)),
-            action: "Publish".into(),
-            secondary: None,
-        },
+        Ok((built, _)) => event(
+            EventType::Normal,
+            "Published",
+            PUBLISH,
+            &format!("served at {} (key {})", built.url, built.key_id),
+        ),
+        Err(e) => event(EventType::Warning, e.reason(), PUBLISH, &e.to_string()),
     }
 }
 
 /// One Event per Ready transition (see [`outcome_event`]).
 async fn publish_event(ctx: &Context, card: &AgentCard, outcome: &Outcome) {
-    let event = outcome_event(outcome);
-    if let Err(e) = ctx.recorder.publish(&event, &card.object_ref(&())).await {
-        tracing::warn!(error = %e, "could not record an Event");
-    }
+    ctx.recorder
+        .record(&outcome_event(outcome), &card.object_ref(&()))
+        .await;
 }
 
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
+/// The action of every Event about a card.
+const PUBLISH: &str = "Publish";
 
 /// Forget a card that is gone (on its delete event) or being deleted:
 /// release its claims, and remove what it had in the operator's namespace, unless a card of
