@@ -9,6 +9,10 @@
 //! `/v1`), runs it, and writes the answer with caching headers; a 200 is kept in [`cache`],
 //! keyed by the snapshot, the caller's visibility and the query, and the same request to the
 //! same snapshot is answered from there.
+//!
+//! Beside the local cards, [`federation`] lists other registries' (its sync tasks read the
+//! upstreams); the change feed is [`feed`] (the log, its cursors and pages), [`persisted`]
+//! (the log read back from its ConfigMaps) and [`changes`] (its HTTP answers and streams).
 
 pub mod access;
 pub mod ard;
@@ -21,6 +25,7 @@ pub mod html;
 pub mod http;
 pub mod mcp;
 pub mod native;
+pub mod persisted;
 mod postings;
 pub mod query;
 pub mod select;

@@ -32,15 +32,12 @@ use crate::contract::*;
 use crate::crd::{AgentCard, AgentDirectory, AgentDirectorySpec, ServedRoute};
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::federation::{self, Federation};
-use crate::directory::feed::FeedLog;
+use crate::directory::persisted::{Gone, Persisted};
 use crate::directory::select;
 use crate::directory::site::Site;
 use crate::hub::Hubs;
 use crate::index::{CardEntry, Index, Published};
 use crate::store::{MetaView, SeenConfigMap};
-
-/// Most bytes of a change-feed log once decompressed.
-const MAX_FEED_JSON: u64 = 64 * 1024 * 1024;
 
 /// How long changes are gathered before the directories are rebuilt.
 const REBUILD_DELAY: Duration = Duration::from_millis(50);
@@ -200,13 +197,8 @@ struct Feed {
     namespaces: HashMap<String, BTreeMap<String, String>>,
     /// AgentDirectories by name.
     directories: HashMap<String, DirectoryView>,
-    /// Change-feed log ConfigMaps (`namespace/name`): the directory each is for, and which
-    /// part (`None`: the head).
-    feed_sources: HashMap<String, (String, Option<usize>)>,
-    /// Each directory's log head, its resourceVersion, and whether it was read in full.
-    feed_heads: HashMap<String, (Bytes, Option<String>, bool)>,
-    /// Further parts of the logs, by directory and number.
-    feed_parts: HashMap<(String, usize), Bytes>,
+    /// The directories' change-feed logs as their ConfigMaps bring them.
+    logs: Persisted,
     /// Something a directory lists changed since the last rebuild.
     dirty: bool,
     /// Directories to rebuild at the next rebuild while `dirty` is false (a label change that
@@ -232,9 +224,7 @@ impl Feed {
             entries: None,
             namespaces: HashMap::new(),
             directories: HashMap::new(),
-            feed_sources: HashMap::new(),
-            feed_heads: HashMap::new(),
-            feed_parts: HashMap::new(),
+            logs: Persisted::default(),
             dirty: false,
             dirty_dirs: HashSet::new(),
             relist_cms: None,
@@ -413,62 +403,24 @@ impl Feed {
     }
 
     /// A directory's persisted change-feed log, its head (`part` `None`) or a further part
-    /// (written by the lease holder, in the operator's namespace only): read into the index
-    /// once the head and every part it names are here. Until then, and when they cannot be
+    /// (written by the lease holder, in the operator's namespace only): served once the head
+    /// and every part it names are here ([`Persisted`]). Until then, and when they cannot be
     /// read, the last log read stays.
     fn apply_feed(&mut self, cm: &SeenConfigMap, part: Option<usize>) {
         let (Some(dir), Some(bytes)) = (cm.seen.annotation(ANN_DIRECTORY), cm.bytes(KEY_FEED))
         else {
             return;
         };
-        let dir = dir.to_string();
-        self.feed_sources.insert(source(cm), (dir.clone(), part));
-        match part {
-            None => {
-                let rv = cm.metadata.resource_version.clone();
-                self.feed_heads
-                    .insert(dir.clone(), (bytes.clone(), rv, false));
-            }
-            Some(i) => {
-                self.feed_parts.insert((dir.clone(), i), bytes.clone());
-            }
-        }
-        self.assemble_feed(&dir);
-    }
-
-    /// Read `dir`'s log once its head has not been read yet: a writer writes the parts before
-    /// the head, so a part arriving after a head that was read belongs to the next write (it
-    /// costs no decode of the whole log).
-    fn assemble_feed(&mut self, dir: &str) {
-        let Some((head, rv, false)) = self.feed_heads.get(dir) else {
-            return;
-        };
-        let part = |i: usize| self.feed_parts.get(&(dir.to_string(), i)).cloned();
-        match FeedLog::decode_parts(head, part, MAX_FEED_JSON) {
-            Ok(mut log) => {
-                log.resource_version = rv.clone();
-                self.index.set_feed(dir, Arc::new(log));
-                if let Some(h) = self.feed_heads.get_mut(dir) {
-                    h.2 = true;
-                }
-            }
-            Err(e) => {
-                tracing::debug!(directory = %dir, reason = %e, "change-feed log not assembled yet")
-            }
+        let rv = cm.metadata.resource_version.clone();
+        if let Some(log) = self.logs.apply(source(cm), (dir, part), bytes.clone(), rv) {
+            self.index.set_feed(dir, Arc::new(log));
         }
     }
 
-    /// Forget the change-feed ConfigMap `src`, if it was one.
+    /// Forget the change-feed ConfigMap `src`, if it was one (its log with its head).
     fn remove_feed_part(&mut self, src: &str) {
-        match self.feed_sources.remove(src) {
-            Some((dir, None)) => {
-                self.feed_heads.remove(&dir);
-                self.index.remove_feed(&dir);
-            }
-            Some((dir, Some(i))) => {
-                self.feed_parts.remove(&(dir, i));
-            }
-            None => {}
+        if let Gone::Log(dir) = self.logs.remove(src) {
+            self.index.remove_feed(&dir);
         }
     }
 
@@ -629,8 +581,8 @@ impl Feed {
                 if let Some(seen) = self.relist_cms.take() {
                     self.cms.retain(|s, _| seen.contains(s));
                     let gone: Vec<String> = self
-                        .feed_sources
-                        .keys()
+                        .logs
+                        .sources()
                         .filter(|s| !seen.contains(*s))
                         .cloned()
                         .collect();
@@ -767,6 +719,7 @@ pub async fn watch_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::directory::feed::FeedLog;
     use serde_json::json;
 
     fn feed() -> Feed {

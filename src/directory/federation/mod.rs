@@ -19,11 +19,11 @@
 
 mod ard;
 mod card;
-pub mod client;
+mod client;
 mod error;
 mod feed;
-pub mod state;
-pub mod sync;
+mod state;
+mod sync;
 
 pub use error::{Error, Problem, UrlProblem};
 pub use sync::{registry_identifier, spawn, Reader, Refreshed};
