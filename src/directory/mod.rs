@@ -30,6 +30,7 @@ mod postings;
 pub mod query;
 pub mod select;
 pub mod site;
+pub mod sites;
 mod text;
 pub mod token;
 

@@ -12,11 +12,13 @@
 //! garbage collector does later). The JWKS ConfigMap is taken from the operator's own namespace
 //! only.
 //!
-//! The same feed keeps the directories: one [`Entry`] per served card, the Namespaces' labels
-//! and the AgentDirectories (routed by their status, like cards). When any of them changes it
-//! rebuilds every directory's [`Site`] shortly after (changes within 50 ms are batched) and
-//! swaps them into the index. Every watch re-lists after disconnects with exponential backoff;
-//! while the API server is unreachable the last known cards and directories stay.
+//! The same watch feeds the directories ([`Sites`]): one [`Entry`] per served card, the
+//! Namespaces' labels and the AgentDirectories (routed by their status, like cards). When any
+//! of them changes the directories whose listing changed are rebuilt shortly after (changes
+//! within 50 ms are batched) and swapped into the index; the change-feed logs are read back
+//! from their ConfigMaps ([`Persisted`]). Every watch re-lists after disconnects with
+//! exponential backoff; while the API server is unreachable the last known cards and
+//! directories stay.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -29,12 +31,11 @@ use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 
 use crate::contract::*;
-use crate::crd::{AgentCard, AgentDirectory, AgentDirectorySpec, ServedRoute};
+use crate::crd::{AgentCard, AgentDirectory, ServedRoute};
 use crate::directory::entry::{Entry, Placement};
-use crate::directory::federation::{self, Federation};
+use crate::directory::federation::Federation;
 use crate::directory::persisted::{Gone, Persisted};
-use crate::directory::select;
-use crate::directory::site::Site;
+use crate::directory::sites::{Listed, Sites};
 use crate::hub::Hubs;
 use crate::index::{CardEntry, Index, Published};
 use crate::store::{MetaView, SeenConfigMap};
@@ -147,6 +148,15 @@ impl CardView {
     }
 }
 
+/// `card` as a directory may list it, with its `entry`.
+fn listed(card: &CardView, entry: Arc<Entry>) -> Listed {
+    Listed {
+        namespace: card.namespace().to_string(),
+        labels: card.labels().clone(),
+        entry,
+    }
+}
+
 /// The directory entry of `card` served on `host` with `body` (its content hash `hash`);
 /// `None` when the bytes are not a card.
 fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<Entry>> {
@@ -167,21 +177,11 @@ fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<
     Entry::build(placement, body).map(Arc::new)
 }
 
-/// What the feed needs of an AgentDirectory.
-#[derive(Clone, PartialEq)]
-struct DirectoryView {
-    uid: String,
-    spec: AgentDirectorySpec,
-    host: Option<String>,
-    prefix: String,
-    deleting: bool,
-}
-
 /// The feed's view of both watches; decides what the index serves.
 struct Feed {
     index: Arc<Index>,
-    /// The directories' upstream entries (listed after the local cards).
-    federation: Arc<Federation>,
+    /// The directories: what each lists of the served cards.
+    sites: Sites,
     operator_ns: String,
     /// Card ConfigMaps by `namespace/name`.
     cms: HashMap<String, CardBytes>,
@@ -189,25 +189,10 @@ struct Feed {
     cards: HashMap<String, CardView>,
     /// Content hash of what the index serves per card key.
     serving: HashMap<String, String>,
-    /// Directory entry of each served card, by card key; kept only while an AgentDirectory
-    /// exists (`None` otherwise: a cluster without directories pays neither the memory nor
-    /// the text indexing of an entry per card).
-    entries: Option<HashMap<String, Arc<Entry>>>,
-    /// Labels of each namespace.
-    namespaces: HashMap<String, BTreeMap<String, String>>,
-    /// AgentDirectories by name.
-    directories: HashMap<String, DirectoryView>,
     /// The directories' change-feed logs as their ConfigMaps bring them.
     logs: Persisted,
-    /// Something a directory lists changed since the last rebuild.
-    dirty: bool,
-    /// Directories to rebuild at the next rebuild while `dirty` is false (a label change that
-    /// changes only their listings): the others keep their sites, and so their cached
-    /// responses.
-    dirty_dirs: HashSet<String>,
     relist_cms: Option<HashSet<String>>,
     relist_cards: Option<HashSet<String>>,
-    relist_directories: Option<HashSet<String>>,
     cms_synced: bool,
     cards_synced: bool,
 }
@@ -216,20 +201,14 @@ impl Feed {
     fn new(index: Arc<Index>, federation: Arc<Federation>, operator_ns: String) -> Feed {
         Feed {
             index,
-            federation,
+            sites: Sites::new(federation),
             operator_ns,
             cms: HashMap::new(),
             cards: HashMap::new(),
             serving: HashMap::new(),
-            entries: None,
-            namespaces: HashMap::new(),
-            directories: HashMap::new(),
             logs: Persisted::default(),
-            dirty: false,
-            dirty_dirs: HashSet::new(),
             relist_cms: None,
             relist_cards: None,
-            relist_directories: None,
             cms_synced: false,
             cards_synced: false,
         }
@@ -282,13 +261,12 @@ impl Feed {
             content,
         });
         self.serving.insert(key.clone(), hash.clone());
-        if let Some(entries) = self.entries.as_mut() {
-            match entry_of(card, &host, hash, body) {
-                Some(entry) => entries.insert(key, entry),
-                None => entries.remove(&key),
-            };
-        }
-        self.dirty = true;
+        let listed = if self.sites.keeps_entries() {
+            entry_of(card, &host, hash, body).map(|entry| listed(card, entry))
+        } else {
+            None
+        };
+        self.sites.served(&key, listed);
     }
 
     /// The directory entry of `card` as the index serves it now (see [`entry_of`]).
@@ -299,20 +277,15 @@ impl Feed {
     }
 
     /// Keep directory entries exactly while a directory exists: built for every served card
-    /// when the first one appears, dropped with the last.
+    /// when the first one appears (the sites drop them with the last).
     fn sync_listing(&mut self) {
-        match (self.directories.is_empty(), self.entries.is_some()) {
-            (true, true) => self.entries = None,
-            (false, false) => {
-                let entries = self
-                    .cards
-                    .values()
-                    .filter_map(|c| Some((c.key.clone(), self.served_entry(c)?)))
-                    .collect();
-                self.entries = Some(entries);
-                self.dirty = true;
-            }
-            _ => {}
+        if self.sites.wants_all() {
+            let all: Vec<(String, Listed)> = self
+                .cards
+                .values()
+                .filter_map(|c| Some((c.key.clone(), listed(c, self.served_entry(c)?))))
+                .collect();
+            self.sites.fill(all);
         }
     }
 
@@ -320,13 +293,7 @@ impl Feed {
     fn unserve(&mut self, key: &str) {
         self.index.remove(key);
         self.serving.remove(key);
-        if self
-            .entries
-            .as_mut()
-            .is_some_and(|e| e.remove(key).is_some())
-        {
-            self.dirty = true;
-        }
+        self.sites.unserved(key);
     }
 
     fn apply_cm(&mut self, cm: Arc<SeenConfigMap>) {
@@ -443,43 +410,14 @@ impl Feed {
             return self.settle(&uid);
         };
         if previous.labels() != view.labels() {
-            // Only the directories whose listing the change changes are rebuilt: none for a
-            // card no directory could list (not served), or whose labels no selector reads.
-            let affected = self.listing_changes(&previous, &view);
-            self.dirty_dirs.extend(affected);
+            // Only the directories whose listing the change changes are rebuilt.
+            self.sites.relabel(&view.key, view.labels());
         }
         if previous.serves_as(&view) {
             // Most card events (spec edits, conditions) change nothing served.
             return;
         }
         self.settle(&uid);
-    }
-
-    /// The directories that list `card` under one of its label sets and not the other (only
-    /// a served card has an entry to list).
-    fn listing_changes(&self, before: &CardView, after: &CardView) -> Vec<String> {
-        let listed = self
-            .entries
-            .as_ref()
-            .is_some_and(|e| e.contains_key(&after.key));
-        if !listed {
-            return Vec::new();
-        }
-        let empty = BTreeMap::new();
-        let ns_labels = self.namespaces.get(after.namespace()).unwrap_or(&empty);
-        self.directories
-            .iter()
-            .filter(|(_, d)| {
-                select::listed(&d.spec, ns_labels, before.labels())
-                    != select::listed(&d.spec, ns_labels, after.labels())
-            })
-            .map(|(name, _)| name.clone())
-            .collect()
-    }
-
-    /// Whether a rebuild is due: of every directory, or of some.
-    fn rebuild_due(&self) -> bool {
-        self.dirty || !self.dirty_dirs.is_empty()
     }
 
     fn remove_card(&mut self, uid: &str) {
@@ -489,75 +427,13 @@ impl Feed {
     }
 
     fn apply_namespace(&mut self, ns: &Namespace) {
-        let labels = ns.labels().clone();
-        if self.namespaces.insert(ns.name_any(), labels.clone()) != Some(labels) {
-            self.dirty = true;
-        }
-    }
-
-    fn apply_directory(&mut self, dir: &AgentDirectory) {
-        let served = dir.status.as_ref().and_then(|s| s.served.as_ref());
-        let view = DirectoryView {
-            uid: dir.uid().unwrap_or_default(),
-            spec: dir.spec.clone(),
-            host: served.map(|r| r.host.clone()),
-            prefix: served
-                .map(|r| normalize_prefix(&r.path_prefix))
-                .unwrap_or_default(),
-            deleting: dir.metadata.deletion_timestamp.is_some(),
-        };
-        if self.directories.insert(dir.name_any(), view.clone()) != Some(view) {
-            self.dirty = true;
-        }
+        self.sites.namespace(ns.name_any(), ns.labels().clone());
     }
 
     /// Every directory's site from what is served now, into the index; when only some
-    /// directories are due (`dirty_dirs`), the others keep the sites they have.
+    /// directories are due, the others keep the sites they have.
     fn rebuild_sites(&mut self) {
-        let only = (!self.dirty).then(|| std::mem::take(&mut self.dirty_dirs));
-        self.dirty = false;
-        self.dirty_dirs.clear();
-        let held = self.index.sites();
-        let empty = BTreeMap::new();
-        let mut sites = HashMap::new();
-        let no_entries = HashMap::new();
-        let entries = self.entries.as_ref().unwrap_or(&no_entries);
-        for (name, dir) in &self.directories {
-            let Some(host) = dir.host.clone().filter(|_| !dir.deleting) else {
-                continue;
-            };
-            let kept = held.get(&host).filter(|s| &s.name == name);
-            if let (Some(only), Some(site)) = (&only, kept) {
-                if !only.contains(name) {
-                    sites.insert(host, site.clone());
-                    continue;
-                }
-            }
-            let local: Vec<Arc<Entry>> = self
-                .cards
-                .values()
-                .filter_map(|c| {
-                    let entry = entries.get(&c.key)?;
-                    let ns_labels = self.namespaces.get(c.namespace()).unwrap_or(&empty);
-                    select::listed(&dir.spec, ns_labels, c.labels()).then(|| entry.clone())
-                })
-                .collect();
-            let names: Vec<String> = dir.spec.upstreams.iter().map(|u| u.name.clone()).collect();
-            let upstream = self.federation.entries(name, &names);
-            let (listed, report) = federation::merge(local, &upstream);
-            self.federation.set_report(name, report);
-            let site = Site::new(
-                name.clone(),
-                dir.uid.clone(),
-                host.clone(),
-                dir.prefix.clone(),
-                dir.spec.display_name.clone(),
-                dir.spec.description.clone(),
-                dir.spec.access.mode,
-                listed,
-            );
-            sites.insert(host, Arc::new(site));
-        }
+        let sites = self.sites.rebuild(&self.index.sites());
         self.index.set_sites(sites);
     }
 
@@ -599,25 +475,7 @@ impl Feed {
     }
 
     fn on_directory_event(&mut self, event: Event<Arc<AgentDirectory>>) {
-        match event {
-            Event::Init => self.relist_directories = Some(HashSet::new()),
-            Event::InitApply(d) | Event::Apply(d) => {
-                if let Some(seen) = self.relist_directories.as_mut() {
-                    seen.insert(d.name_any());
-                }
-                self.apply_directory(&d);
-            }
-            Event::InitDone => {
-                if let Some(seen) = self.relist_directories.take() {
-                    self.directories.retain(|n, _| seen.contains(n));
-                    self.dirty = true;
-                }
-            }
-            Event::Delete(d) => {
-                self.directories.remove(&d.name_any());
-                self.dirty = true;
-            }
-        }
+        self.sites.on_directory_event(event);
         self.sync_listing();
     }
 
@@ -698,12 +556,12 @@ pub async fn watch_cluster(
                     Change::Namespace(_) => {}
                     Change::Directory(e) => feed.on_directory_event(e),
                 }
-                if feed.rebuild_due() && rebuild_at.is_none() {
+                if feed.sites.rebuild_due() && rebuild_at.is_none() {
                     rebuild_at = Some(tokio::time::Instant::now() + REBUILD_DELAY);
                 }
             }
             Ok(()) = federated.changed() => {
-                feed.dirty = true;
+                feed.sites.federated();
                 if rebuild_at.is_none() {
                     rebuild_at = Some(tokio::time::Instant::now() + REBUILD_DELAY);
                 }
@@ -976,13 +834,13 @@ mod tests {
             .get_or_insert_default()
             .insert("unread".into(), "x".into());
         f.apply_card(Arc::new(other));
-        assert!(!f.rebuild_due(), "{:?}", f.dirty_dirs);
+        assert!(!f.sites.rebuild_due(), "{:?}", f.sites.due());
         // Moving the served card out of team a: only that directory is rebuilt.
         f.apply_card(labelled(
             card("a", "one", "u1", "one.example", Some(one)),
             "b",
         ));
-        assert!(f.rebuild_due());
+        assert!(f.sites.rebuild_due());
         assert!(listed(&mut f, "a.example").is_empty());
         assert!(
             Arc::ptr_eq(&f.index.site("all.example").unwrap(), &all),
@@ -1000,7 +858,7 @@ mod tests {
         f.apply_card(Arc::new(card("a", "one", "u1", "one.example", Some(&one))));
         f.apply_cm(Arc::new(cm("a", "agentcard-one", "u1", &one, "")));
         assert!(served(&f, "one.example").is_some());
-        assert!(f.entries.is_none(), "no directory, no entries");
+        assert!(!f.sites.keeps_entries(), "no directory, no entries");
         // The first directory lists what is already served, then what is served after.
         f.on_directory_event(Event::Apply(directory("dir", "dir.example")));
         assert_eq!(listed(&mut f, "dir.example"), ["one"]);
@@ -1011,7 +869,7 @@ mod tests {
         assert_eq!(names, ["one", "two"]);
         // The last directory gone, the entries go; a new directory lists every card again.
         f.on_directory_event(Event::Delete(directory("dir", "dir.example")));
-        assert!(f.entries.is_none());
+        assert!(!f.sites.keeps_entries());
         assert!(listed(&mut f, "dir.example").is_empty());
         f.on_directory_event(Event::Apply(directory("other", "other.example")));
         assert_eq!(listed(&mut f, "other.example").len(), 2);

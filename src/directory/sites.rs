@@ -1,0 +1,248 @@
+//! The directories' sites as the cluster makes them: which served cards each AgentDirectory
+//! lists, rebuilt into [`Site`]s when something they list changes.
+//!
+//! Data flow: the card server's cluster watch ([`crate::serve::source_cluster`]) tells
+//! [`Sites`] what it serves — one [`Entry`] per served card, with its namespace and labels
+//! ([`Sites::served`], [`Sites::unserved`], [`Sites::relabel`]) — and hands it the Namespaces
+//! and AgentDirectories it watches. Entries are kept only while an AgentDirectory exists (a
+//! cluster without directories pays neither their memory nor their text indexing): when the
+//! first appears, [`Sites::wants_all`] asks for every served card's. [`Sites::rebuild`] makes
+//! each directory's site — the local cards [`select`] lists, merged with its upstreams'
+//! ([`Federation`]) — keeping the sites of directories whose listing did not change (and so
+//! their cached answers). Pure but for the federation's shared state: the caller swaps the
+//! sites into the index.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use kube::runtime::watcher::Event;
+use kube::ResourceExt;
+
+use super::entry::Entry;
+use super::federation::{self, Federation};
+use super::select;
+use super::site::Site;
+use crate::contract::normalize_prefix;
+use crate::crd::{AgentDirectory, AgentDirectorySpec};
+
+/// What the sites need of an AgentDirectory.
+#[derive(Clone, PartialEq)]
+struct DirectoryView {
+    uid: String,
+    spec: AgentDirectorySpec,
+    host: Option<String>,
+    prefix: String,
+    deleting: bool,
+}
+
+/// A served card as a directory may list it.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its labels (what selectors read).
+    pub labels: BTreeMap<String, String>,
+    /// Its directory entry.
+    pub entry: Arc<Entry>,
+}
+
+/// Every directory's listing, and what changed since the last rebuild.
+pub struct Sites {
+    federation: Arc<Federation>,
+    /// Each served card that is a card, by card key; `None` while no AgentDirectory exists.
+    listed: Option<HashMap<String, Listed>>,
+    /// Labels of each namespace.
+    namespaces: HashMap<String, BTreeMap<String, String>>,
+    /// AgentDirectories by name.
+    directories: HashMap<String, DirectoryView>,
+    /// Something every directory may list changed since the last rebuild.
+    dirty: bool,
+    /// Directories to rebuild at the next rebuild while `dirty` is false (a label change that
+    /// changes only their listings).
+    dirty_dirs: HashSet<String>,
+    relist: Option<HashSet<String>>,
+}
+
+impl Sites {
+    /// No directories yet; upstream entries from `federation`.
+    pub fn new(federation: Arc<Federation>) -> Sites {
+        Sites {
+            federation,
+            listed: None,
+            namespaces: HashMap::new(),
+            directories: HashMap::new(),
+            dirty: false,
+            dirty_dirs: HashSet::new(),
+            relist: None,
+        }
+    }
+
+    /// Whether entries are kept (an AgentDirectory exists).
+    pub fn keeps_entries(&self) -> bool {
+        self.listed.is_some()
+    }
+
+    /// Whether a directory exists but no entries are kept yet: the caller hands every
+    /// served card's to [`Sites::fill`].
+    pub fn wants_all(&self) -> bool {
+        !self.directories.is_empty() && self.listed.is_none()
+    }
+
+    /// Every served card's entry (after [`Sites::wants_all`]).
+    pub fn fill(&mut self, all: impl IntoIterator<Item = (String, Listed)>) {
+        self.listed = Some(all.into_iter().collect());
+        self.dirty = true;
+    }
+
+    /// Card `key` is served (`None`: its bytes are not a card, so it is not listed).
+    pub fn served(&mut self, key: &str, listed: Option<Listed>) {
+        if let Some(map) = self.listed.as_mut() {
+            match listed {
+                Some(l) => map.insert(key.to_string(), l),
+                None => map.remove(key),
+            };
+        }
+        self.dirty = true;
+    }
+
+    /// Card `key` is no longer served.
+    pub fn unserved(&mut self, key: &str) {
+        if self
+            .listed
+            .as_mut()
+            .is_some_and(|m| m.remove(key).is_some())
+        {
+            self.dirty = true;
+        }
+    }
+
+    /// Card `key`'s labels are now `labels`: only the directories whose listing that changes
+    /// are rebuilt (none for a card not listed, or whose labels no selector reads).
+    pub fn relabel(&mut self, key: &str, labels: &BTreeMap<String, String>) {
+        let Some(l) = self.listed.as_mut().and_then(|m| m.get_mut(key)) else {
+            return;
+        };
+        let before = std::mem::replace(&mut l.labels, labels.clone());
+        let empty = BTreeMap::new();
+        let ns_labels = self.namespaces.get(&l.namespace).unwrap_or(&empty);
+        let affected = self.directories.iter().filter(|(_, d)| {
+            select::listed(&d.spec, ns_labels, &before)
+                != select::listed(&d.spec, ns_labels, labels)
+        });
+        self.dirty_dirs
+            .extend(affected.map(|(name, _)| name.clone()));
+    }
+
+    /// The labels of a Namespace.
+    pub fn namespace(&mut self, name: String, labels: BTreeMap<String, String>) {
+        if self.namespaces.get(&name) != Some(&labels) {
+            self.namespaces.insert(name, labels);
+            self.dirty = true;
+        }
+    }
+
+    /// An AgentDirectory event (routed by its status, like cards).
+    pub fn on_directory_event(&mut self, event: Event<Arc<AgentDirectory>>) {
+        match event {
+            Event::Init => self.relist = Some(HashSet::new()),
+            Event::InitApply(d) | Event::Apply(d) => {
+                if let Some(seen) = self.relist.as_mut() {
+                    seen.insert(d.name_any());
+                }
+                self.apply_directory(&d);
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.relist.take() {
+                    self.directories.retain(|n, _| seen.contains(n));
+                    self.dirty = true;
+                }
+            }
+            Event::Delete(d) => {
+                self.directories.remove(&d.name_any());
+                self.dirty = true;
+            }
+        }
+        if self.directories.is_empty() {
+            self.listed = None;
+        }
+    }
+
+    fn apply_directory(&mut self, dir: &AgentDirectory) {
+        let served = dir.status.as_ref().and_then(|s| s.served.as_ref());
+        let view = DirectoryView {
+            uid: dir.uid().unwrap_or_default(),
+            spec: dir.spec.clone(),
+            host: served.map(|r| r.host.clone()),
+            prefix: served
+                .map(|r| normalize_prefix(&r.path_prefix))
+                .unwrap_or_default(),
+            deleting: dir.metadata.deletion_timestamp.is_some(),
+        };
+        if self.directories.insert(dir.name_any(), view.clone()) != Some(view) {
+            self.dirty = true;
+        }
+    }
+
+    /// Every directory's upstreams changed (a federation sync).
+    pub fn federated(&mut self) {
+        self.dirty = true;
+    }
+
+    /// Whether a rebuild is due: of every directory, or of some.
+    pub fn rebuild_due(&self) -> bool {
+        self.dirty || !self.dirty_dirs.is_empty()
+    }
+
+    /// The directories that would be rebuilt next while only some are due (tests).
+    pub fn due(&self) -> &HashSet<String> {
+        &self.dirty_dirs
+    }
+
+    /// Every directory's site, by host, from what is listed now; when only some directories
+    /// are due, the others keep the sites they have in `held`.
+    pub fn rebuild(&mut self, held: &HashMap<String, Arc<Site>>) -> HashMap<String, Arc<Site>> {
+        let only = (!self.dirty).then(|| std::mem::take(&mut self.dirty_dirs));
+        self.dirty = false;
+        self.dirty_dirs.clear();
+        let empty = BTreeMap::new();
+        let no_entries = HashMap::new();
+        let listed = self.listed.as_ref().unwrap_or(&no_entries);
+        let mut sites = HashMap::new();
+        for (name, dir) in &self.directories {
+            let Some(host) = dir.host.clone().filter(|_| !dir.deleting) else {
+                continue;
+            };
+            let kept = held.get(&host).filter(|s| &s.name == name);
+            if let (Some(only), Some(site)) = (&only, kept) {
+                if !only.contains(name) {
+                    sites.insert(host, site.clone());
+                    continue;
+                }
+            }
+            let local: Vec<Arc<Entry>> = listed
+                .values()
+                .filter(|c| {
+                    let ns_labels = self.namespaces.get(&c.namespace).unwrap_or(&empty);
+                    select::listed(&dir.spec, ns_labels, &c.labels)
+                })
+                .map(|c| c.entry.clone())
+                .collect();
+            let names: Vec<String> = dir.spec.upstreams.iter().map(|u| u.name.clone()).collect();
+            let upstream = self.federation.entries(name, &names);
+            let (entries, report) = federation::merge(local, &upstream);
+            self.federation.set_report(name, report);
+            let site = Site::new(
+                name.clone(),
+                dir.uid.clone(),
+                host.clone(),
+                dir.prefix.clone(),
+                dir.spec.display_name.clone(),
+                dir.spec.description.clone(),
+                dir.spec.access.mode,
+                entries,
+            );
+            sites.insert(host, Arc::new(site));
+        }
+        sites
+    }
+}
