@@ -246,3 +246,89 @@ impl Sites {
         sites
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::entry::Placement;
+    use bytes::Bytes;
+
+    fn listed(ns: &str, name: &str, team: &str) -> Listed {
+        let placement = Placement {
+            namespace: ns.into(),
+            name: name.into(),
+            host: format!("{name}.example"),
+            ..Placement::default()
+        };
+        let body = format!(r#"{{"name":"{name}","description":"d","skills":[]}}"#);
+        Listed {
+            namespace: ns.into(),
+            labels: [("team".to_string(), team.to_string())].into(),
+            entry: Arc::new(Entry::build(placement, Bytes::from(body)).unwrap()),
+        }
+    }
+
+    fn directory(name: &str, host: &str, team: Option<&str>) -> Arc<AgentDirectory> {
+        let mut spec = serde_json::json!({"publish": {"host": host}});
+        if let Some(t) = team {
+            spec["cardSelector"] = serde_json::json!({"matchLabels": {"team": t}});
+        }
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDirectory",
+                "metadata": {"name": name, "uid": format!("uid-{name}")},
+                "spec": spec,
+                "status": {"served": {"host": host, "pathPrefix": "/", "since": "2026-01-01T00:00:00Z"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn names(site: &Site) -> Vec<String> {
+        let mut v: Vec<String> = site
+            .catalog
+            .entries()
+            .iter()
+            .map(|e| e.placement.name.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn entries_come_with_the_first_directory_and_a_relabel_rebuilds_only_whom_it_concerns() {
+        let mut sites = Sites::new(Arc::default());
+        assert!(!sites.wants_all() && !sites.keeps_entries());
+        sites.served("t/a", None);
+        sites.on_directory_event(Event::Apply(directory("all", "all.example", None)));
+        assert!(sites.wants_all(), "a directory asks for every served card");
+        sites.fill([
+            ("t/a".to_string(), listed("t", "a", "x")),
+            ("t/b".to_string(), listed("t", "b", "y")),
+        ]);
+        sites.on_directory_event(Event::Apply(directory("x", "x.example", Some("x"))));
+        let built = sites.rebuild(&HashMap::new());
+        assert_eq!(names(&built["all.example"]), ["a", "b"]);
+        assert_eq!(names(&built["x.example"]), ["a"]);
+        assert!(!sites.rebuild_due());
+        // b joins team x: only the directory selecting by team is rebuilt.
+        sites.relabel("t/b", &[("team".to_string(), "x".to_string())].into());
+        assert_eq!(sites.due(), &HashSet::from(["x".to_string()]));
+        let again = sites.rebuild(&built);
+        assert!(Arc::ptr_eq(&again["all.example"], &built["all.example"]));
+        assert_eq!(names(&again["x.example"]), ["a", "b"]);
+        // A label no selector reads changes nothing; the last directory gone drops the entries.
+        sites.relabel(
+            "t/a",
+            &[
+                ("team".to_string(), "x".to_string()),
+                ("z".into(), "1".into()),
+            ]
+            .into(),
+        );
+        assert!(!sites.rebuild_due());
+        sites.on_directory_event(Event::Delete(directory("all", "all.example", None)));
+        sites.on_directory_event(Event::Delete(directory("x", "x.example", Some("x"))));
+        assert!(!sites.keeps_entries());
+    }
+}
