@@ -28,3 +28,4 @@ pub mod process;
 pub mod run;
 pub mod serve;
 pub mod store;
+pub mod web;

@@ -25,7 +25,7 @@ use super::site::Site;
 use super::ApiError;
 use crate::crd::AccessMode;
 use crate::index::Index;
-use crate::serve::http::{cors, Body};
+use crate::web::{cors, Body};
 
 /// Changes per page when `limit` is not given.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -47,7 +47,7 @@ pub struct Feeds {
     /// One permit per open stream.
     pub streams: Arc<Semaphore>,
     /// Streams per client: per caller in Kubernetes mode, per address in public mode.
-    pub per_client: Arc<crate::serve::conn::PerKey<String>>,
+    pub per_client: Arc<crate::web::PerKey<String>>,
     /// The address of the connection asking.
     pub client: std::net::IpAddr,
     /// Whether public-mode streams are counted per address (clients connect directly:
@@ -492,7 +492,7 @@ struct Stream {
     idle_at: Option<(u64, String, u64)>,
     _permit: (
         tokio::sync::OwnedSemaphorePermit,
-        Option<crate::serve::conn::KeySlot<String>>,
+        Option<crate::web::KeySlot<String>>,
     ),
 }
 

@@ -34,7 +34,7 @@ use super::site::Site;
 use super::token;
 use super::ApiError;
 use crate::crd::AccessMode;
-use crate::serve::http::{cors, if_none_match, preflight_for, Body, Route};
+use crate::web::{cors, if_none_match, preflight_for, Body, Route};
 
 const METHODS: &str = "GET, HEAD, POST, OPTIONS";
 

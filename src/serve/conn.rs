@@ -10,7 +10,7 @@
 //!   with a fragment is recorded, and the service answers that request 400.
 //! - [`PerClient`] bounds the connections one client address holds at once.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -303,67 +303,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeadGuard<S> {
     }
 }
 
-/// Slots held per key (a client address, a caller), bounded: what one client may hold of a
-/// shared resource (connections, change-feed streams).
-pub struct PerKey<K> {
-    limit: usize,
-    held: Mutex<HashMap<K, usize>>,
-}
+pub use crate::web::{KeySlot, PerKey};
 
 /// Connections held per client address.
 pub type PerClient = PerKey<IpAddr>;
 
-/// One slot of a key, given back when dropped.
-pub struct KeySlot<K: std::hash::Hash + Eq> {
-    owner: Arc<PerKey<K>>,
-    key: K,
-}
-
 /// One connection of a client address.
 pub type ClientSlot = KeySlot<IpAddr>;
-
-impl<K: std::hash::Hash + Eq + Clone> PerKey<K> {
-    /// At most `limit` slots per key (0: any number).
-    pub fn new(limit: usize) -> Arc<PerKey<K>> {
-        Arc::new(PerKey {
-            limit,
-            held: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// A slot for one more of `key`, unless it holds the limit already.
-    pub fn take(self: &Arc<Self>, key: K) -> Option<KeySlot<K>> {
-        if self.limit == 0 {
-            // Nothing counted (its drop finds no count to lower).
-            return Some(KeySlot {
-                owner: self.clone(),
-                key,
-            });
-        }
-        let mut held = crate::locks::lock(&self.held);
-        let n = held.entry(key.clone()).or_insert(0);
-        if *n >= self.limit {
-            return None;
-        }
-        *n += 1;
-        Some(KeySlot {
-            owner: self.clone(),
-            key,
-        })
-    }
-}
-
-impl<K: std::hash::Hash + Eq> Drop for KeySlot<K> {
-    fn drop(&mut self) {
-        let mut held = crate::locks::lock(&self.owner.held);
-        if let Some(n) = held.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.key);
-            }
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
