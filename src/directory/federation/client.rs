@@ -65,13 +65,11 @@ pub fn check_url(
         Some(url::Host::Domain(_)) => None,
         None => return Err(refused(UrlProblem::NoHost)),
     };
-    if let Some(ip) = ip.filter(|ip| allowed.is_api_server(*ip)) {
-        return Err(refused(UrlProblem::ApiServer(ip)));
+    match ip.filter(|ip| !allowed.permits(*ip)) {
+        Some(ip) if allowed.is_api_server(ip) => Err(refused(UrlProblem::ApiServer(ip))),
+        Some(ip) => Err(refused(UrlProblem::Address(ip))),
+        None => Ok(()),
     }
-    if let Some(ip) = ip.filter(|ip| !allowed.permits(*ip)) {
-        return Err(refused(UrlProblem::Address(ip)));
-    }
-    Ok(())
 }
 
 /// Most bytes of an upstream's text (an error, a URL, an identifier) kept in status and logs.
@@ -183,4 +181,33 @@ pub async fn get(
         etag: tag,
         body: Bytes::from(body),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_server_is_refused_inside_a_named_range_and_taken_when_named_alone() {
+        let api: Arc<Vec<std::net::IpAddr>> = Arc::new(vec!["10.96.0.1".parse().unwrap()]);
+        let up = |ranges: &[&str]| Upstream {
+            allow_addresses: ranges.iter().map(|r| r.to_string()).collect(),
+            ..Upstream::default()
+        };
+        let check = |ranges: &[&str], url: &str| {
+            let up = up(ranges);
+            check_url(&up, &net_policy(&up, api.clone()).unwrap(), ("url", url))
+        };
+        let e = check(&["10.0.0.0/8"], "https://10.96.0.1/")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the Kubernetes API server's address"), "{e}");
+        assert!(check(&["10.0.0.0/8"], "https://10.96.0.2/").is_ok());
+        assert!(check(&["10.96.0.1/32"], "https://10.96.0.1/").is_ok());
+        let e = check(&[], "https://10.96.0.2/").unwrap_err().to_string();
+        assert!(
+            e.starts_with("url: https://10.96.0.2/: 10.96.0.2 is not an address"),
+            "{e}"
+        );
+    }
 }
