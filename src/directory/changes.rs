@@ -194,7 +194,7 @@ pub fn item(i: &Item, cursor: String, mode: AccessMode) -> Value {
 /// Where a federated entry came from, as the APIs show it.
 pub fn origin_json(o: &super::federation::Origin) -> Value {
     json!({"upstream": o.upstream, "url": o.url, "fetchedAt": o.fetched_at,
-           "verified": o.verified, "via": o.via, "path": o.path})
+           "verified": o.verified, "via": [o.via], "path": o.path})
 }
 
 fn now() -> u64 {

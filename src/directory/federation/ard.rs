@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::card::{entry_of, lifecycle_of, reachable_of, Said};
 use super::client::{cut, get, MAX_CARD_BYTES, MAX_PAGES, MAX_RESPONSE_BYTES};
-use super::error::{Error, Problem};
+use super::error::Error;
 use super::state::{Held, Read, Refresh, State};
 use crate::a2a::Jwks;
 use crate::crd::agentdirectory::Upstream;
@@ -93,21 +93,13 @@ pub(super) async fn read_ard(
             return Ok(());
         }
         if got.status != 200 {
-            return Err(Error::Request {
-                url,
-                problem: Problem::Status(got.status),
-            });
+            return Err(Error::status(&url, got.status));
         }
         if page_no == 0 {
             state.first_page = got.etag.clone();
         }
-        let page: ArdPage = serde_json::from_slice(&got.body).map_err(|e| Error::Request {
-            url: url.clone(),
-            problem: Problem::Malformed {
-                what: "an ARD list response",
-                why: Box::new(e),
-            },
-        })?;
+        let page: ArdPage = serde_json::from_slice(&got.body)
+            .map_err(|e| Error::malformed(&url, "an ARD list response", e))?;
         for e in page.items {
             if !held.admits(&e.identifier, r.max) {
                 continue;

@@ -118,7 +118,7 @@ pub(super) fn entry_of(
         url: read_from,
         fetched_at: jiff::Timestamp::now().to_string(),
         verified,
-        via: vec![up.url.clone()],
+        via: up.url.clone(),
         path,
     };
     Read::Entry(Arc::new(

@@ -74,6 +74,31 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// `url` answered `status`, not the one expected.
+    pub(super) fn status(url: &str, status: u16) -> Error {
+        Error::Request {
+            url: url.to_string(),
+            problem: Problem::Status(status),
+        }
+    }
+
+    /// What `url` answered is not `what` ("a JWKS", ...).
+    pub(super) fn malformed(
+        url: &str,
+        what: &'static str,
+        why: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Request {
+            url: url.to_string(),
+            problem: Problem::Malformed {
+                what,
+                why: Box::new(why),
+            },
+        }
+    }
+}
+
 /// What is wrong with a URL a directory's spec names.
 #[derive(Debug, thiserror::Error)]
 pub enum UrlProblem {

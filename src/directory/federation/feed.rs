@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::card::{entry_of, lifecycle_of, reachable_of, Said};
 use super::client::{cut, get, MAX_PAGES, MAX_RESPONSE_BYTES};
-use super::error::{Error, Problem};
+use super::error::Error;
 use super::state::MAX_IDENTIFIER;
 use super::state::{Held, Read, Refresh, State};
 
@@ -99,18 +99,10 @@ pub(super) async fn read_feed(
             continue;
         }
         if got.status != 200 {
-            return Err(Error::Request {
-                url,
-                problem: Problem::Status(got.status),
-            });
+            return Err(Error::status(&url, got.status));
         }
-        let page: FeedPage = serde_json::from_slice(&got.body).map_err(|e| Error::Request {
-            url: url.clone(),
-            problem: Problem::Malformed {
-                what: "a change feed page",
-                why: Box::new(e),
-            },
-        })?;
+        let page: FeedPage = serde_json::from_slice(&got.body)
+            .map_err(|e| Error::malformed(&url, "a change feed page", e))?;
         let held = fresh.as_mut().unwrap_or(&mut state.held);
         let registry = page
             .metadata

@@ -50,8 +50,9 @@ pub struct Origin {
     /// Whether a signature verified with the upstream's trusted keys.
     pub verified: bool,
     /// The upstream it was read from, as the directory's spec names it (its URL): where the
-    /// operator read it, never what the upstream claims.
-    pub via: Vec<String>,
+    /// operator read it, never what the upstream claims. (The APIs show it as a list of one,
+    /// as operators before `path` did.)
+    pub via: String,
     /// The registries it passed through as the upstreams say, the first where it is published
     /// and the last the upstream it was read from (identifiers of directories, or URLs of other
     /// registries). A claim, used only to cut loops: a directory finding itself here is reading
@@ -243,7 +244,7 @@ mod tests {
                 url: "https://x".into(),
                 fetched_at: String::new(),
                 verified: false,
-                via: vec![],
+                via: String::new(),
                 path: vec![],
             }),
             None => e,

@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::ard::read_ard;
 use super::client::{check_url, client, cut, get, net_policy, MAX_RESPONSE_BYTES};
-use super::error::{Error, Problem};
+use super::error::Error;
 use super::feed::read_feed;
 use super::state::{include_of, max_entries, Refresh, State};
 use super::{Federation, Synced};
@@ -40,7 +40,7 @@ pub fn spawn(
     ))
 }
 
-/// The identifier a directory's entries carry in other directories' `via` (its registry's
+/// The identifier a directory's entries carry in other directories' `path` (its registry's
 /// own identifier, as its manifest says).
 pub fn registry_identifier(host: &str, name: &str) -> String {
     format!("urn:air:{host}:agentcard-operator:{name}")
@@ -287,21 +287,11 @@ async fn refresh_once(
         match got.status {
             304 if state.jwks.is_some() => {}
             200 => {
-                let jwks = Jwks::from_slice(&got.body).map_err(|e| Error::Request {
-                    url: jwks_url.clone(),
-                    problem: Problem::Malformed {
-                        what: "a JWKS",
-                        why: Box::new(e),
-                    },
-                })?;
+                let jwks = Jwks::from_slice(&got.body)
+                    .map_err(|e| Error::malformed(jwks_url, "a JWKS", e))?;
                 state.jwks = Some((got.etag, Arc::new(jwks)));
             }
-            s => {
-                return Err(Error::Request {
-                    url: jwks_url.clone(),
-                    problem: Problem::Status(s),
-                })
-            }
+            s => return Err(Error::status(jwks_url, s)),
         }
     }
     match up.kind {
