@@ -845,27 +845,26 @@ pub fn page(
             let hash = namespace_hash(ns);
             let was = seen_before.contains(&hash);
             let is = v.contains(ns);
-            let entry = if was && !is && (c.seq <= start || c.version.is_none()) {
-                None
+            let item = |upsert, entry| Item {
+                seq: start,
+                identifier: c.identifier.clone(),
+                upsert,
+                entry,
+                at: c.at,
+            };
+            let item = if was && !is && (c.seq <= start || c.version.is_none()) {
+                item(false, None)
             } else if !was && is && c.seq <= start && c.version.is_some() {
-                match resolve(c) {
-                    Some(entry) => Some(entry),
-                    None => {
-                        groups.insert(hash, None);
-                        continue;
-                    }
-                }
+                let Some(entry) = resolve(c) else {
+                    groups.insert(hash, None);
+                    continue;
+                };
+                item(true, entry)
             } else {
                 continue;
             };
             if let Some(group) = groups.entry(hash).or_insert_with(|| Some(Vec::new())) {
-                group.push(Item {
-                    seq: start,
-                    identifier: c.identifier.clone(),
-                    upsert: entry.is_some(),
-                    entry: entry.flatten(),
-                    at: c.at,
-                });
+                group.push(item);
             }
         }
         // Done: the namespaces' hashes as they were, changed one namespace at a time.
@@ -1201,40 +1200,18 @@ mod tests {
             .advance(&[a.clone(), b.clone()], 10, 100)
             .unwrap();
         // This replica has not seen b yet.
-        let p = page(&log, lookup(std::slice::from_ref(&a)), None, 10, None, 100).unwrap();
+        let only_a = [a.clone()];
+        let at = |since: Option<&Cursor>, now| page(&log, lookup(&only_a), since, 10, None, now);
+        let p = at(None, 100).unwrap();
         assert_eq!(kinds(&p), ["+a"]);
-        let p2 = page(
-            &log,
-            lookup(std::slice::from_ref(&a)),
-            Some(&p.next),
-            10,
-            None,
-            101,
-        )
-        .unwrap();
+        let p2 = at(Some(&p.next), 101).unwrap();
         assert!(p2.items.is_empty());
         assert_eq!(p2.next, p.next);
         // Holding no entry for b, it waits longer than for another version of it, then moves
         // on with what it has (nothing for b).
-        let soon = page(
-            &log,
-            lookup(std::slice::from_ref(&a)),
-            Some(&p.next),
-            10,
-            None,
-            115,
-        )
-        .unwrap();
+        let soon = at(Some(&p.next), 115).unwrap();
         assert!(soon.items.is_empty());
-        let late = page(
-            &log,
-            lookup(std::slice::from_ref(&a)),
-            Some(&p.next),
-            10,
-            None,
-            300,
-        )
-        .unwrap();
+        let late = at(Some(&p.next), 300).unwrap();
         assert_eq!(late.items.len(), 1);
         assert!(late.items[0].upsert && late.items[0].entry.is_none());
         assert_eq!(late.next, late.latest);
