@@ -3,12 +3,12 @@
 //! Field names and shapes follow `specification/a2a.proto` of A2A v1.0 in its ProtoJSON
 //! form (camelCase). Presence follows ProtoJSON too: proto3 `optional` booleans are
 //! `Option<bool>` so an explicit `false` survives, plain scalars are skipped when they hold
-//! their default. Unknown fields are not modelled: [`crate::a2a::parse`] reports them (strict
+//! their default. Unknown fields are not modelled: [`crate::parse`] reports them (strict
 //! mode, for cards users write) or drops them (lenient mode, for cards others signed).
 //!
 //! The types carry `JsonSchema` so the `AgentCard` CRD documents every field from these doc
 //! comments. Variants that the protocol models as `oneof` are structs of optional members
-//! (exactly one set, checked by [`crate::a2a::validate`]) because Kubernetes structural schemas
+//! (exactly one set, checked by [`crate::validate`]) because Kubernetes structural schemas
 //! cannot express `oneOf` between differently shaped objects.
 
 use std::collections::BTreeMap;

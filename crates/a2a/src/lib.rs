@@ -5,6 +5,10 @@
 //! covers, identical to the official SDKs) → [`jws`] (detached signatures with [`keys`]) →
 //! [`publish`] (the exact bytes served, optionally with [`compat`] v0.3 fields). Cards made
 //! elsewhere (served by an agent, v1.0 or v0.3) enter through [`import`].
+//!
+//! The crate's README follows, with an example that runs as a doctest.
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
 
 pub mod breaking;
 pub mod canonical;

@@ -46,7 +46,7 @@ pub fn published_bytes(signed: &AgentCard, opts: PublishOptions) -> Result<Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::a2a::canonical::signed_value;
+    use crate::canonical::signed_value;
     use serde_json::json;
 
     /// What the canonical form drops still reaches clients: a scope-less requirement (bearer
