@@ -17,8 +17,6 @@ use bytes::Bytes;
 use http::HeaderValue;
 
 use crate::contract::{content_hash, PATH_CARD, PATH_JWKS, PATH_LEGACY};
-use crate::directory::feed::FeedLog;
-use crate::directory::site::Site;
 
 /// One version of a served document with everything its responses need, computed once.
 #[derive(Debug)]
@@ -209,14 +207,6 @@ impl State {
 #[derive(Default)]
 pub struct Index {
     state: RwLock<State>,
-    /// Directory sites by host, replaced whole when rebuilt.
-    sites: RwLock<Arc<HashMap<String, Arc<Site>>>>,
-    /// Each directory's persisted change-feed log, by directory name.
-    feeds: RwLock<HashMap<String, Arc<FeedLog>>>,
-    /// Bumped when sites or feed logs change (feed streams and the log writer wait on it).
-    changed: tokio::sync::watch::Sender<u64>,
-    /// Bumped each time the sites are replaced.
-    sites_version: std::sync::atomic::AtomicU64,
     ready: AtomicBool,
     /// The host whose cards answer requests for a host with none of its own (`serve
     /// --fallback-host`: an agent serving its card by whatever name or address it is reached).
@@ -293,60 +283,6 @@ impl Index {
     /// Whether the index holds no card.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Replace every directory site (by host).
-    pub fn set_sites(&self, sites: HashMap<String, Arc<Site>>) {
-        *crate::locks::write(&self.sites) = Arc::new(sites);
-        self.sites_version.fetch_add(1, Ordering::AcqRel);
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    /// How many times the sites were replaced (a site seen at one version is the same at it).
-    pub fn sites_version(&self) -> u64 {
-        self.sites_version.load(Ordering::Acquire)
-    }
-
-    /// Every directory site.
-    pub fn sites(&self) -> Arc<HashMap<String, Arc<Site>>> {
-        crate::locks::read(&self.sites).clone()
-    }
-
-    /// Set directory `name`'s change-feed log, unless the one held is newer (same epoch, a
-    /// later last change): a log read back from the watch may trail the one just written.
-    pub fn set_feed(&self, name: &str, log: Arc<FeedLog>) {
-        let mut feeds = crate::locks::write(&self.feeds);
-        let stale = feeds
-            .get(name)
-            .is_some_and(|held| held.epoch == log.epoch && held.last_seq > log.last_seq);
-        if !stale {
-            feeds.insert(name.to_string(), log);
-            drop(feeds);
-            self.changed.send_modify(|n| *n += 1);
-        }
-    }
-
-    /// Forget directory `name`'s change-feed log (its ConfigMap is gone).
-    pub fn remove_feed(&self, name: &str) {
-        let removed = crate::locks::write(&self.feeds).remove(name).is_some();
-        if removed {
-            self.changed.send_modify(|n| *n += 1);
-        }
-    }
-
-    /// Directory `name`'s change-feed log, when one is persisted.
-    pub fn feed(&self, name: &str) -> Option<Arc<FeedLog>> {
-        crate::locks::read(&self.feeds).get(name).cloned()
-    }
-
-    /// A receiver that sees each change of the sites or feed logs.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changed.subscribe()
-    }
-
-    /// The directory site holding `host`, if any.
-    pub fn site(&self, host: &str) -> Option<Arc<Site>> {
-        crate::locks::read(&self.sites).get(host).cloned()
     }
 
     /// Mark the first full sync done.

@@ -44,30 +44,3 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
-
-/// Drain before exiting: `/readyz` turns 503 at once (load balancers stop sending), responses
-/// ask clients to close their connections, and requests keep being answered for `seconds`
-/// while `serving` (the servers' future) runs; an error of the servers ends it early.
-pub async fn drain<F>(
-    shutdown: &crate::serve::server::Shutdown,
-    seconds: u64,
-    serving: &mut std::pin::Pin<&mut F>,
-) -> anyhow::Result<()>
-where
-    F: std::future::Future<Output = anyhow::Result<()>>,
-{
-    shutdown.drain();
-    tracing::info!(seconds, "shutting down: draining");
-    tokio::select! {
-        r = serving.as_mut() => return r,
-        () = tokio::time::sleep(std::time::Duration::from_secs(seconds)) => {}
-    }
-    // Stop accepting; the requests in flight finish before the servers return (bounded).
-    shutdown.close();
-    match tokio::time::timeout(std::time::Duration::from_secs(15), serving.as_mut()).await {
-        Ok(r) => r?,
-        Err(_) => tracing::warn!("connections still open after closing; exiting anyway"),
-    }
-    tracing::info!("drained");
-    Ok(())
-}

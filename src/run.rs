@@ -22,8 +22,7 @@ use crate::controller::policy::{IngressPolicy, TlsPolicy, DEFAULT_ALLOWED_ANNOTA
 use crate::controller::routing::{ParentRef, RouteKind, Routing};
 use crate::controller::{self, metrics::ControllerMetrics};
 use crate::election::Election;
-use crate::index::Index;
-use crate::serve::{server, source_cluster, Servers};
+use crate::serve::{server, source_cluster, Content, Servers};
 
 /// Flags of `run`.
 #[derive(Debug, clap::Args)]
@@ -220,12 +219,12 @@ fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Confi
     })
 }
 
-/// The public and admin servers over `index`: `/metrics` with the controllers' metrics,
+/// The public and admin servers over `content`: `/metrics` with the controllers' metrics,
 /// `/readyz` red once `failed` (the controllers stopped while leading).
 async fn bind_servers(
     args: &RunArgs,
     client: &kube::Client,
-    index: Arc<Index>,
+    content: Content,
     metrics: &Arc<ControllerMetrics>,
     failed: &Arc<AtomicBool>,
 ) -> Result<Servers> {
@@ -244,7 +243,7 @@ async fn bind_servers(
     Ok(Servers::bind(
         args.listen,
         args.admin_listen,
-        index,
+        content,
         registry,
         vec![controllers_ok],
         vec![refresh],
@@ -269,7 +268,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         crate::controller::api_calls::counted_client(kube_config, metrics.api_calls.clone())
             .context("connecting to the cluster")?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
-    let index = Arc::new(Index::new());
+    let content = Content::default();
     // One watch per kind for the card server and the controllers.
     let hubs = crate::hub::Hubs::start(
         &client,
@@ -282,7 +281,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
     let feed = tokio::spawn(source_cluster::watch_cluster(
         hubs.clone(),
         args.namespace.clone(),
-        index.clone(),
+        content.clone(),
         federation.clone(),
     ));
     let _upstreams = crate::directory::federation::spawn(
@@ -292,7 +291,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         client.clone(),
     );
     let failed = Arc::new(AtomicBool::new(false));
-    let servers = bind_servers(&args, &client, index.clone(), &metrics, &failed).await?;
+    let servers = bind_servers(&args, &client, content.clone(), &metrics, &failed).await?;
     let config = controller_config(&args, &identity)?;
     tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
     servers.log_addresses();
@@ -305,7 +304,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         config,
         metrics,
         failed,
-        index,
+        content,
         feed_retention: args.feed_retention,
         feed_part_bytes: args.feed_part_bytes,
         federation,
@@ -319,7 +318,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         _ = crate::process::shutdown_signal() => {
             let _ = stop_tx.send(true);
             let _ = tokio::time::timeout(Duration::from_secs(5), &mut leading).await;
-            crate::process::drain(&shutdown, args.drain_seconds, &mut run).await?;
+            crate::serve::server::drain(&shutdown, args.drain_seconds, &mut run).await?;
         }
     }
     Ok(())
@@ -334,7 +333,7 @@ struct Leader {
     /// Set when the controllers end on their own while leading (`/readyz` then says so).
     failed: Arc<AtomicBool>,
     /// What this replica serves (the directories whose change feeds the holder records).
-    index: Arc<Index>,
+    content: Content,
     /// Tombstones each change feed keeps.
     feed_retention: usize,
     /// Most bytes of each ConfigMap of a change-feed log.
@@ -367,7 +366,8 @@ impl Leader {
             tracing::info!("acquired the lease: starting the controllers");
             let feeds = crate::controller::feedlog::run(
                 self.client.clone(),
-                self.index.clone(),
+                self.content.cards.clone(),
+                self.content.directories.clone(),
                 self.config.settings.operator_namespace.clone(),
                 self.feed_retention,
                 self.feed_part_bytes.max(256),

@@ -2,7 +2,7 @@
 //! lists in the directory's [`FeedLog`] and persists the log, so that every replica serves the
 //! same sequence numbers (see [`crate::directory::feed`]).
 //!
-//! Data flow: woken by the index (sites rebuilt, logs read back), at most once a second, for
+//! Data flow: woken by [`Hosted`] (sites rebuilt, logs read back), at most once a second, for
 //! each served directory it takes the log as last persisted ([`Index::feed`]), appends how the
 //! directory's entries differ ([`FeedLog::advance`]) and writes it: a new log with `create`
 //! (never over one this replica has not read yet), a changed one with a server-side apply whose
@@ -22,6 +22,7 @@ use kube::Client;
 
 use crate::contract::*;
 use crate::directory::feed::{CursorKey, FeedLog, MAX_PARTS};
+use crate::directory::hosted::Hosted;
 use crate::directory::site::Site;
 use crate::index::Index;
 
@@ -50,7 +51,8 @@ pub fn configmap_name(dir: &str) -> String {
 /// aborted).
 pub async fn run(
     client: Client,
-    index: Arc<Index>,
+    cards: Arc<Index>,
+    hosted: Arc<Hosted>,
     namespace: String,
     retention: usize,
     part_bytes: usize,
@@ -58,29 +60,29 @@ pub async fn run(
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     // The content hash of each part this process wrote last (`(directory, part)`).
     let mut parts: HashMap<(String, usize), String> = HashMap::new();
-    let mut changes = index.changes();
+    let mut changes = hosted.changes();
     // Per directory, the sites' version and the log last found in step: the same again needs
     // no round.
     let mut done: HashMap<String, (u64, u64)> = HashMap::new();
     tokio::time::sleep(SETTLE).await;
     loop {
-        if index.is_ready() {
+        if cards.is_ready() {
             // The version first: sites replaced meanwhile have a higher one, and are looked at
             // in the next round.
-            let version = index.sites_version();
-            let sites = index.sites();
+            let version = hosted.sites_version();
+            let sites = hosted.sites();
             done.retain(|name, _| sites.values().any(|s| &s.name == name));
             for site in sites.values() {
-                let mark = (version, index.feed(&site.name).map_or(0, |l| l.last_seq));
+                let mark = (version, hosted.feed(&site.name).map_or(0, |l| l.last_seq));
                 if done.get(&site.name) == Some(&mark) {
                     continue;
                 }
                 let limits = (retention, part_bytes);
-                match persist(&api, &index, site, limits, &mut parts).await {
+                match persist(&api, &hosted, site, limits, &mut parts).await {
                     // Written since it was read: the round is made again from the newer log.
                     Ok(false) => {}
                     Ok(true) => {
-                        let last = index.feed(&site.name).map_or(0, |l| l.last_seq);
+                        let last = hosted.feed(&site.name).map_or(0, |l| l.last_seq);
                         done.insert(site.name.clone(), (mark.0, last));
                     }
                     Err(e) => {
@@ -145,7 +147,7 @@ enum PersistError {
 /// again).
 async fn persist(
     api: &Api<ConfigMap>,
-    index: &Index,
+    hosted: &Hosted,
     site: &Site,
     (retention, part_bytes): (usize, usize),
     written_parts: &mut HashMap<(String, usize), String>,
@@ -153,7 +155,7 @@ async fn persist(
     if site.uid.is_empty() {
         return Ok(true);
     }
-    let held = index.feed(&site.name);
+    let held = hosted.feed(&site.name);
     let mut base = held
         .as_deref()
         .cloned()
@@ -226,7 +228,7 @@ async fn persist(
         }
     };
     next.resource_version = written.metadata.resource_version;
-    index.set_feed(&site.name, Arc::new(next));
+    hosted.set_feed(&site.name, Arc::new(next));
     Ok(true)
 }
 

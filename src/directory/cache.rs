@@ -13,7 +13,7 @@
 //!
 //! What is kept never answers for another snapshot or another visibility class: both are in
 //! the key, so two callers share an entry only when the engine would be asked exactly the same
-//! of the same snapshot. When the index swaps its sites, [`ResponseCache::sync`] drops the
+//! of the same snapshot. When [`Hosted`] swaps the sites, [`ResponseCache::sync`] drops the
 //! entries of the snapshots no longer served (an entry a request still holding an old snapshot
 //! adds later is never looked up, and goes with the next swap or eviction).
 //!
@@ -30,9 +30,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Method};
 use prometheus_client::metrics::counter::Counter;
 
+use super::hosted::Hosted;
 use super::query::Visibility;
 use super::site::Site;
-use crate::index::Index;
 
 /// Default of `--directory-cache-bytes`: room for about 1,500 first pages of 20 cards, an
 /// eighth of the chart's memory limit.
@@ -199,7 +199,7 @@ impl quick_cache::Weighter<Key, Rendered> for ByBytes {
 pub struct ResponseCache {
     /// `None` when turned off.
     entries: Option<quick_cache::sync::Cache<Key, Rendered, ByBytes>>,
-    /// The index's sites version whose dead snapshots were last dropped.
+    /// The sites version whose dead snapshots were last dropped.
     synced: AtomicU64,
     hits: Counter,
     misses: Counter,
@@ -252,19 +252,19 @@ impl ResponseCache {
         }
     }
 
-    /// Drop the entries of snapshots `index` no longer serves, once per swap of its sites:
+    /// Drop the entries of snapshots `hosted` no longer serves, once per swap of its sites:
     /// one atomic load per request otherwise.
-    pub fn sync(&self, index: &Index) {
+    pub fn sync(&self, hosted: &Hosted) {
         let Some(entries) = &self.entries else {
             return;
         };
-        let version = index.sites_version();
+        let version = hosted.sites_version();
         if self.synced.load(Ordering::Acquire) == version
             || self.synced.swap(version, Ordering::AcqRel) == version
         {
             return;
         }
-        let live: HashSet<u64> = index.sites().values().map(|s| s.generation).collect();
+        let live: HashSet<u64> = hosted.sites().values().map(|s| s.generation).collect();
         entries.retain(|k, _| live.contains(&k.site));
     }
 
@@ -439,7 +439,7 @@ mod tests {
     #[test]
     fn a_swapped_snapshot_starts_empty_and_drops_the_old_entries() {
         let (cache, hits, _) = counted(DEFAULT_BYTES);
-        let index = Index::new();
+        let index = Hosted::new();
         let old = Arc::new(site(AccessMode::Public, vec![entry("a", "one")]));
         index.set_sites(HashMap::from([("dir.example".to_string(), old.clone())]));
         cache.sync(&index);

@@ -2,10 +2,10 @@
 //! `Accept: text/event-stream`, as Server-Sent Events.
 //!
 //! Data flow: the request's `since` (or `Last-Event-ID`) and `limit` are parsed here; the
-//! directory's persisted log comes from the index ([`Index::feed`]), the caller's namespaces
+//! directory's persisted log comes from [`super::hosted::Hosted::feed`], the caller's namespaces
 //! from [`Authorizer::visible`] in Kubernetes mode (asked about every namespace the log
 //! names), and [`feed::page`] gives the changes, each upsert's card from the site's catalog.
-//! A stream repeats that whenever the index says sites or logs changed, sends a comment every
+//! A stream repeats that whenever [`super::hosted::Hosted`] says sites or logs changed, sends a comment every
 //! [`HEARTBEAT`], and ends when the server starts draining. Streams per process are bounded
 //! (a semaphore; past it, 503).
 
@@ -24,7 +24,6 @@ use super::feed::{self, Cursor, CursorCodec, CursorError, FeedError, FeedLog, It
 use super::site::Site;
 use super::ApiError;
 use crate::crd::AccessMode;
-use crate::index::Index;
 use crate::web::{cors, Body};
 
 /// Changes per page when `limit` is not given.
@@ -42,8 +41,8 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// server's drain.
 #[derive(Clone)]
 pub struct Feeds {
-    /// The index holding the persisted logs and the sites.
-    pub index: Arc<Index>,
+    /// The persisted logs and the sites.
+    pub hosted: Arc<super::hosted::Hosted>,
     /// One permit per open stream.
     pub streams: Arc<Semaphore>,
     /// Streams per client: per caller in Kubernetes mode, per address in public mode.
@@ -361,7 +360,7 @@ pub async fn handle(
     let authorization = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let Some(log) = feeds.index.feed(&site.name) else {
+    let Some(log) = feeds.hosted.feed(&site.name) else {
         let e = ApiError::unavailable("the change feed of this directory is not recorded yet");
         return error_response(&e, mode);
     };
@@ -424,7 +423,7 @@ pub async fn handle(
     let state = Stream {
         host: site.host.clone(),
         feeds: feeds.clone(),
-        changes: feeds.index.changes(),
+        changes: feeds.hosted.changes(),
         authorizer,
         pending: events(&first, &reader.codec),
         reader,
@@ -507,7 +506,7 @@ impl Stream {
             if self.done || *self.feeds.draining.borrow() {
                 return None;
             }
-            let site = self.feeds.index.site(&self.host)?;
+            let site = self.feeds.hosted.site(&self.host)?;
             if site.mode != mode_of(&self.reader.codec) {
                 // Opened under the other access mode: what it may see is decided anew.
                 self.done = true;
@@ -518,7 +517,7 @@ impl Stream {
                 let data = error_body(&e);
                 return Some(Bytes::from(format!("event: error\ndata: {data}\n\n")));
             }
-            let log = self.feeds.index.feed(&site.name)?;
+            let log = self.feeds.hosted.feed(&site.name)?;
             let now_at = (site.generation, log.epoch.clone(), log.last_seq);
             if self.idle_at.as_ref() == Some(&now_at) {
                 if let Some(heartbeat) = self.wait().await {
@@ -567,7 +566,7 @@ impl Stream {
         }
     }
 
-    /// Wait for the index to change; `Some` when the stream should send that instead: a
+    /// Wait for the sites or logs to change; `Some` when the stream should send that instead: a
     /// heartbeat, or its end (draining).
     async fn wait(&mut self) -> Option<Option<Bytes>> {
         let mut draining = self.feeds.draining.clone();

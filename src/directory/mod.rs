@@ -3,7 +3,8 @@
 //! Data flow: the cluster feed ([`crate::serve::source_cluster`]) keeps one [`entry::Entry`]
 //! per served card and, when cards, namespaces or directories change, rebuilds each
 //! directory's [`site::Site`] — the cards [`select`] lists, indexed by [`query::Catalog`] — and
-//! hands it to the shared [`crate::index::Index`]. Requests to a directory host go to
+//! hands it to [`hosted::Hosted`], which every request reads (the served cards are in
+//! [`crate::index::Index`], below both the card server and the directory). Requests to a directory host go to
 //! [`http::handle`], which checks the caller ([`access`], in Kubernetes mode), parses the
 //! request into an engine query ([`ard`] for the ARD registry API and manifest, [`native`] for
 //! `/v1`), runs it, and writes the answer with caching headers; a 200 is kept in [`cache`],
@@ -21,6 +22,7 @@ pub mod changes;
 pub mod entry;
 pub mod federation;
 pub mod feed;
+pub mod hosted;
 pub mod html;
 pub mod http;
 pub mod mcp;

@@ -58,18 +58,18 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     use std::sync::Arc;
 
     use crate::index::Index;
-    use crate::serve::{source_cluster, source_dir, Servers};
+    use crate::serve::{source_cluster, source_dir, Content, Servers};
 
     crate::process::init_tracing();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let index = Arc::new(match (&args.from_dir, &args.fallback_host) {
+        let content = Content::cards(Arc::new(match (&args.from_dir, &args.fallback_host) {
             (Some(_), Some(host)) => Index::with_fallback_host(host),
             (None, Some(_)) => anyhow::bail!("--fallback-host needs --from-dir"),
             _ => Index::new(),
-        });
+        }));
         let mut authorizer = None;
         let feed = match &args.from_dir {
             Some(dir) => {
@@ -80,7 +80,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 };
                 tokio::spawn(source_dir::watch_dir(
                     dir.clone(),
-                    index.clone(),
+                    content.clone(),
                     opts,
                     args.directory_host.clone(),
                 ))
@@ -106,10 +106,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     kube::Api::namespaced(client.clone(), &args.namespace),
                     client.clone(),
                 );
-                let (args_namespace, index_c) = (args.namespace.clone(), index.clone());
+                let (args_namespace, content_c) = (args.namespace.clone(), content.clone());
                 tokio::spawn(async move {
                     let _upstreams = upstreams;
-                    source_cluster::watch_cluster(hubs, args_namespace, index_c, federation).await
+                    source_cluster::watch_cluster(hubs, args_namespace, content_c, federation).await
                 })
             }
         };
@@ -118,7 +118,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let mut servers = Servers::bind(
             args.listen,
             args.admin_listen,
-            index,
+            content,
             registry,
             vec![],
             vec![],
@@ -136,7 +136,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             r = &mut run => r?,
             r = feed => r.context("card feed stopped")?,
             _ = crate::process::shutdown_signal() => {
-                crate::process::drain(&shutdown, args.drain_seconds, &mut run).await?;
+                crate::serve::server::drain(&shutdown, args.drain_seconds, &mut run).await?;
             }
         }
         Ok(())

@@ -23,13 +23,35 @@ use anyhow::Context as _;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::directory::hosted::Hosted;
 use crate::index::Index;
+
+/// What the public port serves: the cards (below both servers) and the directories' sites
+/// and change-feed logs. Both are filled by the same feed (the cluster watch or a directory
+/// of files); a request for a directory's host reads the second, any other the first.
+#[derive(Clone, Default)]
+pub struct Content {
+    /// The published cards and the JWKS.
+    pub cards: Arc<Index>,
+    /// The directories' sites and change-feed logs.
+    pub directories: Arc<Hosted>,
+}
+
+impl Content {
+    /// `cards` with no directory.
+    pub fn cards(cards: Arc<Index>) -> Self {
+        Content {
+            cards,
+            directories: Arc::default(),
+        }
+    }
+}
 
 /// The public and admin listeners of one process, bound and ready to run.
 pub struct Servers {
     public: Vec<std::net::TcpListener>,
     admin_listener: TcpListener,
-    index: Arc<Index>,
+    content: Content,
     metrics: Arc<metrics::HttpMetrics>,
     admin: Arc<admin::Admin>,
     limits: server::Limits,
@@ -44,7 +66,7 @@ impl Servers {
     pub async fn bind(
         listen: SocketAddr,
         admin_listen: SocketAddr,
-        index: Arc<Index>,
+        content: Content,
         mut registry: Registry,
         mut ready: Vec<admin::ReadyCheck>,
         mut on_scrape: Vec<Arc<dyn Fn() + Send + Sync>>,
@@ -61,7 +83,7 @@ impl Servers {
                 Ok(())
             }
         }));
-        let ready_index = index.clone();
+        let ready_index = content.cards.clone();
         ready.insert(
             0,
             Arc::new(move || {
@@ -72,7 +94,7 @@ impl Servers {
                 }
             }),
         );
-        let (gauge_index, cards) = (index.clone(), metrics.cards.clone());
+        let (gauge_index, cards) = (content.cards.clone(), metrics.cards.clone());
         on_scrape.push(Arc::new(move || {
             cards.set(i64::try_from(gauge_index.len()).unwrap_or(i64::MAX));
         }));
@@ -97,7 +119,7 @@ impl Servers {
         Ok(Servers {
             public,
             admin_listener,
-            index,
+            content,
             metrics,
             admin: Arc::new(admin::Admin {
                 registry,
@@ -141,7 +163,7 @@ impl Servers {
     /// Serve both ports until one fails.
     pub async fn run(self) -> anyhow::Result<()> {
         tokio::select! {
-            r = server::serve_public_per_core(self.public, self.index, self.metrics, self.limits, self.authorizer, self.shutdown, self.cache) => r.context("public server"),
+            r = server::serve_public_per_core(self.public, self.content, self.metrics, self.limits, self.authorizer, self.shutdown, self.cache) => r.context("public server"),
             r = admin::serve_admin(self.admin_listener, self.admin) => r.context("admin server"),
         }
     }

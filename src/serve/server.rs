@@ -29,7 +29,34 @@ use super::target::{self, Target};
 use crate::directory::access::Authorizer;
 use crate::directory::cache::ResponseCache;
 use crate::directory::changes::Feeds;
-use crate::index::Index;
+use crate::serve::Content;
+
+/// Drain before exiting: `/readyz` turns 503 at once (load balancers stop sending), responses
+/// ask clients to close their connections, and requests keep being answered for `seconds`
+/// while `serving` (the servers' future) runs; an error of the servers ends it early.
+pub async fn drain<F>(
+    shutdown: &Shutdown,
+    seconds: u64,
+    serving: &mut std::pin::Pin<&mut F>,
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    shutdown.drain();
+    tracing::info!(seconds, "shutting down: draining");
+    tokio::select! {
+        r = serving.as_mut() => return r,
+        () = tokio::time::sleep(std::time::Duration::from_secs(seconds)) => {}
+    }
+    // Stop accepting; the requests in flight finish before the servers return (bounded).
+    shutdown.close();
+    match tokio::time::timeout(std::time::Duration::from_secs(15), serving.as_mut()).await {
+        Ok(r) => r?,
+        Err(_) => tracing::warn!("connections still open after closing; exiting anyway"),
+    }
+    tracing::info!("drained");
+    Ok(())
+}
 
 /// The shutdown of the public port: draining first, then closing (see the module doc).
 pub struct Shutdown {
@@ -226,7 +253,7 @@ impl Default for Limits {
 /// connections it accepted are done.
 pub async fn serve_public(
     listener: TcpListener,
-    index: Arc<Index>,
+    content: Content,
     metrics: Arc<HttpMetrics>,
     limits: Limits,
     authorizer: Option<Arc<Authorizer>>,
@@ -281,7 +308,7 @@ pub async fn serve_public(
         // request (its response says close).
         let close_when_idle = (!closing).then(|| shutdown.closed());
         let shared = Shared {
-            index: index.clone(),
+            content: content.clone(),
             metrics: metrics.clone(),
             authorizer: authorizer.clone(),
             draining: shutdown.clone(),
@@ -291,7 +318,7 @@ pub async fn serve_public(
             cache: guards.cache.clone(),
             verdicts: crate::serve::conn::Verdicts::default(),
             feeds: Feeds {
-                index: index.clone(),
+                hosted: content.directories.clone(),
                 streams: guards.streams.clone(),
                 per_client: guards.streams_per_client.clone(),
                 client: peer.ip(),
@@ -348,7 +375,7 @@ impl Guards {
 /// What a connection of the public port and its requests share.
 #[derive(Clone)]
 struct Shared {
-    index: Arc<Index>,
+    content: Content,
     metrics: Arc<HttpMetrics>,
     authorizer: Option<Arc<Authorizer>>,
     draining: Arc<Shutdown>,
@@ -537,13 +564,13 @@ async fn dispatch(
 ) -> (Route, hyper::Response<Body>) {
     let limits = &shared.limits;
     let host = target.host.as_deref();
-    if let Some(site) = host.and_then(|h| shared.index.site(h)) {
+    if let Some(site) = host.and_then(|h| shared.content.directories.site(h)) {
         let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
-        let index = &shared.index;
-        let jwks = || index.jwks().map(|j| j.body.clone());
+        let cards = &shared.content.cards;
+        let jwks = || cards.jwks().map(|j| j.body.clone());
         let authorizer = shared.authorizer.clone();
         let feeds = &shared.feeds;
-        shared.cache.sync(index);
+        shared.cache.sync(&shared.content.directories);
         return crate::directory::http::handle(
             site,
             feeds,
@@ -557,7 +584,7 @@ async fn dispatch(
         .await;
     }
     respond(
-        &shared.index,
+        &shared.content.cards,
         host,
         req.method(),
         &target.path,
@@ -599,7 +626,7 @@ pub fn bind_reuseport(
 /// shared.
 pub async fn serve_public_per_core(
     listeners: Vec<std::net::TcpListener>,
-    index: Arc<Index>,
+    content: Content,
     metrics: Arc<HttpMetrics>,
     limits: Limits,
     authorizer: Option<Arc<Authorizer>>,
@@ -614,7 +641,7 @@ pub async fn serve_public_per_core(
     // Per-client and concurrency bounds are the process's, across its listeners.
     let guards = Guards::new(&limits, cache);
     for (i, listener) in listeners.into_iter().enumerate() {
-        let (index, metrics, failed) = (index.clone(), metrics.clone(), failed_tx.clone());
+        let (content, metrics, failed) = (content.clone(), metrics.clone(), failed_tx.clone());
         let authorizer = authorizer.clone();
         let shutdown = shutdown.clone();
         let guards = guards.clone();
@@ -634,7 +661,7 @@ pub async fn serve_public_per_core(
                 let result = rt.block_on(async move {
                     let listener = TcpListener::from_std(listener)?;
                     serve_public(
-                        listener, index, metrics, per_worker, authorizer, shutdown, guards,
+                        listener, content, metrics, per_worker, authorizer, shutdown, guards,
                     )
                     .await
                 });

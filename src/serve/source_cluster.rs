@@ -34,10 +34,12 @@ use crate::contract::*;
 use crate::crd::{AgentCard, AgentDirectory, ServedRoute};
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::federation::Federation;
+use crate::directory::hosted::Hosted;
 use crate::directory::persisted::{Gone, Persisted};
 use crate::directory::sites::{Listed, Sites};
 use crate::hub::Hubs;
 use crate::index::{CardEntry, Index, Published};
+use crate::serve::Content;
 use crate::store::{MetaView, SeenConfigMap};
 
 /// How long changes are gathered before the directories are rebuilt.
@@ -180,6 +182,8 @@ fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<
 /// The feed's view of both watches; decides what the index serves.
 struct Feed {
     index: Arc<Index>,
+    /// The directories' sites and change-feed logs, as requests read them.
+    hosted: Arc<Hosted>,
     /// The directories: what each lists of the served cards.
     sites: Sites,
     operator_ns: String,
@@ -198,9 +202,10 @@ struct Feed {
 }
 
 impl Feed {
-    fn new(index: Arc<Index>, federation: Arc<Federation>, operator_ns: String) -> Feed {
+    fn new(content: Content, federation: Arc<Federation>, operator_ns: String) -> Feed {
         Feed {
-            index,
+            index: content.cards,
+            hosted: content.directories,
             sites: Sites::new(federation),
             operator_ns,
             cms: HashMap::new(),
@@ -380,14 +385,14 @@ impl Feed {
         };
         let rv = cm.metadata.resource_version.clone();
         if let Some(log) = self.logs.apply(source(cm), (dir, part), bytes.clone(), rv) {
-            self.index.set_feed(dir, Arc::new(log));
+            self.hosted.set_feed(dir, Arc::new(log));
         }
     }
 
     /// Forget the change-feed ConfigMap `src`, if it was one (its log with its head).
     fn remove_feed_part(&mut self, src: &str) {
         if let Gone::Log(dir) = self.logs.remove(src) {
-            self.index.remove_feed(&dir);
+            self.hosted.remove_feed(&dir);
         }
     }
 
@@ -433,8 +438,8 @@ impl Feed {
     /// Every directory's site from what is served now, into the index; when only some
     /// directories are due, the others keep the sites they have.
     fn rebuild_sites(&mut self) {
-        let sites = self.sites.rebuild(&self.index.sites());
-        self.index.set_sites(sites);
+        let sites = self.sites.rebuild(&self.hosted.sites());
+        self.hosted.set_sites(sites);
     }
 
     fn mark_ready(&self) {
@@ -520,12 +525,12 @@ enum Change {
     Directory(Event<Arc<AgentDirectory>>),
 }
 
-/// Keep `index` in step with the published, confirmed cards until the process ends, from the
-/// process's shared watches.
+/// Keep `content` in step with the published, confirmed cards (and the directories' sites and
+/// logs) until the process ends, from the process's shared watches.
 pub async fn watch_cluster(
     hubs: Arc<Hubs>,
     operator_ns: String,
-    index: Arc<Index>,
+    content: Content,
     federation: Arc<Federation>,
 ) {
     let mut federated = federation.changes();
@@ -535,7 +540,7 @@ pub async fn watch_cluster(
         hubs.namespaces.subscribe().map(Change::Namespace).boxed(),
         hubs.directories.subscribe().map(Change::Directory).boxed(),
     ]);
-    let mut feed = Feed::new(index, federation, operator_ns);
+    let mut feed = Feed::new(content, federation, operator_ns);
     let mut rebuild_at: Option<tokio::time::Instant> = None;
     loop {
         let wait = async {
@@ -581,7 +586,7 @@ mod tests {
     use serde_json::json;
 
     fn feed() -> Feed {
-        let mut f = Feed::new(Arc::new(Index::new()), Arc::default(), "ops".into());
+        let mut f = Feed::new(Content::default(), Arc::default(), "ops".into());
         f.cms_synced = true;
         f.cards_synced = true;
         f
@@ -715,7 +720,7 @@ mod tests {
 
     fn listed(f: &mut Feed, host: &str) -> Vec<String> {
         f.rebuild_sites();
-        f.index.site(host).map_or_else(Vec::new, |s| {
+        f.hosted.site(host).map_or_else(Vec::new, |s| {
             s.catalog
                 .entries()
                 .iter()
@@ -768,7 +773,7 @@ mod tests {
         assert!(!split.parts.is_empty());
         // The head first (as a relist may bring it): nothing served until every part is here.
         f.apply_cm(feed_cm("agentcard-feed-dir", None, &split.head));
-        assert!(f.index.feed("dir").is_none());
+        assert!(f.hosted.feed("dir").is_none());
         for (i, p) in split.parts.iter().enumerate() {
             f.apply_cm(feed_cm(
                 &format!("agentcard-feed-dir-{}", i + 1),
@@ -776,7 +781,7 @@ mod tests {
                 p,
             ));
         }
-        assert_eq!(f.index.feed("dir").unwrap().last_seq, log.last_seq);
+        assert_eq!(f.hosted.feed("dir").unwrap().last_seq, log.last_seq);
         // The next write: its parts come first and wait for their head.
         let next = log.advance(&entries[5..], 10, 2).unwrap();
         let split2 = next.encode_parts(300).unwrap();
@@ -787,12 +792,12 @@ mod tests {
                 p,
             ));
         }
-        assert_eq!(f.index.feed("dir").unwrap().last_seq, log.last_seq);
+        assert_eq!(f.hosted.feed("dir").unwrap().last_seq, log.last_seq);
         f.apply_cm(feed_cm("agentcard-feed-dir", None, &split2.head));
-        assert_eq!(f.index.feed("dir").unwrap().last_seq, next.last_seq);
+        assert_eq!(f.hosted.feed("dir").unwrap().last_seq, next.last_seq);
         // The head gone: no log.
         f.remove_cm(&feed_cm("agentcard-feed-dir", None, &split2.head));
-        assert!(f.index.feed("dir").is_none());
+        assert!(f.hosted.feed("dir").is_none());
     }
 
     #[test]
@@ -820,8 +825,8 @@ mod tests {
         f.on_directory_event(Event::Apply(Arc::new(by_team)));
         f.on_directory_event(Event::Apply(directory("all", "all.example")));
         assert_eq!(listed(&mut f, "a.example"), ["one"]);
-        let all = f.index.site("all.example").unwrap();
-        let team = f.index.site("a.example").unwrap();
+        let all = f.hosted.site("all.example").unwrap();
+        let team = f.hosted.site("a.example").unwrap();
         // Relabelling the unserved card, or the served one in a way no selector reads: nothing.
         f.apply_card(labelled(
             card("a", "draft", "u2", "draft.example", None),
@@ -843,10 +848,10 @@ mod tests {
         assert!(f.sites.rebuild_due());
         assert!(listed(&mut f, "a.example").is_empty());
         assert!(
-            Arc::ptr_eq(&f.index.site("all.example").unwrap(), &all),
+            Arc::ptr_eq(&f.hosted.site("all.example").unwrap(), &all),
             "kept as it was"
         );
-        assert!(!Arc::ptr_eq(&f.index.site("a.example").unwrap(), &team));
+        assert!(!Arc::ptr_eq(&f.hosted.site("a.example").unwrap(), &team));
         assert_eq!(listed(&mut f, "all.example"), ["one"]);
     }
 

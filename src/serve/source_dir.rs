@@ -15,8 +15,10 @@ use crate::contract::{content_hash, KEY_JWKS, PATH_CARD};
 use crate::crd::AccessMode;
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::feed::FeedLog;
+use crate::directory::hosted::Hosted;
 use crate::directory::site::Site;
 use crate::index::{CardEntry, Index, Published};
+use crate::serve::Content;
 
 /// How files are served.
 #[derive(Clone, Copy, Debug)]
@@ -78,18 +80,18 @@ pub fn static_site(index: &Index, host: &str) -> Site {
 
 /// Record the directory's changes in its change-feed log, kept in memory: this process is
 /// its only writer (a restart starts a new log, and earlier cursors expire).
-fn record_changes(index: &Index, site: &Site) {
+fn record_changes(hosted: &Hosted, site: &Site) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let held = index.feed(&site.name);
+    let held = hosted.feed(&site.name);
     let base = held
         .as_deref()
         .cloned()
         .unwrap_or_else(|| FeedLog::new(format!("{:x}-{}", now, std::process::id())));
     match base.advance(site.catalog.entries(), FEED_RETENTION, now) {
-        Some(next) => index.set_feed(&site.name, Arc::new(next)),
-        None if held.is_none() => index.set_feed(&site.name, Arc::new(base)),
+        Some(next) => hosted.set_feed(&site.name, Arc::new(next)),
+        None if held.is_none() => hosted.set_feed(&site.name, Arc::new(base)),
         None => {}
     }
 }
@@ -97,11 +99,11 @@ fn record_changes(index: &Index, site: &Site) {
 /// Deletes the in-memory change feed keeps.
 const FEED_RETENTION: usize = 100_000;
 
-/// Scan `dir` forever, keeping `index` in step with its files (and, with `directory_host`, a
-/// directory of them).
+/// Scan `dir` forever, keeping `content`'s cards in step with its files (and, with
+/// `directory_host`, a directory of them).
 pub async fn watch_dir(
     dir: PathBuf,
-    index: Arc<Index>,
+    content: Content,
     opts: DirOptions,
     directory_host: Option<String>,
 ) {
@@ -109,7 +111,7 @@ pub async fn watch_dir(
     loop {
         let started = std::time::Instant::now();
         let d = dir.clone();
-        let idx = index.clone();
+        let idx = content.cards.clone();
         let mut s = std::mem::take(&mut seen);
         // File I/O off the async workers.
         let result = tokio::task::spawn_blocking(move || {
@@ -121,11 +123,13 @@ pub async fn watch_dir(
             Ok((s, Ok(changed))) => {
                 seen = s;
                 if let Some(host) = directory_host.as_deref().filter(|_| changed) {
-                    let site = static_site(&index, host);
-                    record_changes(&index, &site);
-                    index.set_sites(HashMap::from([(host.to_string(), Arc::new(site))]));
+                    let site = static_site(&content.cards, host);
+                    record_changes(&content.directories, &site);
+                    content
+                        .directories
+                        .set_sites(HashMap::from([(host.to_string(), Arc::new(site))]));
                 }
-                index.mark_ready();
+                content.cards.mark_ready();
             }
             Ok((s, Err(e))) => {
                 seen = s;
