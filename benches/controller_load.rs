@@ -426,7 +426,10 @@ async fn main() -> anyhow::Result<()> {
     let mut last = (0.0, Instant::now());
     let settled = loop {
         let text = scrape(&http, admin).await?;
-        let reconciles = metric(&text, "agentcard_reconciles_total");
+        let reconciles = metric(
+            &text,
+            "agentcard_reconciles_total{controller=\"agentcard\"}",
+        );
         if reconciles != last.0 {
             last = (reconciles, Instant::now());
         } else if reconciles >= n as f64 && last.1.elapsed() > Duration::from_secs(5) {
@@ -707,8 +710,8 @@ async fn writes_floor(
     use agentcard_operator::controller::config::Settings;
     use agentcard_operator::controller::events::Events;
     use agentcard_operator::controller::finalizers::LEGACY_CARD;
-    use agentcard_operator::controller::policy::IngressPolicy;
-    use agentcard_operator::controller::routing::Routing;
+    use agentcard_operator::controller::routes::policy::IngressPolicy;
+    use agentcard_operator::controller::routes::routing::Routing;
     use k8s_openapi::api::networking::v1::Ingress;
     use kube::runtime::events::Reporter;
     use kube::Resource;

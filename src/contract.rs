@@ -89,6 +89,15 @@ pub const ANN_DIRECTORY: &str = "agentcard.dev/directory";
 /// Annotation on written objects naming the AgentCard they belong to (`namespace/name`; an
 /// annotation because card names may be longer than a label value).
 pub const ANN_CARD: &str = "agentcard.dev/card";
+
+/// The namespace and name an [`ANN_CARD`] value names (`namespace/name`), or `None` when it
+/// names no card. The one reader of that annotation: what names a card in another namespace
+/// is judged by whoever calls this (see the route watches and the sweep).
+pub fn annotated_card(value: &str) -> Option<(&str, &str)> {
+    value
+        .split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+}
 /// Label on written objects holding the uid of the AgentCard they belong to.
 pub const LABEL_CARD_UID: &str = "agentcard.dev/card-uid";
 

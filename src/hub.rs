@@ -111,53 +111,57 @@ where
         let forward = subscribers.clone();
         let reader = store.clone();
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(feed);
-            // The objects of a relist, forwarded once the store holds them (at its end).
-            let mut relisted: Vec<ObjectRef<K>> = Vec::new();
-            while let Some(event) = feed.next().await {
-                let event = match event {
-                    Ok(e) => e,
-                    Err(e) => {
-                        tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff");
-                        continue;
+        let span = tracing::info_span!("watch", kind = %K::kind(&()));
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                futures::pin_mut!(feed);
+                // The objects of a relist, forwarded once the store holds them (at its end).
+                let mut relisted: Vec<ObjectRef<K>> = Vec::new();
+                while let Some(event) = feed.next().await {
+                    let event = match event {
+                        Ok(e) => e,
+                        Err(e) => {
+                            tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff");
+                            continue;
+                        }
+                    };
+                    writer.apply_watcher_event(&event);
+                    // Subscribers get the store's own `Arc`s: what they keep of an object (the
+                    // card server keeps the card bytes) shares its memory with the store.
+                    let stored = |o: &K| reader.get(&name_ref(o));
+                    let shared: Vec<Shared<K>> = match event {
+                        Event::Init => {
+                            relisted.clear();
+                            vec![Event::Init]
+                        }
+                        Event::InitApply(o) => {
+                            relisted.push(name_ref(&o));
+                            Vec::new()
+                        }
+                        Event::InitDone => std::mem::take(&mut relisted)
+                            .iter()
+                            .filter_map(|r| reader.get(r))
+                            .map(Event::InitApply)
+                            .chain([Event::InitDone])
+                            .collect(),
+                        Event::Apply(o) => {
+                            vec![Event::Apply(stored(&o).unwrap_or_else(|| Arc::new(o)))]
+                        }
+                        Event::Delete(o) => vec![Event::Delete(Arc::new(o))],
+                    };
+                    let mut subs = crate::locks::lock(&forward);
+                    for event in shared {
+                        if matches!(event, Event::InitDone) {
+                            subs.synced = true;
+                            listed_tx.send_replace(true);
+                        }
+                        subs.senders
+                            .retain(|tx| tx.unbounded_send(event.clone()).is_ok());
                     }
-                };
-                writer.apply_watcher_event(&event);
-                // Subscribers get the store's own `Arc`s: what they keep of an object (the
-                // card server keeps the card bytes) shares its memory with the store.
-                let stored = |o: &K| reader.get(&name_ref(o));
-                let shared: Vec<Shared<K>> = match event {
-                    Event::Init => {
-                        relisted.clear();
-                        vec![Event::Init]
-                    }
-                    Event::InitApply(o) => {
-                        relisted.push(name_ref(&o));
-                        Vec::new()
-                    }
-                    Event::InitDone => std::mem::take(&mut relisted)
-                        .iter()
-                        .filter_map(|r| reader.get(r))
-                        .map(Event::InitApply)
-                        .chain([Event::InitDone])
-                        .collect(),
-                    Event::Apply(o) => {
-                        vec![Event::Apply(stored(&o).unwrap_or_else(|| Arc::new(o)))]
-                    }
-                    Event::Delete(o) => vec![Event::Delete(Arc::new(o))],
-                };
-                let mut subs = crate::locks::lock(&forward);
-                for event in shared {
-                    if matches!(event, Event::InitDone) {
-                        subs.synced = true;
-                        listed_tx.send_replace(true);
-                    }
-                    subs.senders
-                        .retain(|tx| tx.unbounded_send(event.clone()).is_ok());
                 }
-            }
-        });
+            },
+            span,
+        ));
         Hub {
             store,
             subscribers,

@@ -5,6 +5,17 @@
 /// watch its hub, the controllers' tasks the lease).
 pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
 
+impl AbortOnDrop {
+    /// Spawn `task` inside `span`: every long-lived task runs in a span naming what it works
+    /// on, so its log lines can be told from another's.
+    pub fn spawn<F>(span: tracing::Span, task: F) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        AbortOnDrop(tokio::spawn(tracing::Instrument::instrument(task, span)))
+    }
+}
+
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();

@@ -18,8 +18,8 @@ use anyhow::{Context as _, Result};
 
 use crate::contract::patterns;
 use crate::controller::config::Settings;
-use crate::controller::policy::{IngressPolicy, TlsPolicy, DEFAULT_ALLOWED_ANNOTATIONS};
-use crate::controller::routing::{ParentRef, RouteKind, Routing};
+use crate::controller::routes::policy::{IngressPolicy, TlsPolicy, DEFAULT_ALLOWED_ANNOTATIONS};
+use crate::controller::routes::routing::{ParentRef, RouteKind, Routing};
 use crate::controller::{self, metrics::ControllerMetrics};
 use crate::election::Election;
 use crate::serve::{server, source_cluster, Content, Servers};
@@ -278,11 +278,14 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         },
     );
     let federation = Arc::new(crate::directory::federation::Federation::default());
-    let feed = tokio::spawn(source_cluster::watch_cluster(
-        hubs.clone(),
-        args.namespace.clone(),
-        content.clone(),
-        federation.clone(),
+    let feed = tokio::spawn(tracing::Instrument::instrument(
+        source_cluster::watch_cluster(
+            hubs.clone(),
+            args.namespace.clone(),
+            content.clone(),
+            federation.clone(),
+        ),
+        tracing::info_span!("card_feed"),
     ));
     let _upstreams = crate::directory::federation::spawn(
         hubs.clone(),
@@ -364,7 +367,7 @@ impl Leader {
                 }
             }
             tracing::info!("acquired the lease: starting the controllers");
-            let feeds = crate::controller::feedlog::run(
+            let feeds = crate::controller::feed_writer::run(
                 self.client.clone(),
                 self.content.cards.clone(),
                 self.content.directories.clone(),
@@ -380,12 +383,15 @@ impl Leader {
                 self.federation.clone(),
             );
             // The change-feed writer never ends on its own: the controllers' end is the end.
-            let mut controllers = tokio::spawn(async move {
-                tokio::select! {
-                    r = reconcile => r,
-                    () = feeds => Ok(()),
-                }
-            });
+            let mut controllers = tokio::spawn(tracing::Instrument::instrument(
+                async move {
+                    tokio::select! {
+                        r = reconcile => r,
+                        () = feeds => Ok(()),
+                    }
+                },
+                tracing::info_span!("controllers"),
+            ));
             let result = tokio::select! {
                 lost = election.lost() => {
                     lost?;

@@ -279,7 +279,7 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
         String::from_utf8_lossy(&m)
             .lines()
             .find_map(|l| {
-                l.strip_prefix("agentcard_reconciles_total ")
+                l.strip_prefix("agentcard_reconciles_total{controller=\"agentcard\"} ")
                     .and_then(|v| v.trim().parse::<u64>().ok())
             })
             .unwrap_or(0)
@@ -1400,7 +1400,7 @@ async fn two_installations_with_different_keys_hold_a_shared_card_instead_of_fig
     for o in [&a, &b] {
         assert!(
             o.metrics()
-                .contains("agentcard_reconcile_failures_total{category=\"operator_conflict\"}"),
+                .contains("agentcard_reconcile_failures_total{controller=\"agentcard\",category=\"operator_conflict\"}"),
             "{}",
             o.metrics()
         );

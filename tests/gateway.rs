@@ -90,7 +90,7 @@ async fn route_in(client: &Client, ns: &str, name: &str) -> Option<DynamicObject
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
-        &agentcard_operator::controller::routing::httproute_resource(),
+        &agentcard_operator::controller::routes::routing::httproute_resource(),
     );
     api.get_opt(name).await.unwrap()
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use agentcard_operator::contract::*;
 use agentcard_operator::controller::agentcard::card::{backend_ingress_name_of, ingress_name};
-use agentcard_operator::controller::routing::MAX_INGRESS_NAME;
+use agentcard_operator::controller::routes::routing::MAX_INGRESS_NAME;
 use agentcard_operator::crd::AgentCard;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};

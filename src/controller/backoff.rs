@@ -39,6 +39,21 @@ pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
     base.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
 }
 
+/// Send `item` to `tx` after `delay`: what failed on an event that will not come again is
+/// tried again, with backoff (the API server may be away).
+pub fn again_after<T: Send + 'static>(
+    tx: &futures::channel::mpsc::UnboundedSender<T>,
+    item: T,
+    delay: Duration,
+) {
+    let tx = tx.clone();
+    // In the caller's span: the retry belongs to what failed.
+    tokio::spawn(tracing::Instrument::in_current_span(async move {
+        tokio::time::sleep(delay).await;
+        let _ = tx.unbounded_send(item);
+    }));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,8 @@
 //! How this deployment of the operator is set up, from `run`'s flags: what every controller
 //! reads and never changes.
 
-use super::policy::IngressPolicy;
-use super::routing::Routing;
+use crate::controller::routes::policy::IngressPolicy;
+use crate::controller::routes::routing::Routing;
 
 /// What the operator's own deployment looks like.
 #[derive(Clone, Debug)]

@@ -12,15 +12,17 @@ use kube::{Client, ResourceExt};
 
 use super::agentcard::source::Sources;
 use super::backoff::Backoff;
-use super::config::Settings;
+use super::config::{Config, Settings};
+use super::error::Error;
 use super::events::Events;
+use super::keys::signing::Signing;
 use super::limits::Limits;
 use super::metrics::ControllerMetrics;
-use super::ownership::Ownership;
-use super::signing::Signing;
-use super::watches::CardIndex;
-use super::written::Written;
+use super::routes::ownership::Ownership;
+use super::watches::CardsByHost;
+use super::writes::seen::Written;
 use crate::crd::{AgentCard, AgentDirectory};
+use crate::directory::federation::Federation;
 
 /// Shared by every reconcile (see the module doc).
 pub struct Context {
@@ -38,7 +40,7 @@ pub struct Context {
     /// controllers read the same store.
     pub cards: Store<AgentCard>,
     /// The cards by host and namespace, in step with `cards`.
-    pub index: Arc<Mutex<CardIndex>>,
+    pub cards_by_host: Arc<Mutex<CardsByHost>>,
     /// Every Namespace (allowed-hosts annotations, directory selectors).
     pub namespaces: Store<Namespace>,
     /// Every AgentDirectory.
@@ -58,14 +60,76 @@ pub struct Context {
     /// The compatibility verdicts whose status has not landed yet.
     pub verdicts: super::agentcard::compatibility::Verdicts,
     /// The directories' upstreams as this process syncs them (for their status).
-    pub federation: Arc<crate::directory::federation::Federation>,
+    pub federation: Arc<Federation>,
     /// The agents' Services' ready ports (the `BackendReady` condition).
-    pub backends: Arc<super::backends::Backends>,
+    pub backends: Arc<crate::controller::agentcard::backends::Backends>,
     /// How many cards each directory lists, kept by the counting task.
     pub counts: Arc<super::agentdirectory::count::Counts>,
 }
 
+/// What the wiring hands [`Context::new`]: the client, the process's recorder and metrics,
+/// the shared stores, and the handles the watches it started keep in step.
+pub struct Parts {
+    /// API client.
+    pub client: Client,
+    /// Event publisher.
+    pub recorder: Arc<Events>,
+    /// Controller metrics.
+    pub metrics: Arc<ControllerMetrics>,
+    /// Every AgentCard.
+    pub cards: Store<AgentCard>,
+    /// Every Namespace.
+    pub namespaces: Store<Namespace>,
+    /// Every AgentDirectory.
+    pub directories: Store<AgentDirectory>,
+    /// The cards by host and namespace.
+    pub cards_by_host: Arc<Mutex<CardsByHost>>,
+    /// Who holds which route.
+    pub ownership: Ownership,
+    /// The keys that sign.
+    pub signing: Signing,
+    /// What the operator wrote.
+    pub written: Written,
+    /// The directories' upstreams as this process syncs them.
+    pub federation: Arc<Federation>,
+}
+
 impl Context {
+    /// The context of `config`'s controllers over `parts`; what no watch feeds (limits,
+    /// retry delays, verdicts, the import client, backend and count tables) starts empty here.
+    pub fn new(config: &Config, parts: Parts) -> Result<Context, Error> {
+        let sources = Sources::new(
+            parts.client.clone(),
+            config.source_allow_unmanaged_endpoints,
+        )
+        .map_err(|e| Error::Internal(format!("building the source HTTP client: {e}")))?;
+        Ok(Context {
+            client: parts.client,
+            recorder: parts.recorder,
+            metrics: parts.metrics,
+            settings: config.settings.clone(),
+            allowed_hosts: config.allowed_hosts.clone(),
+            cards: parts.cards,
+            cards_by_host: parts.cards_by_host,
+            namespaces: parts.namespaces,
+            directories: parts.directories,
+            ownership: parts.ownership,
+            signing: parts.signing,
+            written: parts.written,
+            limits: Limits {
+                max_cards_per_namespace: config.max_cards_per_namespace,
+                max_card_bytes: config.max_card_bytes,
+                max_namespace_card_bytes: config.max_namespace_card_bytes,
+            },
+            backoff: Backoff::default(),
+            sources,
+            verdicts: Default::default(),
+            federation: parts.federation,
+            backends: Arc::default(),
+            counts: Arc::default(),
+        })
+    }
+
     /// Annotations of namespace `ns` (empty when unknown).
     pub fn namespace_annotations(&self, ns: &str) -> BTreeMap<String, String> {
         self.namespaces

@@ -70,13 +70,16 @@ impl Events {
         let direct = Arc::new(Direct::new(client, reporter));
         let (tx, mut rx) = mpsc::channel::<(Event, ObjectReference)>(QUEUE);
         let writer = direct.clone();
-        tokio::spawn(async move {
-            while let Some((event, regarding)) = rx.recv().await {
-                if let Err(e) = writer.publish(&event, &regarding).await {
-                    tracing::warn!(reason = %event.reason, error = %e, "could not record an Event");
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                while let Some((event, regarding)) = rx.recv().await {
+                    if let Err(e) = writer.publish(&event, &regarding).await {
+                        tracing::warn!(reason = %event.reason, error = %e, "could not record an Event");
+                    }
                 }
-            }
-        });
+            },
+            tracing::info_span!("event_writer"),
+        ));
         Events {
             direct,
             queue: Some((tx, dropped)),

@@ -3,7 +3,7 @@
 //! The operator no longer holds objects in deletion: what lives in a card's or directory's
 //! namespace is owned by it (garbage collection), and what lives in the operator's namespace
 //! is removed on the delete event and by a sweep at start-up and after every re-list
-//! ([`super::sweep`]). So a namespace with cards, or a cluster whose operator was uninstalled,
+//! ([`crate::controller::routes::sweep`]). So a namespace with cards, or a cluster whose operator was uninstalled,
 //! never leaves objects stuck in deletion.
 //!
 //! Objects written by an earlier version still carry its finalizer: each reconcile hands the

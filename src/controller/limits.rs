@@ -7,7 +7,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
 
 use super::error::Error;
-use super::watches::CardIndex;
+use super::watches::CardsByHost;
 use crate::crd::AgentCard;
 
 /// The operator's limits (`--max-cards-per-namespace`, `--max-card-bytes`).
@@ -28,7 +28,7 @@ impl Limits {
     pub fn check_namespace(
         &self,
         card: &AgentCard,
-        index: &Mutex<CardIndex>,
+        index: &Mutex<CardsByHost>,
         store: &Store<AgentCard>,
     ) -> Result<(), Error> {
         let limit = self.max_cards_per_namespace;
@@ -71,7 +71,7 @@ impl Limits {
     pub fn check_namespace_bytes(
         &self,
         card: &AgentCard,
-        index: &Mutex<CardIndex>,
+        index: &Mutex<CardsByHost>,
         store: &Store<AgentCard>,
     ) -> Result<(), Error> {
         let limit = self.max_namespace_card_bytes;
@@ -160,7 +160,7 @@ mod tests {
     #[test]
     fn the_oldest_cards_that_fit_a_namespaces_byte_budget_publish_and_others_are_unaffected() {
         let (store, mut writer) = reflector::store::<AgentCard>();
-        let mut index = CardIndex::default();
+        let mut index = CardsByHost::default();
         let sized = |name: &str, ns: &str, created: &str, pad: usize| {
             let mut c = card(name, created);
             c.metadata.namespace = Some(ns.into());
@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn the_oldest_cards_of_a_namespace_fit_the_rest_are_told_their_place() {
         let (store, mut writer) = reflector::store::<AgentCard>();
-        let mut index = CardIndex::default();
+        let mut index = CardsByHost::default();
         let cards = [
             card("c", "2026-01-03T00:00:00Z"),
             card("a", "2026-01-01T00:00:00Z"),

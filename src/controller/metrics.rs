@@ -1,5 +1,6 @@
-//! Controller metrics (prometheus-client): reconciles, failures by bounded category,
-//! reconcile duration, cards by Ready condition, API requests by verb and resource.
+//! Controller metrics (prometheus-client): reconciles, failures by bounded category and
+//! reconcile durations, each by `controller` (`agentcard`, `agentdirectory`); cards by Ready
+//! condition; API requests by verb and resource.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -8,11 +9,44 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-/// Failure label.
+/// The `controller` label's value for the AgentCard controller.
+pub const CARD_CONTROLLER: &str = "agentcard";
+/// The `controller` label's value for the AgentDirectory controller.
+pub const DIRECTORY_CONTROLLER: &str = "agentdirectory";
+
+/// Which controller a reconcile metric counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// [`CARD_CONTROLLER`] or [`DIRECTORY_CONTROLLER`].
+    pub controller: &'static str,
+}
+
+/// Failure labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailureLabels {
+    /// [`CARD_CONTROLLER`] or [`DIRECTORY_CONTROLLER`].
+    pub controller: &'static str,
     /// [`super::Error::category`].
     pub category: &'static str,
+}
+
+/// A reconcile's duration histogram, its buckets fixed.
+type Durations = Family<ControllerLabels, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
+/// Times one reconcile: observed in its controller's histogram when dropped.
+pub struct ReconcileTimer {
+    histogram: Histogram,
+    started: std::time::Instant,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.started.elapsed().as_secs_f64());
+    }
 }
 
 /// Cards-by-condition label.
@@ -26,12 +60,12 @@ pub struct ConditionLabels {
 
 /// The controller's metrics.
 pub struct ControllerMetrics {
-    /// Reconciles run.
-    pub reconciles: Counter,
-    /// Reconciles that failed, by category.
-    pub failures: Family<FailureLabels, Counter>,
-    /// Reconcile duration in seconds.
-    pub duration: Histogram,
+    /// Reconciles run, by controller.
+    reconciles: Family<ControllerLabels, Counter>,
+    /// Reconciles that failed, by controller and category.
+    failures: Family<FailureLabels, Counter>,
+    /// Reconcile duration in seconds, by controller.
+    duration: Durations,
     /// Cards by condition and status.
     pub cards: Family<ConditionLabels, Gauge>,
     /// Requests to the API server, by verb and resource (see [`super::api_calls`]).
@@ -45,9 +79,9 @@ pub struct ControllerMetrics {
 impl Default for ControllerMetrics {
     fn default() -> Self {
         ControllerMetrics {
-            reconciles: Counter::default(),
+            reconciles: Family::default(),
             failures: Family::default(),
-            duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            duration: Family::new_with_constructor(duration_histogram),
             cards: Family::default(),
             api_calls: Family::default(),
             events_dropped: Counter::default(),
@@ -57,6 +91,27 @@ impl Default for ControllerMetrics {
 }
 
 impl ControllerMetrics {
+    /// Count a reconcile of `controller` starting; the returned timer observes its duration
+    /// when dropped (whatever way the reconcile ends).
+    pub fn reconcile_started(&self, controller: &'static str) -> ReconcileTimer {
+        let labels = ControllerLabels { controller };
+        self.reconciles.get_or_create(&labels).inc();
+        ReconcileTimer {
+            histogram: self.duration.get_or_create(&labels).clone(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Count a failed reconcile of `controller`, by its error's bounded category.
+    pub fn count_failure(&self, controller: &'static str, category: &'static str) {
+        self.failures
+            .get_or_create(&FailureLabels {
+                controller,
+                category,
+            })
+            .inc();
+    }
+
     /// Record the Ready status (`True`/`False`) of card `key`, or forget it (`None`).
     pub fn set_ready(&self, key: String, status: Option<&'static str>) {
         let mut ready = crate::locks::lock(&self.ready);
@@ -84,17 +139,17 @@ impl ControllerMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "agentcard_reconciles",
-            "AgentCard reconciles",
+            "Reconciles, by controller (agentcard, agentdirectory)",
             self.reconciles.clone(),
         );
         registry.register(
             "agentcard_reconcile_failures",
-            "Failed AgentCard reconciles by category",
+            "Failed reconciles, by controller and category",
             self.failures.clone(),
         );
         registry.register(
             "agentcard_reconcile_duration_seconds",
-            "AgentCard reconcile duration",
+            "Reconcile duration, by controller",
             self.duration.clone(),
         );
         registry.register(

@@ -1,44 +1,41 @@
 //! The controllers, run by the lease holder only.
 //!
-//! Data flow: [`run`] (the wiring) subscribes to the process's shared watches ([`crate::hub`])
-//! and starts the ones only the controllers need (signing Secret, JWKS ConfigMap, the
-//! Ingresses and HTTPRoutes the operator writes); [`watches`] turns each event into the
-//! reconciles it triggers. Each AgentCard walks [`agentcard`]'s pipeline once (validate →
-//! claim → build → apply → status), each AgentDirectory [`agentdirectory`]'s, reading the
-//! shared state of a [`Context`]: who holds which route ([`ownership`] over [`claims`]), the
-//! keys that sign ([`signing`], published by [`jwks`]), what was written ([`written`]), the
-//! [`limits`] and retry [`backoff`]. Objects are written by [`write`]'s rules. Every task
-//! [`run`] spawns is aborted when its future is dropped, so losing the lease stops all of it.
+//! Data flow: [`run`] (the wiring) makes the trigger edges ([`triggers`]: which event wakes
+//! which reconcile, and why), starts the watches that feed them, each with its own event
+//! logic — the card-side fan-outs of the process's shared watches ([`watches`]), the signing
+//! Secret and JWKS ConfigMap ([`keys::watch`]), the Ingresses and HTTPRoutes the operator
+//! writes ([`routes::watch`]), the directories ([`agentdirectory::watch`]), the agents'
+//! Services ([`agentcard::backends`]) — and builds the [`Context`] from what they keep. Each
+//! AgentCard walks [`agentcard`]'s pipeline once (source → validate → claim → build → apply →
+//! status), each AgentDirectory [`agentdirectory`]'s, reading the context by subsystem:
+//! [`routes`] (who holds which host and path, the route objects, the platform's policy),
+//! [`keys`] (the signing Secret, which keys sign, the JWKS publisher), [`writes`] (how objects
+//! are written, and what was written but not seen yet), [`limits`] and retry [`backoff`]. The
+//! lease holder also writes the directories' change feeds ([`feed_writer`]). Every task [`run`]
+//! spawns is aborted when its future is dropped, so losing the lease stops all of it.
 
 pub mod agentcard;
 pub mod agentdirectory;
 pub mod api_calls;
-pub mod backends;
 pub mod backoff;
-pub mod claims;
 pub mod conditions;
 pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
-pub mod feedlog;
+pub mod feed_writer;
 pub mod finalizers;
-pub mod jwks;
 pub mod keys;
 pub mod limits;
 pub mod metrics;
-pub mod ownership;
-pub mod policy;
-pub mod routing;
+pub mod routes;
 pub mod run;
-pub mod signing;
-pub mod sweep;
+pub mod triggers;
 pub mod watches;
-pub mod write;
-pub mod written;
+pub mod writes;
 
 pub use config::{Config, Settings};
 pub use context::Context;
 pub use error::Error;
 pub use run::run;
-pub use write::apply_status;
+pub use writes::apply_status;

@@ -107,16 +107,19 @@ pub async fn serve_admin(listener: TcpListener, admin: Arc<Admin>) -> std::io::R
             }
         };
         let admin = admin.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: hyper::Request<Incoming>| {
-                let admin = admin.clone();
-                async move { Ok::<_, Infallible>(answer(&admin, req.method(), req.uri().path())) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(10));
-            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
-        });
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let svc = service_fn(move |req: hyper::Request<Incoming>| {
+                    let admin = admin.clone();
+                    async move { Ok::<_, Infallible>(answer(&admin, req.method(), req.uri().path())) }
+                });
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(std::time::Duration::from_secs(10));
+                let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+            },
+            tracing::debug_span!("admin_connection"),
+        ));
     }
 }

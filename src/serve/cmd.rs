@@ -78,11 +78,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     legacy: args.legacy_path,
                     interval: std::time::Duration::from_millis(200),
                 };
-                tokio::spawn(source_dir::watch_dir(
-                    dir.clone(),
-                    content.clone(),
-                    opts,
-                    args.directory_host.clone(),
+                tokio::spawn(tracing::Instrument::instrument(
+                    source_dir::watch_dir(
+                        dir.clone(),
+                        content.clone(),
+                        opts,
+                        args.directory_host.clone(),
+                    ),
+                    tracing::info_span!("card_dir", dir = %dir.display()),
                 ))
             }
             None => {

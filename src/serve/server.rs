@@ -326,11 +326,10 @@ pub async fn serve_public(
                 draining: shutdown.draining(),
             },
         };
-        tokio::spawn(serve_connection(
-            stream,
-            shared,
-            close_when_idle,
-            (permit, client_slot),
+        // A debug span: off at the default level, so a connection costs no span then.
+        tokio::spawn(tracing::Instrument::instrument(
+            serve_connection(stream, shared, close_when_idle, (permit, client_slot)),
+            tracing::debug_span!("connection", %peer),
         ));
     }
     drop(listener);
@@ -658,13 +657,17 @@ pub async fn serve_public_per_core(
                         return;
                     }
                 };
-                let result = rt.block_on(async move {
-                    let listener = TcpListener::from_std(listener)?;
-                    serve_public(
-                        listener, content, metrics, per_worker, authorizer, shutdown, guards,
-                    )
-                    .await
-                });
+                let span = tracing::info_span!("http_worker", worker = i);
+                let result = rt.block_on(tracing::Instrument::instrument(
+                    async move {
+                        let listener = TcpListener::from_std(listener)?;
+                        serve_public(
+                            listener, content, metrics, per_worker, authorizer, shutdown, guards,
+                        )
+                        .await
+                    },
+                    span,
+                ));
                 // A worker ends without an error only when the shutdown closed it.
                 if let Err(e) = result {
                     let _ = failed.send(e);

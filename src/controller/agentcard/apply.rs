@@ -20,13 +20,13 @@ use super::card::{backend_ingress_name, card_key, configmap_name, ingress_name};
 use crate::contract::{ANN_CARD, LABEL_CARD_UID};
 use crate::controller::config::Settings;
 use crate::controller::error::Error;
-use crate::controller::routing::RouteKind;
-use crate::controller::write::{
+use crate::controller::routes::routing::RouteKind;
+use crate::controller::writes::seen::{WriteMemo, Written};
+use crate::controller::writes::{
     configmap_current, configmap_removals, delete_at_version, delete_if_present,
     delete_route_if_ours, ingress_current, ingress_removals, managed, write, write_route, Deleted,
     Rules,
 };
-use crate::controller::written::{WriteMemo, Written};
 use crate::crd::AgentCard;
 use crate::store::{MetaView, SeenConfigMap, SeenIngress};
 

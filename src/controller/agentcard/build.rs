@@ -21,7 +21,7 @@ use crate::a2a::SigningKey;
 use crate::contract::*;
 use crate::controller::config::Settings;
 use crate::controller::error::Error;
-use crate::controller::routing::{ingress_object, IngressTarget, RouteKind};
+use crate::controller::routes::routing::{ingress_object, IngressTarget, RouteKind};
 use crate::crd::{AgentCard, ServedRoute};
 use crate::store::{MetaView, SeenConfigMap};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -396,8 +396,8 @@ fn http_routes(card: &AgentCard, settings: &Settings, marks: &Marks) -> Result<R
 pub(crate) mod tests {
     use super::*;
     use crate::a2a::Algorithm;
-    use crate::controller::policy::IngressPolicy;
-    use crate::controller::routing::{Routing, MAX_INGRESS_NAME};
+    use crate::controller::routes::policy::IngressPolicy;
+    use crate::controller::routes::routing::{Routing, MAX_INGRESS_NAME};
 
     fn keys() -> Vec<SigningKey> {
         vec![SigningKey::generate(Algorithm::EdDSA, Some("k1")).unwrap()]

@@ -7,7 +7,7 @@ use kube::ResourceExt;
 
 use crate::a2a::card::{AgentCard as A2aCard, AgentInterface};
 use crate::contract::*;
-use crate::controller::routing::MAX_INGRESS_NAME;
+use crate::controller::routes::routing::MAX_INGRESS_NAME;
 use crate::crd::AgentCard;
 
 /// `spec.publish.pathPrefix` normalised: `""` or `/a/b`.

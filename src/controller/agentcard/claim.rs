@@ -4,9 +4,9 @@
 use kube::ResourceExt;
 
 use super::card::prefix;
-use crate::controller::claims::Claim;
 use crate::controller::error::Error;
-use crate::controller::ownership::Ownership;
+use crate::controller::routes::ownership::Ownership;
+use crate::controller::routes::table::Claim;
 use crate::crd::AgentCard;
 
 /// The claim `card` asks for, from `now` on (an existing claim keeps its own time).

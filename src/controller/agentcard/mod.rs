@@ -12,6 +12,7 @@
 //! longer needs are released, and the cards waiting on those hosts are looked at again.
 
 pub mod apply;
+pub mod backends;
 pub mod build;
 pub mod card;
 pub mod claim;
@@ -24,7 +25,7 @@ pub mod status;
 pub mod validate;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject};
@@ -37,8 +38,8 @@ use super::context::Context;
 use super::error::Error;
 use super::events::event;
 use super::finalizers::{self, LEGACY_CARD};
-use super::metrics::FailureLabels;
-use super::routing::{self, RouteKind};
+use super::metrics::CARD_CONTROLLER;
+use crate::controller::routes::routing::{self, RouteKind};
 use crate::crd::AgentCard;
 use crate::store::SeenConfigMap;
 use apply::Existing;
@@ -55,9 +56,9 @@ const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
 pub type Outcome = Result<(Built, Vec<String>), Error>;
 
 /// Reconcile one AgentCard.
+#[tracing::instrument(skip_all, fields(card = %card::card_key(&card)))]
 pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    ctx.metrics.reconciles.inc();
+    let _timer = ctx.metrics.reconcile_started(CARD_CONTROLLER);
     ctx.ownership.load().await;
     let result = if card.meta().deletion_timestamp.is_some() {
         // Held in deletion by someone's finalizer (or by ours from an earlier version): off
@@ -76,9 +77,6 @@ pub async fn reconcile(card: Arc<AgentCard>, ctx: Arc<Context>) -> Result<Action
             result
         }
     };
-    ctx.metrics
-        .duration
-        .observe(started.elapsed().as_secs_f64());
     result
 }
 
@@ -115,12 +113,7 @@ pub fn error_policy(card: Arc<AgentCard>, error: &Error, ctx: Arc<Context>) -> A
 }
 
 fn count_failure(ctx: &Context, error: &Error) {
-    ctx.metrics
-        .failures
-        .get_or_create(&FailureLabels {
-            category: error.category(),
-        })
-        .inc();
+    ctx.metrics.count_failure(CARD_CONTROLLER, error.category());
 }
 
 /// One pass of the pipeline for a card that exists.
@@ -153,7 +146,8 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         (None, _) => publish(&card, ctx, &existing).await,
     };
     let retired = retired_keys(&outcome, previous.as_deref(), ctx);
-    let backend = super::backends::state(&ctx.client, &ctx.backends, &card).await;
+    let backend =
+        crate::controller::agentcard::backends::state(&ctx.client, &ctx.backends, &card).await;
     let next = status::next(&status::Found {
         card: &card,
         published: resolved.as_ref().unwrap_or(&card),
@@ -237,8 +231,10 @@ fn existing_routes<'a>(
 async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Outcome {
     let annotations = ctx.namespace_annotations(&card.namespace().unwrap_or_default());
     let limit = |c: &AgentCard| {
-        ctx.limits.check_namespace(c, &ctx.index, &ctx.cards)?;
-        ctx.limits.check_namespace_bytes(c, &ctx.index, &ctx.cards)
+        ctx.limits
+            .check_namespace(c, &ctx.cards_by_host, &ctx.cards)?;
+        ctx.limits
+            .check_namespace_bytes(c, &ctx.cards_by_host, &ctx.cards)
     };
     let warnings = validate::admit(
         card,
@@ -383,14 +379,14 @@ fn next_action(
     }
 }
 
-/// When to look at the agent's Service again: within [`super::backends::RECHECK`] while it is
+/// When to look at the agent's Service again: within [`crate::controller::agentcard::backends::RECHECK`] while it is
 /// not ready (a Service created or renumbered changes no EndpointSlice).
 fn next_backend_check(next: &crate::crd::AgentCardStatus) -> Option<Duration> {
     next.conditions
         .iter()
         .find(|c| c.type_ == status::BACKEND_READY)
         .filter(|c| c.status == "False")
-        .map(|_| super::backends::RECHECK)
+        .map(|_| crate::controller::agentcard::backends::RECHECK)
 }
 
 /// The Event a reconcile's `outcome` is reported with: Normal when published, Warning with the

@@ -14,9 +14,9 @@ use super::build::Built;
 use super::source;
 use crate::controller::conditions::{condition, condition_with, READY, ROUTED};
 use crate::controller::error::Error;
-use crate::controller::routing::RouteKind;
-use crate::controller::write::apply_status;
-use crate::controller::written::{Unseen, STATUS_WRITE};
+use crate::controller::routes::routing::RouteKind;
+use crate::controller::writes::apply_status;
+use crate::controller::writes::seen::{Unseen, STATUS_WRITE};
 use crate::crd::{AgentCard, AgentCardStatus};
 
 /// Condition type: the served card carries a signature of the active key.
@@ -439,7 +439,7 @@ fn set_successor(status: &mut AgentCardStatus, found: &Found<'_>) {
 fn set_backend(status: &mut AgentCardStatus, found: &Found<'_>) {
     let prev = previous_conditions(found.card);
     status.conditions.retain(|c| c.type_ != BACKEND_READY);
-    let has_backend = crate::controller::backends::service_of(found.card).is_some();
+    let has_backend = crate::controller::agentcard::backends::service_of(found.card).is_some();
     if found.backend.is_none() && has_backend {
         // The Service could not be read: the last verdict stands.
         if let Some(c) = prev.iter().find(|c| c.type_ == BACKEND_READY) {

@@ -12,11 +12,11 @@ use super::card::{backend_path, effective_card, prefix};
 use crate::a2a::validate::{lint, validate as validate_card, LintOptions};
 use crate::a2a::{Problem, Problems};
 use crate::contract::{host_matches, patterns};
-use crate::controller::claims::inside_subtree;
 use crate::controller::config::Settings;
 use crate::controller::error::Error;
-use crate::controller::policy::IngressPolicy;
-use crate::controller::routing::{RouteKind, Routing};
+use crate::controller::routes::policy::IngressPolicy;
+use crate::controller::routes::routing::{RouteKind, Routing};
+use crate::controller::routes::table::inside_subtree;
 use crate::crd::AgentCard;
 
 pub use crate::contract::ANN_ALLOWED_HOSTS;

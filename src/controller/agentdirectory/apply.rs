@@ -1,4 +1,4 @@
-//! Apply: write what routes the directory's host (through [`crate::controller::write`]'s
+//! Apply: write what routes the directory's host (through [`crate::controller::writes`]'s
 //! rules), remove what routed it before a switch of routing kind once the new route carries
 //! traffic, and take it all away when the directory loses its host or goes.
 
@@ -9,12 +9,12 @@ use kube::{Client, ResourceExt};
 use super::build::{ingress_name, routed_by_route, written_for, DirectoryRoutes};
 use crate::controller::config::Settings;
 use crate::controller::error::Error;
-use crate::controller::routing::{self, RouteKind};
-use crate::controller::write::{
+use crate::controller::routes::routing::{self, RouteKind};
+use crate::controller::writes::seen::Written;
+use crate::controller::writes::{
     delete_if_present, delete_route_if_ours, ingress_current, ingress_removals, write, write_route,
     Rules,
 };
-use crate::controller::written::Written;
 use crate::crd::AgentDirectory;
 use crate::store::{MetaView, SeenIngress};
 

@@ -11,8 +11,10 @@ use crate::contract::{hashed_name, ANN_DIRECTORY, LABEL_MANAGED_BY, MANAGER};
 use crate::controller::conditions::ROUTED;
 use crate::controller::config::Settings;
 use crate::controller::error::Error;
-use crate::controller::routing::{ingress_object, IngressTarget, RouteKind, MAX_INGRESS_NAME};
-use crate::controller::write::managed;
+use crate::controller::routes::routing::{
+    ingress_object, IngressTarget, RouteKind, MAX_INGRESS_NAME,
+};
+use crate::controller::writes::managed;
 use crate::crd::AgentDirectory;
 use crate::store::MetaView;
 
@@ -103,7 +105,7 @@ pub fn written_for(meta: &dyn MetaView, dir: &AgentDirectory) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::policy::IngressPolicy;
+    use crate::controller::routes::policy::IngressPolicy;
 
     #[test]
     fn the_ingress_routes_the_whole_host_to_the_operator() {
@@ -119,7 +121,7 @@ mod tests {
             service_name: "svc".into(),
             service_port_name: "http".into(),
             ingress: IngressPolicy::default(),
-            routing: crate::controller::routing::Routing::default(),
+            routing: crate::controller::routes::routing::Routing::default(),
             retired_retention_seconds: 60,
         };
         let ing = serde_json::to_value(build(&dir, &settings).unwrap().ingress.unwrap()).unwrap();

@@ -185,7 +185,7 @@ impl Tally {
 }
 
 /// The stores counting reads.
-pub struct Sources {
+pub struct Stores {
     /// Every card.
     pub cards: Store<AgentCard>,
     /// Every Namespace (their labels select cards).
@@ -225,7 +225,7 @@ fn namespace_labels(namespaces: &Store<Namespace>) -> HashMap<String, BTreeMap<S
 /// Keep `counts` until `recounts` ends, sending each directory whose count changed to
 /// `changed`. What a recount reads from the stores is gathered before the lock is taken.
 pub async fn run(
-    sources: Sources,
+    sources: Stores,
     counts: Arc<Counts>,
     mut recounts: UnboundedReceiver<Recount>,
     changed: UnboundedSender<ObjectRef<AgentDirectory>>,

@@ -14,6 +14,7 @@ pub mod apply;
 pub mod build;
 pub mod count;
 pub mod status;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,13 +28,14 @@ use kube::{Resource, ResourceExt};
 pub use crate::contract::ANN_DIRECTORY;
 pub use build::ingress_name;
 
-use super::claims::Claim;
 use super::context::Context;
 use super::error::Error;
 use super::finalizers::{self, LEGACY_DIRECTORY};
-use super::routing::{self, RouteKind};
-use super::write::apply_status;
+use super::metrics::DIRECTORY_CONTROLLER;
 use crate::contract::normalize_prefix;
+use crate::controller::routes::routing::{self, RouteKind};
+use crate::controller::routes::table::Claim;
+use crate::controller::writes::apply_status;
 use crate::crd::agentdirectory::DirectoryRoute;
 use crate::crd::AgentDirectory;
 
@@ -45,7 +47,9 @@ const UPSTREAMS_RECHECK: Duration = Duration::from_secs(5);
 const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
 
 /// Reconcile one AgentDirectory.
+#[tracing::instrument(skip_all, fields(directory = %dir.name_any()))]
 pub async fn reconcile(dir: Arc<AgentDirectory>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile_started(DIRECTORY_CONTROLLER);
     ctx.ownership.load().await;
     let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
     if dir.meta().deletion_timestamp.is_some() {
@@ -79,6 +83,8 @@ pub async fn forget(dir: &AgentDirectory, ctx: &Context) -> Result<(), Error> {
 
 /// Transient failures: per-object exponential backoff.
 pub fn error_policy(dir: Arc<AgentDirectory>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics
+        .count_failure(DIRECTORY_CONTROLLER, error.category());
     let delay = ctx.backoff.next(&backoff_key(&dir));
     tracing::warn!(directory = %dir.name_any(), category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)

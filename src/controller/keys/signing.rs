@@ -1,6 +1,6 @@
 //! The keys cards are signed with, as the reconciles ask for them: the signing Secret's keys
 //! (parsed once per Secret version), and which of them sign now, once the JWKS publisher
-//! ([`super::jwks`]) has published them. A card is never signed with a key clients cannot
+//! ([`crate::controller::keys::jwks`]) has published them. A card is never signed with a key clients cannot
 //! fetch yet.
 
 use std::sync::Arc;
@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
-use super::error::Error;
-use super::keys::{self, KeyCache, Keys};
+use crate::controller::error::Error;
+use crate::controller::keys::{self, KeyCache, Keys};
 
 /// The JWKS publisher's last publication.
 #[derive(Clone, Debug)]

@@ -1,4 +1,4 @@
-//! Who holds which route, as the reconciles use it: the claims table ([`super::claims`],
+//! Who holds which route, as the reconciles use it: the claims table ([`crate::controller::routes::table`],
 //! pure) loaded once per leadership from what the cards' and directories' status says is
 //! served (the previous holder's decision, written where tenants cannot write), then kept by
 //! the reconciles; and the peers to look at again when a claim is freed.
@@ -15,9 +15,9 @@ use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
 
-use super::claims::{Claim, Claims};
-use super::error::Error;
-use super::watches::CardIndex;
+use crate::controller::error::Error;
+use crate::controller::routes::table::{Claim, Claims};
+use crate::controller::watches::CardsByHost;
 use crate::crd::{AgentCard, AgentDirectory};
 
 /// The claims table and what it needs to keep it right.
@@ -31,7 +31,7 @@ pub struct Ownership {
     /// Every AgentDirectory.
     directories: Store<AgentDirectory>,
     /// The cards by host.
-    index: Arc<Mutex<CardIndex>>,
+    index: Arc<Mutex<CardsByHost>>,
     /// Cards to re-check because a peer on their host changed.
     peers: UnboundedSender<ObjectRef<AgentCard>>,
     /// Directories to re-check because a peer on their host changed.
@@ -57,7 +57,7 @@ pub struct OwnershipInputs {
     /// Every AgentDirectory.
     pub directories: Store<AgentDirectory>,
     /// The cards by host.
-    pub index: Arc<Mutex<CardIndex>>,
+    pub cards_by_host: Arc<Mutex<CardsByHost>>,
     /// Cards to re-check.
     pub peers: UnboundedSender<ObjectRef<AgentCard>>,
     /// Directories to re-check.
@@ -78,7 +78,7 @@ impl Ownership {
             shared_hosts: inputs.shared_hosts,
             cards: inputs.cards,
             directories: inputs.directories,
-            index: inputs.index,
+            index: inputs.cards_by_host,
             peers: inputs.peers,
             directory_peers: inputs.directory_peers,
             directories_wait: inputs.directories_wait,

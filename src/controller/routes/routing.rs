@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{json, Value};
 
-use super::error::Error;
-use super::policy::IngressPolicy;
+use crate::controller::error::Error;
+use crate::controller::routes::policy::IngressPolicy;
 use crate::crd::agentcard::IngressSettings;
 
 /// What the operator writes to route traffic to cards and directories.

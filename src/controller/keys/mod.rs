@@ -15,6 +15,10 @@
 //! when each key was first published) is kept in annotations of the JWKS ConfigMap, so it
 //! survives restarts and lease hand-overs.
 
+pub mod jwks;
+pub mod signing;
+pub mod watch;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! last write reads that write, not the older object in the store, and so does not write again.
 //!
 //! [`Unseen`] is the table of writes not seen yet (digests of objects, whole statuses), kept in
-//! step by the watches ([`super::watches`]); [`Written`] answers the reconciles: a card's
+//! step by the watches ([`crate::controller::watches`]); [`Written`] answers the reconciles: a card's
 //! ConfigMap, Ingresses, HTTPRoutes and status as they are now.
 
 use std::collections::HashMap;
@@ -14,8 +14,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 
-use super::agentcard::card::configmap_name;
-use super::routing;
+use crate::controller::agentcard::card::configmap_name;
+use crate::controller::routes::routing;
 use crate::crd::{AgentCard, AgentCardStatus};
 use crate::store::{SeenConfigMap, SeenIngress};
 

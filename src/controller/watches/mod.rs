@@ -3,7 +3,7 @@
 //! Data flow: each hub stores an object compacted ([`crate::store`]: what no reconcile reads is
 //! dropped, so 10,000 cards fit in little memory), then forwards its event
 //! here: [`fan_out_cards`], [`fan_out_namespaces`] and [`fan_out_configmaps`] update the indexes
-//! ([`CardIndex`]: the controller's cards by host and by namespace) and forget the writes the
+//! ([`CardsByHost`]: the controller's cards by host and by namespace) and forget the writes the
 //! watch now shows ([`Unseen`]), and only then send what each event triggers (the card itself to
 //! the card controller, a re-count to the directories, the cards of a namespace whose host
 //! allowance changed, the owner of an edited ConfigMap). Each event costs O(what changed): no
@@ -11,6 +11,8 @@
 //!
 //! A relist (`Init` … `InitDone`) is held back until `InitDone`: the store swaps in the new list
 //! only then, so a trigger sent earlier could find a new card missing from the store.
+
+pub mod start;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -23,8 +25,8 @@ use kube::runtime::watcher;
 use kube::ResourceExt;
 
 use super::agentdirectory::count::Recount;
-use super::written::{Unseen, WriteMemo};
 use crate::contract::{ANN_ALLOWED_HOSTS, ANN_DIRECTORY, CONTENT_CARD, LABEL_CONTENT};
+use crate::controller::writes::seen::{Unseen, WriteMemo};
 use crate::crd::AgentCard;
 use crate::hub::{name_ref, Shared};
 use crate::process::AbortOnDrop;
@@ -34,7 +36,7 @@ use crate::store::{MetaView, SeenConfigMap};
 /// which cards to look at again when a host is freed, and how many cards a namespace has.
 /// Each card's reference is held once (an `Arc` shared by the three maps) and each host once.
 #[derive(Default)]
-pub struct CardIndex {
+pub struct CardsByHost {
     host_of: HashMap<CardKey, Arc<str>>,
     /// A host has one card, sometimes a few (shared hosts, conflicts): a list, not a set.
     by_host: HashMap<Arc<str>, Vec<CardKey>>,
@@ -50,10 +52,10 @@ pub fn spec_bytes(card: &AgentCard) -> usize {
     serde_json::to_vec(&card.spec).map_or(1, |v| v.len().max(1))
 }
 
-/// A card's reference as the [`CardIndex`] holds it.
+/// A card's reference as the [`CardsByHost`] holds it.
 type CardKey = Arc<ObjectRef<AgentCard>>;
 
-impl CardIndex {
+impl CardsByHost {
     /// Record `card` (new, or its host changed).
     pub fn apply(&mut self, card: &AgentCard) {
         let key = name_ref(card);
@@ -172,7 +174,7 @@ impl CardIndex {
 /// the start, which reconciles every card anyway. A walk holds the index's shared references,
 /// not copies of every name.
 pub async fn resync(
-    index: Arc<Mutex<CardIndex>>,
+    index: Arc<Mutex<CardsByHost>>,
     period: std::time::Duration,
     cards: UnboundedSender<ObjectRef<AgentCard>>,
 ) {
@@ -203,8 +205,9 @@ pub fn resync_gap(period: std::time::Duration, cards: usize) -> Option<std::time
 /// busy the controller reading it is (a stream polled only by the controller updates its store
 /// only as fast as the controller polls, and a reconcile would read an old object). The objects
 /// each event touched come out of the returned channel once the store holds them (a relist's
-/// at its end).
+/// at its end). The task runs in `span`.
 pub(super) fn drive<K, T>(
+    span: tracing::Span,
     feed: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     touched: impl Fn(&K) -> T + Send + 'static,
 ) -> (AbortOnDrop, futures::channel::mpsc::UnboundedReceiver<T>)
@@ -213,7 +216,7 @@ where
     T: Send + 'static,
 {
     let (tx, rx) = futures::channel::mpsc::unbounded();
-    let task = tokio::spawn(async move {
+    let task = AbortOnDrop::spawn(span, async move {
         futures::pin_mut!(feed);
         // What a relist touched, held (as `T`, not whole objects) until its end.
         let mut relisted: Vec<T> = Vec::new();
@@ -233,7 +236,7 @@ where
             }
         }
     });
-    (AbortOnDrop(task), rx)
+    (task, rx)
 }
 
 /// Whom an object the operator writes was written for, as its watch event says: its namespace
@@ -258,6 +261,27 @@ impl WrittenFor {
             directory: annotation(ANN_DIRECTORY),
         }
     }
+
+    /// The card or directory to reconcile for this object. A directory's routes live in the
+    /// operator's namespace only, a card's in the operator's namespace or the card's own: an
+    /// object elsewhere (a tenant's, annotated to name another namespace's card) names nobody.
+    pub fn owner(&self, operator_ns: &str) -> Option<Owner> {
+        if let Some(dir) = &self.directory {
+            return (self.namespace == operator_ns).then(|| Owner::Directory(ObjectRef::new(dir)));
+        }
+        let (ns, name) = crate::contract::annotated_card(self.card.as_deref()?)?;
+        (self.namespace == operator_ns || self.namespace == ns)
+            .then(|| Owner::Card(ObjectRef::new(name).within(ns)))
+    }
+}
+
+/// Whom an object the operator writes belongs to (see [`WrittenFor::owner`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// A card's object.
+    Card(ObjectRef<AgentCard>),
+    /// A directory's object.
+    Directory(ObjectRef<crate::crd::AgentDirectory>),
 }
 
 /// Where a card event goes once the store and the index hold it.
@@ -275,7 +299,7 @@ pub enum Gone {
     /// A card's delete event: forget it (claims, routes in the operator's namespace).
     Card(Arc<AgentCard>),
     /// The cards were (re-)listed: a card deleted meanwhile sent no event, so its routes are
-    /// found by sweeping ([`super::sweep`]).
+    /// found by sweeping ([`crate::controller::routes::sweep`]).
     Relisted,
 }
 
@@ -287,7 +311,7 @@ pub enum Gone {
 pub async fn fan_out_cards(
     feed: impl Stream<Item = Shared<AgentCard>>,
     store: Store<AgentCard>,
-    index: Arc<Mutex<CardIndex>>,
+    index: Arc<Mutex<CardsByHost>>,
     scope: Scope,
     unseen: Arc<Unseen<crate::crd::AgentCardStatus>>,
     targets: CardTargets,
@@ -300,7 +324,7 @@ pub async fn fan_out_cards(
             &event
         {
             unseen.forget(
-                super::written::STATUS_WRITE,
+                crate::controller::writes::seen::STATUS_WRITE,
                 c.metadata.namespace.as_deref().unwrap_or(""),
                 c.metadata.name.as_deref().unwrap_or(""),
             );
@@ -390,7 +414,7 @@ impl Scope {
 /// namespace's cards, and only then (labels and other annotations do not touch cards).
 pub async fn fan_out_namespaces(
     feed: impl Stream<Item = Shared<Namespace>>,
-    index: Arc<Mutex<CardIndex>>,
+    index: Arc<Mutex<CardsByHost>>,
     cards: UnboundedSender<ObjectRef<AgentCard>>,
     directories: UnboundedSender<Recount>,
 ) {
@@ -496,7 +520,7 @@ mod tests {
 
     #[test]
     fn the_index_follows_host_moves_and_deletions() {
-        let mut index = CardIndex::default();
+        let mut index = CardsByHost::default();
         index.apply(&card("a", "one", "H.example"));
         index.apply(&card("a", "two", "h.example"));
         index.apply(&card("b", "three", "other.example"));
@@ -535,7 +559,7 @@ mod tests {
     async fn the_resync_waits_a_period_then_walks_every_card_spread_over_the_next() {
         use std::time::Duration;
         let period = Duration::from_secs(100);
-        let index = Arc::new(Mutex::new(CardIndex::default()));
+        let index = Arc::new(Mutex::new(CardsByHost::default()));
         for i in 0..4 {
             lock(&index).apply(&card("a", &format!("c{i}"), &format!("h{i}.example")));
         }
@@ -561,7 +585,7 @@ mod tests {
         task.abort();
     }
 
-    fn lock(index: &Mutex<CardIndex>) -> std::sync::MutexGuard<'_, CardIndex> {
+    fn lock(index: &Mutex<CardsByHost>) -> std::sync::MutexGuard<'_, CardsByHost> {
         index.lock().unwrap()
     }
 }

@@ -8,7 +8,7 @@
 //! re-list) leaves it behind: the sweep finds those by uid and deletes them.
 //!
 //! Data flow: the card watch's fan-out asks for a sweep after each (re-)list, the first one
-//! included ([`super::watches::Gone::Relisted`]); once the route stores are listed, [`sweep`] reads
+//! included ([`crate::controller::watches::Gone::Relisted`]); once the route stores are listed, [`sweep`] reads
 //! the uids of the cards the card store holds, asks [`orphans`] (pure) which routes name none
 //! of them, and deletes each on the resourceVersion it was judged by (a route rewritten since,
 //! for a card re-created under the same name, is left to that card).
@@ -20,10 +20,10 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
-use super::routing::httproute_resource;
-use super::write::{delete_at_version, managed, Deleted};
-use super::written::Written;
-use crate::contract::{ANN_CARD, LABEL_CARD_UID};
+use crate::contract::{annotated_card, ANN_CARD, LABEL_CARD_UID};
+use crate::controller::routes::routing::httproute_resource;
+use crate::controller::writes::seen::Written;
+use crate::controller::writes::{delete_at_version, managed, Deleted};
 use crate::crd::AgentCard;
 use crate::store::MetaView;
 
@@ -48,7 +48,7 @@ pub fn orphans<'a>(
         .filter(|(_, _, meta)| managed(*meta))
         .filter(|(_, _, meta)| {
             meta.annotation(ANN_CARD)
-                .and_then(|c| c.split_once('/'))
+                .and_then(annotated_card)
                 .is_some_and(|(ns, _)| in_scope(ns))
         })
         .filter(|(_, _, meta)| {

@@ -1,7 +1,7 @@
 //! The JWKS publisher: after each trigger (the signing Secret or the JWKS ConfigMap changed,
 //! or a rotation step is due) it writes the current keys' JWKS to the `agentcard-jwks`
 //! ConfigMap ([`keys::publish_jwks`]), tells the reconciles which keys sign now
-//! ([`super::signing`]), asks for every card to be signed again when that changed, and
+//! ([`crate::controller::keys::signing`]), asks for every card to be signed again when that changed, and
 //! records the rotation's Events. A failed write is retried with backoff; a new trigger
 //! retries at once.
 
@@ -18,10 +18,10 @@ use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::backoff::backoff_delay;
-use super::events::Events;
-use super::keys::{self, KeyCache, Keys};
-use super::signing::PublishedKeys;
+use crate::controller::backoff::backoff_delay;
+use crate::controller::events::Events;
+use crate::controller::keys::signing::PublishedKeys;
+use crate::controller::keys::{self, KeyCache, Keys};
 use crate::crd::AgentCard;
 use crate::store::SeenConfigMap;
 
@@ -198,7 +198,8 @@ impl Publisher {
     /// A rotation step's Event on the Secret.
     async fn record(&self, secret: &Secret, reason: &'static str, note: String) {
         tracing::info!(reason, "{note}");
-        let event = super::events::event(EventType::Normal, reason, "RotateKeys", &note);
+        let event =
+            crate::controller::events::event(EventType::Normal, reason, "RotateKeys", &note);
         self.recorder
             .record(&event, &kube::Resource::object_ref(secret, &()))
             .await;

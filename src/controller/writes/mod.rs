@@ -5,6 +5,8 @@
 //! or when the same write is on its way into the store ([`WriteMemo`]); and a merge patch first
 //! for what it set and no longer wants (a create co-owns every field it wrote).
 
+pub mod seen;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -12,10 +14,10 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 
-use super::error::Error;
-use super::routing::httproute_resource;
-use super::written::WriteMemo;
 use crate::contract::{LABEL_MANAGED_BY, MANAGER};
+use crate::controller::error::Error;
+use crate::controller::routes::routing::httproute_resource;
+use crate::controller::writes::seen::WriteMemo;
 use crate::store::{digest, MetaView, OptionalSpec, SeenConfigMap, SeenIngress};
 
 pub(crate) fn ssa() -> PatchParams {

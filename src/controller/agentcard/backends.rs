@@ -20,7 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 
-use super::watches::CardIndex;
+use crate::controller::watches::CardsByHost;
 use crate::crd::AgentCard;
 use crate::process::AbortOnDrop;
 
@@ -261,7 +261,7 @@ pub fn watch(
     namespace: Option<&str>,
     backends: Arc<Backends>,
     cards: Store<AgentCard>,
-    index: Arc<Mutex<CardIndex>>,
+    index: Arc<Mutex<CardsByHost>>,
     refs: UnboundedSender<ObjectRef<AgentCard>>,
 ) -> AbortOnDrop {
     let api: Api<EndpointSlice> = match namespace {
@@ -269,7 +269,7 @@ pub fn watch(
         None => Api::all(client.clone()),
     };
     let config = watcher::Config::default().labels(SERVICE_NAME);
-    AbortOnDrop(tokio::spawn(async move {
+    AbortOnDrop::spawn(tracing::info_span!("backend_watch"), async move {
         let mut listing: Vec<EndpointSlice> = Vec::new();
         let mut events = watcher(api, config).default_backoff().boxed();
         while let Some(event) = events.next().await {
@@ -302,7 +302,7 @@ pub fn watch(
                 }
             }
         }
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,199 @@
+//! The watches of the signing keys: the signing Secret and the JWKS ConfigMap, each by name,
+//! and the JWKS publisher ([`super::jwks::Publisher`]) they trigger.
+//!
+//! Data flow: any change of either (or a relist) asks the publisher to publish again; a change
+//! of the keys or of the active key (or the Secret coming or going) also asks for every card
+//! to be signed again (`resign_all`); other label and annotation edits, and relists, leave the
+//! cards alone. The reconciles read the Secret's store and the publisher's last word through
+//! [`super::signing::Signing`].
+
+use std::sync::Arc;
+
+use futures::channel::mpsc::{unbounded, UnboundedSender};
+use futures::{SinkExt, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+
+use super::jwks::Publisher;
+use super::signing::{PublishedKeys, Signing};
+use super::{KeyCache, ANN_ACTIVE_KEY, JWKS_CONFIGMAP};
+use crate::controller::backoff::backoff_delay;
+use crate::controller::config::Config;
+use crate::controller::error::Error;
+use crate::controller::events::Events;
+use crate::crd::AgentCard;
+use crate::process::AbortOnDrop;
+use crate::store::SeenConfigMap;
+
+/// What the publisher reads beside the keys: the stores of the cards and their ConfigMaps
+/// (the keys some card's bytes are still signed with stay published).
+pub struct PublisherInputs {
+    /// Every card.
+    pub cards: Store<AgentCard>,
+    /// The cards' ConfigMaps.
+    pub configmaps: Store<SeenConfigMap>,
+    /// True once the ConfigMaps are listed.
+    pub configmaps_listed: watch::Receiver<bool>,
+    /// Where "sign every card again" goes (a rotation step that changes which keys sign).
+    pub resign_all: UnboundedSender<()>,
+    /// The process's Event recorder.
+    pub recorder: Arc<Events>,
+}
+
+/// Start the Secret and JWKS ConfigMap watches and the publisher; their tasks go to `tasks`.
+/// The returned [`Signing`] is how the reconciles ask for keys.
+pub fn start(
+    client: &Client,
+    config: &Config,
+    inputs: PublisherInputs,
+    tasks: &mut Vec<AbortOnDrop>,
+) -> Signing {
+    let opns = &config.settings.operator_namespace;
+    let (publish, publish_rx) = unbounded::<()>();
+    let cache = Arc::new(KeyCache::default());
+    let (secret_task, secrets) =
+        signing_secret(client, config, &cache, &publish, &inputs.resign_all);
+    tasks.extend([secret_task, jwks_configmap(client, opns, publish)]);
+    let (published_tx, published) = watch::channel(None::<PublishedKeys>);
+    let publisher = Publisher {
+        client: client.clone(),
+        namespace: opns.clone(),
+        secret: ObjectRef::new(&config.signing_secret).within(opns),
+        secrets: secrets.clone(),
+        cache: cache.clone(),
+        max_age: config.jwks_max_age,
+        cards: inputs.cards,
+        configmaps: inputs.configmaps,
+        configmaps_listed: inputs.configmaps_listed,
+        published: published_tx,
+        resign_all: inputs.resign_all,
+        recorder: inputs.recorder,
+    };
+    tasks.push(AbortOnDrop::spawn(
+        tracing::info_span!("jwks_publisher", configmap = JWKS_CONFIGMAP),
+        publisher.run(publish_rx),
+    ));
+    Signing {
+        namespace: opns.clone(),
+        secret: config.signing_secret.clone(),
+        secrets,
+        cache,
+        published,
+    }
+}
+
+/// Read the signing Secret, or create it with a fresh ES256 key when asked to. An API server
+/// that fails now (restarting, etcd away) is waited for with backoff: failing here would end
+/// the controllers and the process with them. A refusal (invalid name, no rights) does not
+/// pass by waiting: it fails.
+pub async fn ensure_signing_secret(client: &Client, config: &Config) -> Result<(), Error> {
+    if !config.create_signing_secret {
+        return Ok(());
+    }
+    let opns = &config.settings.operator_namespace;
+    let api: Api<Secret> = Api::namespaced(client.clone(), opns);
+    let mut failures = 0u32;
+    loop {
+        match super::ensure_secret(&api, &config.signing_secret, opns).await {
+            Ok(created) => {
+                if created {
+                    tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
+                }
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
+                return Err(Error::Kube(kube::Error::Api(s)));
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let delay = backoff_delay(failures, 0.5);
+                tracing::warn!(error = %e, retry_in = ?delay, "could not read or create the signing Secret");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// The signing Secret, watched by name: the JWKS is published again after every change, and
+/// every card signed again only when the keys or the active key change (or the Secret comes or
+/// goes). Acted on once the store holds the change: a relist's objects reach the store only
+/// at its end, so a trigger at `InitApply` would find the Secret missing there.
+fn signing_secret(
+    client: &Client,
+    config: &Config,
+    cache: &Arc<KeyCache>,
+    publish: &UnboundedSender<()>,
+    resign_all: &UnboundedSender<()>,
+) -> (AbortOnDrop, Store<Secret>) {
+    let opns = &config.settings.operator_namespace;
+    let (store, writer) = reflector::store();
+    let feed = watcher(
+        Api::<Secret>::namespaced(client.clone(), opns),
+        watcher::Config::default().fields(&format!("metadata.name={}", config.signing_secret)),
+    )
+    .default_backoff()
+    .reflect(writer);
+    let key = ObjectRef::<Secret>::new(&config.signing_secret).within(opns);
+    let (keys_store, cache, publish, mut resign_all) = (
+        store.clone(),
+        cache.clone(),
+        publish.clone(),
+        resign_all.clone(),
+    );
+    let span = tracing::info_span!("signing_secret", secret = %key);
+    let task = AbortOnDrop::spawn(span, async move {
+        futures::pin_mut!(feed);
+        let mut last_keys = None;
+        while let Some(ev) = feed.next().await {
+            if !matches!(
+                ev,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
+            ) {
+                continue;
+            }
+            let secret = keys_store.get(&key);
+            if let Some(Err(e)) = secret.as_ref().map(|s| cache.get(s)) {
+                tracing::warn!(error = %e, "the signing Secret is unusable; cards keep their last signatures");
+            }
+            let _ = publish.unbounded_send(());
+            let keys = Some(secret.map(|s| {
+                let active = s.annotations().get(ANN_ACTIVE_KEY).cloned();
+                (s.data.clone(), active)
+            }));
+            if keys != last_keys {
+                last_keys = keys;
+                let _ = resign_all.send(()).await;
+            }
+        }
+    });
+    (task, store)
+}
+
+/// The JWKS ConfigMap, watched by name: deleted or edited by anyone, it is written again.
+fn jwks_configmap(client: &Client, opns: &str, publish: UnboundedSender<()>) -> AbortOnDrop {
+    let feed = watcher(
+        Api::<ConfigMap>::namespaced(client.clone(), opns),
+        watcher::Config::default().fields(&format!("metadata.name={JWKS_CONFIGMAP}")),
+    )
+    .default_backoff();
+    AbortOnDrop::spawn(
+        tracing::info_span!("jwks_configmap", configmap = JWKS_CONFIGMAP),
+        async move {
+            futures::pin_mut!(feed);
+            while let Some(ev) = feed.next().await {
+                if matches!(
+                    ev,
+                    Ok(watcher::Event::Apply(_)
+                        | watcher::Event::Delete(_)
+                        | watcher::Event::InitDone)
+                ) {
+                    let _ = publish.unbounded_send(());
+                }
+            }
+        },
+    )
+}
