@@ -180,7 +180,7 @@ fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<
 }
 
 /// The feed's view of both watches; decides what the index serves.
-struct Feed {
+struct ClusterView {
     index: Arc<Index>,
     /// The directories' sites and change-feed logs, as requests read them.
     hosted: Arc<Hosted>,
@@ -201,9 +201,9 @@ struct Feed {
     cards_synced: bool,
 }
 
-impl Feed {
-    fn new(content: Content, federation: Arc<Federation>, operator_ns: String) -> Feed {
-        Feed {
+impl ClusterView {
+    fn new(content: Content, federation: Arc<Federation>, operator_ns: String) -> ClusterView {
+        ClusterView {
             index: content.cards,
             hosted: content.directories,
             sites: Sites::new(federation),
@@ -540,7 +540,7 @@ pub async fn watch_cluster(
         hubs.namespaces.subscribe().map(Change::Namespace).boxed(),
         hubs.directories.subscribe().map(Change::Directory).boxed(),
     ]);
-    let mut feed = Feed::new(content, federation, operator_ns);
+    let mut feed = ClusterView::new(content, federation, operator_ns);
     let mut rebuild_at: Option<tokio::time::Instant> = None;
     loop {
         let wait = async {
@@ -585,8 +585,8 @@ mod tests {
     use crate::directory::feed::FeedLog;
     use serde_json::json;
 
-    fn feed() -> Feed {
-        let mut f = Feed::new(Content::default(), Arc::default(), "ops".into());
+    fn feed() -> ClusterView {
+        let mut f = ClusterView::new(Content::default(), Arc::default(), "ops".into());
         f.cms_synced = true;
         f.cards_synced = true;
         f
@@ -621,7 +621,7 @@ mod tests {
         .unwrap()
     }
 
-    fn served(f: &Feed, host: &str) -> Option<String> {
+    fn served(f: &ClusterView, host: &str) -> Option<String> {
         match f.index.lookup(host, PATH_CARD)? {
             crate::index::Hit::Card(p) => Some(String::from_utf8_lossy(&p.body).into_owned()),
             crate::index::Hit::Jwks(_) => None,
@@ -718,7 +718,7 @@ mod tests {
         )
     }
 
-    fn listed(f: &mut Feed, host: &str) -> Vec<String> {
+    fn listed(f: &mut ClusterView, host: &str) -> Vec<String> {
         f.rebuild_sites();
         f.hosted.site(host).map_or_else(Vec::new, |s| {
             s.catalog

@@ -39,7 +39,7 @@ use super::error::Error;
 use super::events::event;
 use super::finalizers::{self, LEGACY_CARD};
 use super::metrics::CARD_CONTROLLER;
-use crate::controller::routes::routing::{self, RouteKind};
+use crate::controller::routes::routing::{self, RouteKind, Verdict};
 use crate::crd::AgentCard;
 use crate::store::SeenConfigMap;
 use apply::Existing;
@@ -210,7 +210,7 @@ fn existing_routes<'a>(
     card: &AgentCard,
     ctx: &Context,
     previous: Option<&'a SeenConfigMap>,
-) -> (Existing<'a>, Option<(String, String, String)>) {
+) -> (Existing<'a>, Option<Verdict>) {
     let existing = Existing::of(&ctx.written, card, previous);
     let routed = (ctx.settings.routing.kind == RouteKind::HttpRoute).then(|| {
         let routes: Vec<&DynamicObject> =
@@ -221,7 +221,7 @@ fn existing_routes<'a>(
         routing::routed(&routes, &ctx.settings.routing.parents)
     });
     let existing = Existing {
-        routes_accepted: routed.as_ref().is_some_and(|(s, _, _)| s == "True"),
+        routes_accepted: routed.as_ref().is_some_and(Verdict::accepted),
         ..existing
     };
     (existing, routed)

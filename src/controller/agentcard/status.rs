@@ -14,7 +14,7 @@ use super::build::Built;
 use super::source;
 use crate::controller::conditions::{condition, condition_with, READY, ROUTED};
 use crate::controller::error::Error;
-use crate::controller::routes::routing::RouteKind;
+use crate::controller::routes::routing::{RouteKind, Verdict};
 use crate::controller::writes::apply_status;
 use crate::controller::writes::seen::{Unseen, STATUS_WRITE};
 use crate::crd::{AgentCard, AgentCardStatus};
@@ -46,7 +46,7 @@ pub struct Found<'a> {
     /// What routes cards.
     pub routing: RouteKind,
     /// The Gateways' verdict on the card's HTTPRoutes, `(status, reason, message)`.
-    pub routed: Option<(String, String, String)>,
+    pub routed: Option<Verdict>,
     /// The time of this reconcile.
     pub now: Time,
     /// This operator installation (its namespace), named in the status it writes.
@@ -318,13 +318,13 @@ fn set_routing(status: &mut AgentCardStatus, found: &Found<'_>) {
         return;
     }
     status.route_kind = Some(found.routing.as_str().to_string());
-    if let Some((state, reason, message)) = &found.routed {
+    if let Some(verdict) = &found.routed {
         status.conditions.push(condition_with(
             &prev,
             ROUTED,
-            state,
-            reason,
-            message.clone(),
+            &verdict.status,
+            &verdict.reason,
+            verdict.message.clone(),
             found.card.metadata.generation,
             &found.now,
         ));

@@ -48,7 +48,7 @@ pub async fn apply(
     let replaced = want.route.is_none()
         || route
             .as_deref()
-            .is_some_and(|r| routing::routed(&[r], &settings.routing.parents).0 == "True");
+            .is_some_and(|r| routing::routed(&[r], &settings.routing.parents).accepted());
     if want.ingress.is_none() && replaced && have.is_some_and(|i| ours(&i.seen)) {
         delete_if_present(&ingresses, &name).await?;
     }

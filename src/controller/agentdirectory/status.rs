@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::controller::conditions::{condition, condition_with, READY, ROUTED, UPSTREAMS_READY};
 use crate::controller::error::Error;
+use crate::controller::routes::routing::Verdict;
 use crate::crd::agentdirectory::{DirectoryRoute, UpstreamStatus};
 use crate::crd::{AgentDirectory, AgentDirectoryStatus};
 
@@ -14,13 +15,13 @@ use crate::crd::{AgentDirectory, AgentDirectoryStatus};
 const LAST_SYNC_STEP: i64 = 300;
 
 /// The status after a reconcile of `dir` that ended with `outcome`, listing `cards`, with
-/// the Gateways' verdict `routed` (`(status, reason, message)`, HTTPRoute routing only) and
+/// the Gateways' verdict `routed` (HTTPRoute routing only) and
 /// its upstreams as this replica synced them.
 pub fn next(
     dir: &AgentDirectory,
     outcome: &Result<DirectoryRoute, Error>,
     cards: i64,
-    routed: Option<(String, String, String)>,
+    routed: Option<Verdict>,
     upstreams: Vec<UpstreamStatus>,
     now: &Time,
 ) -> AgentDirectoryStatus {
@@ -51,13 +52,13 @@ pub fn next(
         generation,
         now,
     )];
-    if let (Some((state, reason, message)), Some(_)) = (routed, &served) {
+    if let (Some(verdict), Some(_)) = (routed, &served) {
         conditions.push(condition_with(
             &prev.conditions,
             ROUTED,
-            &state,
-            &reason,
-            message,
+            &verdict.status,
+            &verdict.reason,
+            verdict.message,
             generation,
             now,
         ));
@@ -162,7 +163,11 @@ mod tests {
             path_prefix: String::new(),
             since: "t".into(),
         };
-        let routed = Some(("True".into(), "Accepted".into(), "ok".into()));
+        let routed = Some(Verdict {
+            status: "True".into(),
+            reason: "Accepted".into(),
+            message: "ok".into(),
+        });
         let s = next(&dir(), &Ok(route), 7, routed, vec![], &now);
         assert_eq!((s.cards, s.observed_generation), (7, Some(2)));
         assert_eq!(

@@ -167,16 +167,42 @@ impl Routing {
     }
 }
 
-/// The `Routed` condition of routes, from their `status.parents` for the platform's parents:
-/// `(status, reason, message)`. True when every parent Accepted the route and ResolvedRefs;
+/// The `Routed` condition a set of routes earns: what the Gateways said of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// The condition's reason (`Accepted`, `Pending`, or the Gateway's own).
+    pub reason: String,
+    /// What a user reads.
+    pub message: String,
+}
+
+impl Verdict {
+    fn new(status: &str, reason: impl Into<String>, message: impl Into<String>) -> Verdict {
+        Verdict {
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Whether every Gateway accepted the routes.
+    pub fn accepted(&self) -> bool {
+        self.status == "True"
+    }
+}
+
+/// The `Routed` condition of routes, from their `status.parents` for the platform's parents.
+/// True when every parent Accepted the route and ResolvedRefs;
 /// otherwise the first refusal the Gateway reported; Unknown (`Pending`) before it reported,
 /// or while no route is seen yet (so an Ingress being replaced stays until routes carry).
-pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> (String, String, String) {
+pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> Verdict {
     if routes.is_empty() {
-        return (
-            "Unknown".into(),
-            "Pending".into(),
-            "the HTTPRoutes are not written yet".into(),
+        return Verdict::new(
+            "Unknown",
+            "Pending",
+            "the HTTPRoutes are not written yet",
         );
     }
     for route in routes {
@@ -193,9 +219,9 @@ pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> (String, Stri
                         == parent.namespace
             });
             let Some(entry) = entry else {
-                return (
-                    "Unknown".into(),
-                    "Pending".into(),
+                return Verdict::new(
+                    "Unknown",
+                    "Pending",
                     format!(
                         "HTTPRoute {ns}/{name}: Gateway {}/{} has not reported on it yet",
                         parent.namespace, parent.name
@@ -208,8 +234,8 @@ pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> (String, Stri
                 match conditions.iter().find(|c| c.type_ == wanted) {
                     Some(c) if c.status == "True" => {}
                     Some(c) => {
-                        return (
-                            "False".into(),
+                        return Verdict::new(
+                            "False",
                             c.reason.clone(),
                             format!(
                                 "HTTPRoute {ns}/{name} on Gateway {}/{}: {wanted}={}: {}",
@@ -218,9 +244,9 @@ pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> (String, Stri
                         )
                     }
                     None => {
-                        return (
-                            "Unknown".into(),
-                            "Pending".into(),
+                        return Verdict::new(
+                            "Unknown",
+                            "Pending",
                             format!(
                             "HTTPRoute {ns}/{name}: Gateway {}/{} reported no {wanted} condition",
                             parent.namespace, parent.name
@@ -231,11 +257,7 @@ pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> (String, Stri
             }
         }
     }
-    (
-        "True".into(),
-        "Accepted".into(),
-        "every Gateway accepted the routes".into(),
-    )
+    Verdict::new("True", "Accepted", "every Gateway accepted the routes")
 }
 
 /// Most characters of an Ingress name the operator writes (some ingress controllers derive
@@ -362,19 +384,23 @@ mod tests {
             json!([{"parentRef": {"name": "public", "namespace": "infra"}, "controllerName": "x",
             "conditions": [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "True", "ResolvedRefs")]}]),
         );
-        assert_eq!(routed(&[&ok], &parents).0, "True");
+        assert!(routed(&[&ok], &parents).accepted());
         let refused = route_with(
             json!([{"parentRef": {"name": "public", "namespace": "infra"}, "controllerName": "x",
             "conditions": [cond("Accepted", "False", "NotAllowedByListeners"), cond("ResolvedRefs", "True", "ResolvedRefs")]}]),
         );
-        let (s, reason, message) = routed(&[&ok, &refused], &parents);
+        let Verdict {
+            status: s,
+            reason,
+            message,
+        } = routed(&[&ok, &refused], &parents);
         assert_eq!(
             (s.as_str(), reason.as_str()),
             ("False", "NotAllowedByListeners")
         );
         assert!(message.contains("team/r"), "{message}");
         let pending = route_with(json!([]));
-        assert_eq!(routed(&[&pending], &parents).1, "Pending");
-        assert_eq!(routed(&[], &parents).1, "Pending");
+        assert_eq!(routed(&[&pending], &parents).reason, "Pending");
+        assert_eq!(routed(&[], &parents).reason, "Pending");
     }
 }
