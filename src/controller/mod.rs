@@ -30,6 +30,8 @@ pub mod limits;
 pub mod metrics;
 pub mod routes;
 pub mod run;
+#[cfg(test)]
+pub mod testing;
 pub mod triggers;
 pub mod watches;
 pub mod writes;

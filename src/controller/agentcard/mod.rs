@@ -24,6 +24,9 @@ pub mod source;
 pub mod status;
 pub mod validate;
 
+#[cfg(test)]
+mod reconcile_tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -16,6 +16,9 @@ pub mod count;
 pub mod status;
 pub mod watch;
 
+#[cfg(test)]
+mod reconcile_tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -199,11 +199,7 @@ impl Verdict {
 /// or while no route is seen yet (so an Ingress being replaced stays until routes carry).
 pub fn routed(routes: &[&DynamicObject], parents: &[ParentRef]) -> Verdict {
     if routes.is_empty() {
-        return Verdict::new(
-            "Unknown",
-            "Pending",
-            "the HTTPRoutes are not written yet",
-        );
+        return Verdict::new("Unknown", "Pending", "the HTTPRoutes are not written yet");
     }
     for route in routes {
         let name = route.metadata.name.clone().unwrap_or_default();
