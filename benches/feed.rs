@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agentcard_operator::contract::content_hash;
-use agentcard_operator::directory::changes::page_json;
 use agentcard_operator::directory::entry::{Entry, Placement};
+use agentcard_operator::directory::feed::changes::page_json;
 use agentcard_operator::directory::feed::{page, CursorCodec, FeedLog, PART_BYTES};
 use agentcard_operator::directory::query::Catalog;
 use bytes::Bytes;

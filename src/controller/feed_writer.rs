@@ -22,8 +22,8 @@ use kube::Client;
 
 use crate::contract::*;
 use crate::directory::feed::{CursorKey, FeedLog, MAX_PARTS};
-use crate::directory::hosted::Hosted;
-use crate::directory::site::Site;
+use crate::directory::sites::hosted::Hosted;
+use crate::directory::sites::site::Site;
 use crate::index::Index;
 
 /// Time between two rounds of writes (changes within it share a write).

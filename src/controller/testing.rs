@@ -430,20 +430,8 @@ impl TestContext {
                 }
             }
         }
-        self.configmaps.apply_watcher_event(&watcher::Event::Init);
-        for cm in configmaps {
-            self.configmaps
-                .apply_watcher_event(&watcher::Event::InitApply(cm));
-        }
-        self.configmaps
-            .apply_watcher_event(&watcher::Event::InitDone);
-        self.ingresses.apply_watcher_event(&watcher::Event::Init);
-        for ing in ingresses {
-            self.ingresses
-                .apply_watcher_event(&watcher::Event::InitApply(ing));
-        }
-        self.ingresses
-            .apply_watcher_event(&watcher::Event::InitDone);
+        relist(&mut self.configmaps, configmaps);
+        relist(&mut self.ingresses, ingresses);
         let card = card?;
         let path = card_path(card);
         let held = objects.get(&path)?;
@@ -455,6 +443,30 @@ impl TestContext {
         );
         Some(self.card(&seen))
     }
+}
+
+/// The `Ready` condition of a status as written: `(status, reason, message)`.
+pub fn ready(status: &Value) -> (String, String, String) {
+    let c = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    (text("status"), text("reason"), text("message"))
+}
+
+/// Replace what `writer`'s store holds with `objects`, as a relist would.
+fn relist<K>(writer: &mut Writer<K>, objects: Vec<K>)
+where
+    K: kube::Resource + Clone,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for o in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(o));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
 }
 
 /// The mock server's path of `card`.

@@ -3,7 +3,7 @@
 //!
 //! Data flow: [`super::http::handle`] checks the caller, then turns a cacheable request (a
 //! registry API or manifest GET/HEAD, or a POST query) into a [`Key`]: the site snapshot's
-//! [`super::site::Site::generation`], the caller's visibility class (every namespace in Public
+//! [`crate::directory::sites::site::Site::generation`], the caller's visibility class (every namespace in Public
 //! mode; a SHA-256 of the exact set of namespaces the caller may read in Kubernetes mode), the
 //! path, the query parameters as the engine reads them (sorted by name) and, for a POST, the
 //! exact body.
@@ -30,9 +30,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Method};
 use prometheus_client::metrics::counter::Counter;
 
-use super::hosted::Hosted;
 use super::query::Visibility;
-use super::site::Site;
+use crate::directory::sites::hosted::Hosted;
+use crate::directory::sites::site::Site;
 
 /// Default of `--directory-cache-bytes`: room for about 1,500 first pages of 20 cards, an
 /// eighth of the chart's memory limit.

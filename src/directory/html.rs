@@ -14,11 +14,11 @@ use serde_json::Value;
 use super::entry::{Entry, Field};
 use super::native;
 use super::query::Visibility;
-use super::site::Site;
 use super::token;
 use crate::a2a::card::AgentCard as A2aCard;
 use crate::a2a::jws::verify_card;
 use crate::a2a::Jwks;
+use crate::directory::sites::site::Site;
 
 /// The Content-Security-Policy of every page: nothing from elsewhere, no inline script.
 pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";

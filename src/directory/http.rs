@@ -26,14 +26,14 @@ use serde_json::{json, Value};
 use super::access::Authorizer;
 use super::ard::{self, FacetKey};
 use super::cache::{Key, Rendered, ResponseCache};
-use super::changes::Feeds;
 use super::entry::Field;
 use super::native;
 use super::query::{Catalog, Visibility};
-use super::site::Site;
 use super::token;
 use super::ApiError;
 use crate::crd::AccessMode;
+use crate::directory::feed::changes::Feeds;
+use crate::directory::sites::site::Site;
 use crate::web::{cors, if_none_match, preflight_for, Body, Route};
 
 const METHODS: &str = "GET, HEAD, POST, OPTIONS";
@@ -543,7 +543,14 @@ where
     }
     if rest == "/v1/changes" && parts.method == Method::GET {
         let params = params(parts.uri.query());
-        let resp = super::changes::handle(site, feeds, authorizer, &params, &parts.headers).await;
+        let resp = crate::directory::feed::changes::handle(
+            site,
+            feeds,
+            authorizer,
+            &params,
+            &parts.headers,
+        )
+        .await;
         return (Route::Directory, resp);
     }
     let html = get

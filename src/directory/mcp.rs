@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::entry::Field;
-use super::site::Site;
 use super::{ard, native};
+use crate::directory::sites::site::Site;
 
 /// Who asks, resolved before the request reaches MCP: the directory its host names and the
 /// namespaces the caller may see (`None`: every one).

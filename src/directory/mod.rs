@@ -1,37 +1,34 @@
 //! The AgentDirectory registry: the cluster's published cards as a queryable catalog.
 //!
 //! Data flow: the cluster feed ([`crate::serve::source_cluster`]) keeps one [`entry::Entry`]
-//! per served card and, when cards, namespaces or directories change, rebuilds each
-//! directory's [`site::Site`] — the cards [`select`] lists, indexed by [`query::Catalog`] — and
-//! hands it to [`hosted::Hosted`], which every request reads (the served cards are in
-//! [`crate::index::Index`], below both the card server and the directory). Requests to a directory host go to
-//! [`http::handle`], which checks the caller ([`access`], in Kubernetes mode), parses the
-//! request into an engine query ([`ard`] for the ARD registry API and manifest, [`native`] for
-//! `/v1`), runs it, and writes the answer with caching headers; a 200 is kept in [`cache`],
-//! keyed by the snapshot, the caller's visibility and the query, and the same request to the
-//! same snapshot is answered from there.
+//! per served card and, when cards, namespaces or directories change, [`sites`] rebuilds each
+//! directory's [`sites::site::Site`] — the cards [`select`] lists, indexed by
+//! [`query::Catalog`] — and hands it to [`sites::hosted::Hosted`], which every request reads
+//! (the served cards are in [`crate::index::Index`], below both the card server and the
+//! directory). Requests to a directory host go to [`http::handle`], which checks the caller
+//! ([`access`], in Kubernetes mode), parses the request into an engine query ([`ard`] for the
+//! ARD registry API and manifest, [`native`] for `/v1`), runs it, and writes the answer with
+//! caching headers; a 200 is kept in [`cache`], keyed by the snapshot, the caller's visibility
+//! and the query, and the same request to the same snapshot is answered from there.
 //!
 //! Beside the local cards, [`federation`] lists other registries' (its sync tasks read the
-//! upstreams); the change feed is [`feed`] (the log, its cursors and pages), [`persisted`]
-//! (the log read back from its ConfigMaps) and [`changes`] (its HTTP answers and streams).
+//! upstreams). The change feed is [`feed`]: the log, its cursors and pages, the log read back
+//! from its ConfigMaps ([`feed::persisted`]) and its HTTP answers and streams
+//! ([`feed::changes`]).
 
 pub mod access;
 pub mod ard;
 pub mod cache;
-pub mod changes;
 pub mod entry;
 pub mod federation;
 pub mod feed;
-pub mod hosted;
 pub mod html;
 pub mod http;
 pub mod mcp;
 pub mod native;
-pub mod persisted;
 mod postings;
 pub mod query;
 pub mod select;
-pub mod site;
 pub mod sites;
 mod text;
 pub mod token;

@@ -100,7 +100,8 @@ pub fn item(e: &Entry) -> Value {
         }}
     });
     if let Some(o) = &e.origin {
-        v["_meta"]["agentcard.dev/directory"]["origin"] = super::changes::origin_json(o);
+        v["_meta"]["agentcard.dev/directory"]["origin"] =
+            crate::directory::feed::changes::origin_json(o);
     }
     v
 }

@@ -23,7 +23,7 @@ use anyhow::Context as _;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::directory::hosted::Hosted;
+use crate::directory::sites::hosted::Hosted;
 use crate::index::Index;
 
 /// What the public port serves: the cards (below both servers) and the directories' sites

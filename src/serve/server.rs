@@ -28,7 +28,7 @@ use super::metrics::HttpMetrics;
 use super::target::{self, Target};
 use crate::directory::access::Authorizer;
 use crate::directory::cache::ResponseCache;
-use crate::directory::changes::Feeds;
+use crate::directory::feed::changes::Feeds;
 use crate::serve::Content;
 
 /// Drain before exiting: `/readyz` turns 503 at once (load balancers stop sending), responses

@@ -15,8 +15,8 @@ use crate::contract::{content_hash, KEY_JWKS, PATH_CARD};
 use crate::crd::AccessMode;
 use crate::directory::entry::{Entry, Placement};
 use crate::directory::feed::FeedLog;
-use crate::directory::hosted::Hosted;
-use crate::directory::site::Site;
+use crate::directory::sites::hosted::Hosted;
+use crate::directory::sites::site::Site;
 use crate::index::{CardEntry, Index, Published};
 use crate::serve::Content;
 

@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::card::{configmap_name, ingress_name};
 use super::reconcile;
 use crate::a2a::jws::verify_card;
 use crate::a2a::parse::{card_from_slice, Strictness};
 use crate::a2a::Jwks;
-use crate::controller::testing::{card_path, config, Recorded, TestContext};
+use crate::controller::testing::{card_path, config, ready, Recorded, TestContext};
 use crate::controller::Context;
 use crate::crd::AgentCard;
 
@@ -34,6 +34,16 @@ fn card(ns: &str, name: &str, host: &str, created: &str) -> AgentCard {
     .expect("an AgentCard")
 }
 
+/// team-a's weather card on its own host.
+fn weather() -> AgentCard {
+    card(
+        "team-a",
+        "weather",
+        "weather.example.com",
+        "2026-12-01T00:00:00Z",
+    )
+}
+
 /// The requests that are not Events, as `METHOD path` lines.
 fn writes(requests: &[Recorded]) -> Vec<String> {
     requests
@@ -52,19 +62,6 @@ fn events(requests: &[Recorded]) -> Vec<String> {
         .collect()
 }
 
-fn ready(status: &Value) -> (String, String, String) {
-    let c = status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-        .cloned()
-        .unwrap_or_default();
-    (
-        c["status"].as_str().unwrap_or_default().into(),
-        c["reason"].as_str().unwrap_or_default().into(),
-        c["message"].as_str().unwrap_or_default().into(),
-    )
-}
-
 /// A new card and what the first reconcile writes, fed back into the stores.
 async fn published(t: &mut TestContext, c: &AgentCard) -> Arc<AgentCard> {
     let stored = t.card(c);
@@ -75,12 +72,7 @@ async fn published(t: &mut TestContext, c: &AgentCard) -> Arc<AgentCard> {
 #[tokio::test]
 async fn a_new_card_is_written_signed_routed_and_reported_ready_once() {
     let mut t = Context::for_tests(&config());
-    let c = card(
-        "team-a",
-        "weather",
-        "weather.example.com",
-        "2026-12-01T00:00:00Z",
-    );
+    let c = weather();
     let stored = t.card(&c);
     reconcile(stored, t.ctx.clone()).await.expect("reconciled");
     let requests = t.api.take();
@@ -116,12 +108,7 @@ async fn a_new_card_is_written_signed_routed_and_reported_ready_once() {
 #[tokio::test]
 async fn an_unchanged_resync_sends_no_request() {
     let mut t = Context::for_tests(&config());
-    let c = card(
-        "team-a",
-        "weather",
-        "weather.example.com",
-        "2026-12-01T00:00:00Z",
-    );
+    let c = weather();
     let seen = published(&mut t, &c).await;
     t.api.take();
     reconcile(seen.clone(), t.ctx.clone())
@@ -139,12 +126,7 @@ async fn an_unchanged_resync_sends_no_request() {
 #[tokio::test]
 async fn an_invalid_edit_keeps_the_last_good_card_and_says_which_field() {
     let mut t = Context::for_tests(&config());
-    let c = card(
-        "team-a",
-        "weather",
-        "weather.example.com",
-        "2026-12-01T00:00:00Z",
-    );
+    let c = weather();
     let seen = published(&mut t, &c).await;
     let cm_path = format!(
         "/api/v1/namespaces/team-a/configmaps/{}",
@@ -204,12 +186,7 @@ async fn a_card_that_moves_onto_a_held_host_loses_its_route_and_is_taken_off_the
         "2026-11-01T00:00:00Z",
     );
     published(&mut t, &holder).await;
-    let c = card(
-        "team-a",
-        "weather",
-        "weather.example.com",
-        "2026-12-01T00:00:00Z",
-    );
+    let c = weather();
     let seen = published(&mut t, &c).await;
     t.api.take();
     // team-a moves its card onto team-b's host.

@@ -2,11 +2,11 @@
 //! ([`crate::controller::testing`]): a new directory, an unchanged resync, an invalid edit
 //! and a lost claim.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::build::ingress_name;
 use super::reconcile;
-use crate::controller::testing::{config, directory_path, Recorded, TestContext};
+use crate::controller::testing::{config, directory_path, ready, Recorded, TestContext};
 use crate::controller::Context;
 use crate::crd::{AgentCard, AgentDirectory};
 
@@ -23,19 +23,6 @@ fn directory(name: &str, host: &str) -> AgentDirectory {
 
 fn lines(requests: &[Recorded]) -> Vec<String> {
     requests.iter().map(Recorded::line).collect()
-}
-
-fn ready(status: &Value) -> (String, String, String) {
-    let c = status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-        .cloned()
-        .unwrap_or_default();
-    (
-        c["status"].as_str().unwrap_or_default().into(),
-        c["reason"].as_str().unwrap_or_default().into(),
-        c["message"].as_str().unwrap_or_default().into(),
-    )
 }
 
 const STATUS: &str = "/apis/agentcard.dev/v1alpha1/agentdirectories/all/status";

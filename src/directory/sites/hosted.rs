@@ -1,5 +1,5 @@
 //! What the directories host now, as every request reads it: each directory's [`Site`] by
-//! host (replaced whole by [`super::sites`] when a rebuild is due) and each directory's
+//! host (replaced whole by [`crate::directory::sites`] when a rebuild is due) and each directory's
 //! persisted change-feed [`FeedLog`] (read back from its ConfigMaps by the cluster watch,
 //! written by the lease holder's feed writer). Readers take an `Arc` and never hold a lock
 //! across an `.await`; a change of either bumps one counter that change streams and the feed
@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use super::feed::FeedLog;
-use super::site::Site;
+use crate::directory::feed::FeedLog;
+use crate::directory::sites::site::Site;
 
 /// The directories' sites and change-feed logs (see the module doc). Cheap to share behind
 /// an `Arc`.

@@ -12,18 +12,21 @@
 //! their cached answers). Pure but for the federation's shared state: the caller swaps the
 //! sites into the index.
 
+pub mod hosted;
+pub mod site;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 
-use super::entry::Entry;
-use super::federation::{self, Federation};
-use super::select;
-use super::site::Site;
 use crate::contract::normalize_prefix;
 use crate::crd::{AgentDirectory, AgentDirectorySpec};
+use crate::directory::entry::Entry;
+use crate::directory::federation::{self, Federation};
+use crate::directory::select;
+use crate::directory::sites::site::Site;
 
 /// What the sites need of an AgentDirectory.
 #[derive(Clone, PartialEq)]

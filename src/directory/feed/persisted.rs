@@ -1,5 +1,5 @@
 //! A directory's change-feed log as its ConfigMaps bring it in: the lease holder writes a log
-//! as a head and further parts ([`super::feed::FeedLog::encode_parts`]), parts first, in the
+//! as a head and further parts ([`crate::directory::feed::FeedLog::encode_parts`]), parts first, in the
 //! operator's namespace; every replica reads them back here, from the cluster watch.
 //!
 //! Data flow: the watch hands each log ConfigMap's bytes in ([`Persisted::apply`]); once a
@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::feed::FeedLog;
+use crate::directory::feed::FeedLog;
 
 /// Most bytes of a change-feed log once decompressed.
 pub const MAX_FEED_JSON: u64 = 64 * 1024 * 1024;

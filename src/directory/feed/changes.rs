@@ -2,10 +2,10 @@
 //! `Accept: text/event-stream`, as Server-Sent Events.
 //!
 //! Data flow: the request's `since` (or `Last-Event-ID`) and `limit` are parsed here; the
-//! directory's persisted log comes from [`super::hosted::Hosted::feed`], the caller's namespaces
+//! directory's persisted log comes from [`crate::directory::sites::hosted::Hosted::feed`], the caller's namespaces
 //! from [`Authorizer::visible`] in Kubernetes mode (asked about every namespace the log
 //! names), and [`feed::page`] gives the changes, each upsert's card from the site's catalog.
-//! A stream repeats that whenever [`super::hosted::Hosted`] says sites or logs changed, sends a comment every
+//! A stream repeats that whenever [`crate::directory::sites::hosted::Hosted`] says sites or logs changed, sends a comment every
 //! [`HEARTBEAT`], and ends when the server starts draining. Streams per process are bounded
 //! (a semaphore; past it, 503).
 
@@ -19,11 +19,11 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, value::RawValue, Value};
 use tokio::sync::{watch, Semaphore};
 
-use super::access::{Authorizer, Caller};
-use super::feed::{self, Cursor, CursorCodec, CursorError, FeedError, FeedLog, Item};
-use super::site::Site;
-use super::ApiError;
 use crate::crd::AccessMode;
+use crate::directory::access::{Authorizer, Caller};
+use crate::directory::feed::{self, Cursor, CursorCodec, CursorError, FeedError, FeedLog, Item};
+use crate::directory::sites::site::Site;
+use crate::directory::ApiError;
 use crate::web::{cors, Body};
 
 /// Changes per page when `limit` is not given.
@@ -42,7 +42,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 #[derive(Clone)]
 pub struct Feeds {
     /// The persisted logs and the sites.
-    pub hosted: Arc<super::hosted::Hosted>,
+    pub hosted: Arc<crate::directory::sites::hosted::Hosted>,
     /// One permit per open stream.
     pub streams: Arc<Semaphore>,
     /// Streams per client: per caller in Kubernetes mode, per address in public mode.
@@ -180,7 +180,7 @@ pub fn item(i: &Item, cursor: String, mode: AccessMode) -> Value {
                 .and_then(|s| RawValue::from_string(s.to_string()).ok());
             v["card"] = json!(card);
             v["reachable"] = json!(e.placement.reachable_str());
-            v["lifecycle"] = super::native::lifecycle_json(&e.placement);
+            v["lifecycle"] = crate::directory::native::lifecycle_json(&e.placement);
             if let Some(o) = &e.origin {
                 v["origin"] = origin_json(o);
             }
@@ -191,7 +191,7 @@ pub fn item(i: &Item, cursor: String, mode: AccessMode) -> Value {
 }
 
 /// Where a federated entry came from, as the APIs show it.
-pub fn origin_json(o: &super::federation::Origin) -> Value {
+pub fn origin_json(o: &crate::directory::federation::Origin) -> Value {
     json!({"upstream": o.upstream, "url": o.url, "fetchedAt": o.fetched_at,
            "verified": o.verified, "via": [o.via], "path": o.path})
 }

@@ -2,15 +2,15 @@
 //! to whom (access mode), and its catalog snapshot. Rebuilt whole when anything it lists
 //! changes; requests read a snapshot behind an `Arc` and never wait for a rebuild. Each
 //! snapshot has a [`Site::generation`] of its own, which keys what is cached from it
-//! ([`super::cache`]): a rebuilt site starts with nothing cached.
+//! ([`crate::directory::cache`]): a rebuilt site starts with nothing cached.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::ard::RegistryInfo;
-use super::query::Catalog;
 use crate::crd::AccessMode;
+use crate::directory::ard::RegistryInfo;
+use crate::directory::query::Catalog;
 
 /// A served directory.
 #[derive(Debug)]
@@ -52,7 +52,7 @@ impl Site {
         display_name: Option<String>,
         description: Option<String>,
         mode: AccessMode,
-        entries: Vec<Arc<super::entry::Entry>>,
+        entries: Vec<Arc<crate::directory::entry::Entry>>,
     ) -> Site {
         let namespaces = entries
             .iter()
