@@ -106,6 +106,7 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
         self.entries.remove(key);
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.len()
     }
@@ -262,16 +263,6 @@ impl Authorizer {
                 refresh_waiting: AtomicUsize::new(0),
             }),
         }
-    }
-
-    /// How many tokens and decisions are cached (accepted, rejected, decisions).
-    pub fn cached(&self) -> (usize, usize, usize) {
-        let s = &self.state;
-        (
-            lock(&s.users).len(),
-            lock(&s.rejected).len(),
-            lock(&s.grants).len(),
-        )
     }
 
     /// The namespaces among `namespaces` whose cards the holder of `authorization` (the

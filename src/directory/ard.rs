@@ -312,8 +312,21 @@ pub fn search_request(body: &[u8]) -> Result<Search, ApiError> {
 pub struct Explore {
     /// The query narrowing what is counted.
     pub query: Query,
-    /// `(requested field path, field, limit, minCount)`.
-    pub facets: Vec<(String, FacetKey, usize, usize)>,
+    /// The facets asked for, in order.
+    pub facets: Vec<FacetRequest>,
+}
+
+/// One facet of a `POST /explore`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FacetRequest {
+    /// The field path as the request named it (the answer's key).
+    pub path: String,
+    /// What it counts.
+    pub key: FacetKey,
+    /// Most buckets shown (`limit`, default 20).
+    pub limit: usize,
+    /// Fewest cards a bucket needs to be shown (`minCount`, default 1).
+    pub min_count: usize,
 }
 
 /// What a facet counts.
@@ -370,12 +383,12 @@ pub fn explore_request(body: &[u8]) -> Result<Explore, ApiError> {
                 }),
             }
         };
-        facets.push((
-            path.to_string(),
+        facets.push(FacetRequest {
+            path: path.to_string(),
             key,
-            number("limit", 20)?,
-            number("minCount", 1)?,
-        ));
+            limit: number("limit", 20)?,
+            min_count: number("minCount", 1)?,
+        });
     }
     Ok(Explore { query, facets })
 }

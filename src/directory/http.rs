@@ -240,19 +240,19 @@ fn explore(catalog: &Catalog, body: &[u8], visible: Visibility<'_>) -> Result<Va
     let fields: Vec<Field> = x
         .facets
         .iter()
-        .filter_map(|(_, k, _, _)| match k {
-            FacetKey::Field(f) => Some(*f),
+        .filter_map(|f| match f.key {
+            FacetKey::Field(f) => Some(f),
             FacetKey::Type => None,
         })
         .collect();
     let (counts, total) = catalog.facets_with_total(&x.query, visible, &fields);
     let mut facets = serde_json::Map::new();
-    for (path, key, limit, min_count) in &x.facets {
-        let buckets: Vec<(String, usize)> = match key {
+    for f in &x.facets {
+        let buckets: Vec<(String, usize)> = match f.key {
             FacetKey::Type => vec![(ard::TYPE_A2A.to_string(), total)],
-            FacetKey::Field(f) => counts.get(f).cloned().unwrap_or_default(),
+            FacetKey::Field(field) => counts.get(&field).cloned().unwrap_or_default(),
         };
-        facets.insert(path.clone(), facet_result(&buckets, *limit, *min_count));
+        facets.insert(f.path.clone(), facet_result(&buckets, f.limit, f.min_count));
     }
     Ok(json!({"resultType": "facets", "facets": facets}))
 }

@@ -173,28 +173,61 @@ impl Backends {
     }
 }
 
-/// The Service and port a card's agent is reached at (`spec.backend`, else `spec.source`).
-pub fn service_of(card: &AgentCard) -> Option<(&str, i32)> {
-    if let Some(b) = card.spec.backend.as_deref() {
-        return Some((b.service_name.as_str(), b.port));
-    }
-    card.spec
-        .source
-        .as_deref()
-        .map(|s| (s.service.name.as_str(), s.service.port))
+/// The Service a card's agent is reached at, and on which port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServicePort<'a> {
+    /// The Service's name (in the card's namespace).
+    pub name: &'a str,
+    /// The port's number.
+    pub port: i32,
 }
 
-/// The `BackendReady` verdict for `card`, `(ready, reason, message)` (pure): `service` is its
-/// Service as read (`None`: not found), `ready_ports` the port names with a ready endpoint.
+/// The Service and port a card's agent is reached at (`spec.backend`, else `spec.source`).
+pub fn service_of(card: &AgentCard) -> Option<ServicePort<'_>> {
+    if let Some(b) = card.spec.backend.as_deref() {
+        return Some(ServicePort {
+            name: b.service_name.as_str(),
+            port: b.port,
+        });
+    }
+    card.spec.source.as_deref().map(|s| ServicePort {
+        name: s.service.name.as_str(),
+        port: s.service.port,
+    })
+}
+
+/// The `BackendReady` condition a card earns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the agent's Service can take traffic.
+    pub ready: bool,
+    /// `EndpointsReady`, `NoService`, `PortMissing` or `NoReadyEndpoint`.
+    pub reason: &'static str,
+    /// What a user reads.
+    pub message: String,
+}
+
+impl Verdict {
+    fn new(ready: bool, reason: &'static str, message: String) -> Verdict {
+        Verdict {
+            ready,
+            reason,
+            message,
+        }
+    }
+}
+
+/// The `BackendReady` verdict for `card` (pure): `service` is its Service as read (`None`:
+/// not found), `ready_ports` the port names with a ready endpoint.
 pub fn judge(
     namespace: &str,
     name: &str,
     port: i32,
     service: Option<&Service>,
     ready_ports: &BTreeSet<String>,
-) -> (bool, &'static str, String) {
+) -> Verdict {
     let Some(svc) = service else {
-        return (
+        return Verdict::new(
             false,
             "NoService",
             format!("Service {namespace}/{name} does not exist"),
@@ -206,7 +239,7 @@ pub fn judge(
         .and_then(|s| s.ports.as_ref())
         .and_then(|ports| ports.iter().find(|p| p.port == port));
     let Some(p) = found else {
-        return (
+        return Verdict::new(
             false,
             "PortMissing",
             format!("Service {namespace}/{name} has no port {port}"),
@@ -214,13 +247,13 @@ pub fn judge(
     };
     let port_name = p.name.clone().unwrap_or_default();
     if ready_ports.contains(&port_name) {
-        (
+        Verdict::new(
             true,
             "EndpointsReady",
             format!("Service {namespace}/{name} has a ready endpoint on port {port}"),
         )
     } else {
-        (
+        Verdict::new(
             false,
             "NoReadyEndpoint",
             format!("Service {namespace}/{name} has no ready endpoint on port {port}"),
@@ -230,12 +263,8 @@ pub fn judge(
 
 /// The `BackendReady` verdict for `card` now; `None` for a card without a backend or source,
 /// or when the Service could not be read (the previous verdict stands).
-pub async fn state(
-    client: &Client,
-    backends: &Backends,
-    card: &AgentCard,
-) -> Option<(bool, &'static str, String)> {
-    let (name, port) = service_of(card)?;
+pub async fn state(client: &Client, backends: &Backends, card: &AgentCard) -> Option<Verdict> {
+    let ServicePort { name, port } = service_of(card)?;
     let ns = card.namespace().unwrap_or_default();
     let api: Api<Service> = Api::namespaced(client.clone(), &ns);
     let service = match api.get_opt(name).await {
@@ -295,7 +324,7 @@ pub fn watch(
                 for key in keys {
                     let names_it = cards
                         .get(&key)
-                        .is_some_and(|c| service_of(&c).is_some_and(|(n, _)| n == svc));
+                        .is_some_and(|c| service_of(&c).is_some_and(|s| s.name == svc));
                     if names_it {
                         let _ = refs.unbounded_send(key);
                     }
@@ -359,19 +388,22 @@ mod tests {
     #[test]
     fn the_verdict_names_what_is_missing() {
         let ready: BTreeSet<String> = ["http".to_string()].into();
-        assert_eq!(judge("a", "svc", 80, None, &ready).1, "NoService");
+        assert_eq!(judge("a", "svc", 80, None, &ready).reason, "NoService");
         let svc = service(80, Some("http"));
-        assert_eq!(judge("a", "svc", 81, Some(&svc), &ready).1, "PortMissing");
         assert_eq!(
-            judge("a", "svc", 80, Some(&svc), &ready).1,
+            judge("a", "svc", 81, Some(&svc), &ready).reason,
+            "PortMissing"
+        );
+        assert_eq!(
+            judge("a", "svc", 80, Some(&svc), &ready).reason,
             "EndpointsReady"
         );
         assert_eq!(
-            judge("a", "svc", 80, Some(&svc), &BTreeSet::new()).1,
+            judge("a", "svc", 80, Some(&svc), &BTreeSet::new()).reason,
             "NoReadyEndpoint"
         );
         let unnamed = service(80, None);
         let any: BTreeSet<String> = [String::new()].into();
-        assert!(judge("a", "svc", 80, Some(&unnamed), &any).0);
+        assert!(judge("a", "svc", 80, Some(&unnamed), &any).ready);
     }
 }

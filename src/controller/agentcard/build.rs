@@ -47,7 +47,7 @@ pub struct Built {
     /// Every key that signed, newest first.
     pub key_ids: Vec<String>,
     /// The active key and when it starts signing, while it waits (filled by the reconciler).
-    pub pending_key: Option<(String, jiff::Timestamp)>,
+    pub pending_key: Option<crate::controller::keys::signing::Pending>,
     /// Public URL of the card.
     pub url: String,
     /// The route the card server serves it on.
@@ -56,7 +56,7 @@ pub struct Built {
     /// [`super::compatibility::check`]).
     pub breaking: super::compatibility::Compared,
     /// What is wrong with the lifecycle's successor (`(reason, message)`), a warning.
-    pub successor_problem: Option<(&'static str, String)>,
+    pub successor_problem: Option<super::lifecycle::SuccessorProblem>,
     /// When a retired card was retired (filled by the reconciler).
     pub retired_at: Option<String>,
     /// When to look at the card again whatever happens (filled by the reconciler).

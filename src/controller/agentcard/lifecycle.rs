@@ -27,13 +27,22 @@ pub const SUCCESSOR_RECHECK: Duration = Duration::from_secs(60);
 /// How soon a card whose successor is not served yet looks for its URL again.
 pub const SUCCESSOR_PENDING: Duration = Duration::from_secs(5);
 
+/// What is wrong with a card's successor (its `SuccessorReady` condition says so).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuccessorProblem {
+    /// `SuccessorNotFound`, `SuccessorIsSelf` or `SuccessorRetired`.
+    pub reason: &'static str,
+    /// What a user reads, naming the field.
+    pub message: String,
+}
+
 /// What the lifecycle adds to a publication.
 #[derive(Debug, Default)]
 pub struct Resolved {
     /// The lifecycle as served (`None` while active).
     pub served: Option<Box<ServedLifecycle>>,
-    /// What is wrong with the successor, `(reason, message)`.
-    pub problem: Option<(&'static str, String)>,
+    /// What is wrong with the successor.
+    pub problem: Option<SuccessorProblem>,
     /// When a retired card was retired (kept in `status.retiredAt`).
     pub retired_at: Option<String>,
     /// When to look again (the end of a retired card's 410 period).
@@ -136,11 +145,7 @@ pub fn resolve(
 fn successor(
     card: &AgentCard,
     find: &dyn Fn(&str, &str) -> Option<Arc<AgentCard>>,
-) -> (
-    Option<String>,
-    Option<String>,
-    Option<(&'static str, String)>,
-) {
+) -> (Option<String>, Option<String>, Option<SuccessorProblem>) {
     let Some(s) = card
         .spec
         .lifecycle
@@ -175,14 +180,14 @@ fn successor(
             None => (
                 None,
                 None,
-                Some((
-                    "SuccessorNotFound",
-                    if ns == own_ns {
+                Some(SuccessorProblem {
+                    reason: "SuccessorNotFound",
+                    message: if ns == own_ns {
                         format!("spec.lifecycle.successor: AgentCard {ns}/{name} does not exist")
                     } else {
                         format!("spec.lifecycle.successor: no AgentCard {ns}/{name} is served")
                     },
-                )),
+                }),
             ),
         };
     };
@@ -191,10 +196,10 @@ fn successor(
         return (
             None,
             None,
-            Some((
-                "SuccessorIsSelf",
-                "spec.lifecycle.successor: names this card itself".into(),
-            )),
+            Some(SuccessorProblem {
+                reason: "SuccessorIsSelf",
+                message: "spec.lifecycle.successor: names this card itself".into(),
+            }),
         );
     }
     let url = next
@@ -202,11 +207,9 @@ fn successor(
         .as_ref()
         .filter(|st| st.served.is_some())
         .and_then(|st| st.url.clone());
-    let problem = is_retired(&next).then(|| {
-        (
-            "SuccessorRetired",
-            format!("spec.lifecycle.successor: AgentCard {ns}/{name} is retired itself"),
-        )
+    let problem = is_retired(&next).then(|| SuccessorProblem {
+        reason: "SuccessorRetired",
+        message: format!("spec.lifecycle.successor: AgentCard {ns}/{name} is retired itself"),
     });
     (Some(id), url, problem)
 }
@@ -281,11 +284,11 @@ mod tests {
             json!({}),
         );
         let r = resolve(&c, &|_, _| None, 60, now()).unwrap();
-        assert_eq!(r.problem.unwrap().0, "SuccessorNotFound");
+        assert_eq!(r.problem.unwrap().reason, "SuccessorNotFound");
         assert!(r.served.is_some(), "still served, deprecated");
         let retired = Arc::new(card("b", json!({"state": "Retired"}), json!({})));
         let r = resolve(&c, &|_, _| Some(retired.clone()), 60, now()).unwrap();
-        assert_eq!(r.problem.unwrap().0, "SuccessorRetired");
+        assert_eq!(r.problem.unwrap().reason, "SuccessorRetired");
         let by_id = card(
             "a",
             json!({"state": "Deprecated", "successor": {"identifier": "urn:ai:elsewhere.example:x:y"}}),
@@ -308,7 +311,7 @@ mod tests {
             json!({}),
         );
         let r = resolve(&c, &|_, _| Some(hidden.clone()), 60, now()).unwrap();
-        let (reason, message) = r.problem.unwrap();
+        let SuccessorProblem { reason, message } = r.problem.unwrap();
         assert_eq!(reason, "SuccessorNotFound");
         assert!(
             message.contains("no AgentCard other/b is served"),

@@ -309,7 +309,7 @@ async fn report_outcome(
 ) -> Result<(), Error> {
     let transition = status::ready_state(card.status.as_ref()) != status::ready_state(Some(next));
     let compat = status::condition_state(Some(next), status::COMPATIBLE);
-    let breaking_news = compat.as_ref().is_some_and(|(s, _)| s == "False")
+    let breaking_news = compat.as_ref().is_some_and(|c| c.status == "False")
         && status::condition_state(card.status.as_ref(), status::COMPATIBLE) != compat;
     ctx.metrics.set_ready(
         card::card_key(card),
@@ -336,8 +336,13 @@ async fn report_outcome(
     if transition {
         publish_event(ctx, card, outcome).await;
     }
-    if let (true, Some((_, message))) = (breaking_news, compat) {
-        let event = event(EventType::Warning, "BreakingChange", PUBLISH, &message);
+    if let (true, Some(compat)) = (breaking_news, compat) {
+        let event = event(
+            EventType::Warning,
+            "BreakingChange",
+            PUBLISH,
+            &compat.detail,
+        );
         ctx.recorder.record(&event, &card.object_ref(&())).await;
     }
     ctx.ownership.recheck_card(&freed, card);

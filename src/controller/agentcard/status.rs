@@ -53,7 +53,7 @@ pub struct Found<'a> {
     pub operator: &'a str,
     /// The agent's Service as the cluster sees it, `(ready, reason, message)` (cards with a
     /// backend or source).
-    pub backend: Option<(bool, &'static str, String)>,
+    pub backend: Option<crate::controller::agentcard::backends::Verdict>,
 }
 
 /// The status after a reconcile that found `found` (pure).
@@ -117,8 +117,9 @@ fn signed_message(built: &Built) -> String {
         format!("signed with key {}", built.key_id)
     };
     match &built.pending_key {
-        Some((kid, at)) => format!(
-            "{keys}; key {kid} is published and signs from {at} (one JWKS max-age after it was published)"
+        Some(p) => format!(
+            "{keys}; key {} is published and signs from {} (one JWKS max-age after it was published)",
+            p.kid, p.at
         ),
         None => keys,
     }
@@ -413,7 +414,7 @@ fn set_successor(status: &mut AgentCardStatus, found: &Found<'_>) {
         return;
     }
     let (ok, reason, message) = match &built.successor_problem {
-        Some((reason, message)) => (false, *reason, message.clone()),
+        Some(p) => (false, p.reason, p.message.clone()),
         None => {
             let to = built
                 .served
@@ -446,35 +447,50 @@ fn set_backend(status: &mut AgentCardStatus, found: &Found<'_>) {
             status.conditions.push(c.clone());
         }
     }
-    if let Some((ok, reason, message)) = &found.backend {
+    if let Some(verdict) = &found.backend {
         status.conditions.push(condition(
             &prev,
             BACKEND_READY,
-            *ok,
-            reason,
-            message.clone(),
+            verdict.ready,
+            verdict.reason,
+            verdict.message.clone(),
             found.card.metadata.generation,
             &found.now,
         ));
     }
 }
 
-/// `(status, message)` of a condition, to detect transitions worth an Event.
-pub fn condition_state(status: Option<&AgentCardStatus>, type_: &str) -> Option<(String, String)> {
+/// What of a condition a transition is judged by: its status, and its message or reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionState {
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// The message ([`condition_state`]) or the reason ([`ready_state`]).
+    pub detail: String,
+}
+
+/// The status and message of a condition, to detect transitions worth an Event.
+pub fn condition_state(status: Option<&AgentCardStatus>, type_: &str) -> Option<ConditionState> {
     status?
         .conditions
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.message.clone()))
+        .map(|c| ConditionState {
+            status: c.status.clone(),
+            detail: c.message.clone(),
+        })
 }
 
-/// `(status, reason)` of the Ready condition, to detect transitions.
-pub fn ready_state(status: Option<&AgentCardStatus>) -> Option<(String, String)> {
+/// The status and reason of the Ready condition, to detect transitions.
+pub fn ready_state(status: Option<&AgentCardStatus>) -> Option<ConditionState> {
     status?
         .conditions
         .iter()
         .find(|c| c.type_ == READY)
-        .map(|c| (c.status.clone(), c.reason.clone()))
+        .map(|c| ConditionState {
+            status: c.status.clone(),
+            detail: c.reason.clone(),
+        })
 }
 
 /// Write `next` as `card`'s status when it differs from the one the card carries, and remember

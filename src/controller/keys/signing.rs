@@ -28,7 +28,16 @@ pub struct Signers {
     /// Newest first (the first one is reported as the card's `keyId`).
     pub keys: Vec<crate::a2a::SigningKey>,
     /// The active key and when it starts signing, while it waits to be in every cached JWKS.
-    pub pending: Option<(String, jiff::Timestamp)>,
+    pub pending: Option<Pending>,
+}
+
+/// An active key that does not sign yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// Its key id.
+    pub kid: String,
+    /// When it starts signing.
+    pub at: jiff::Timestamp,
 }
 
 /// The signing Secret as the stores hold it, and the JWKS publisher's word on which keys sign.
@@ -93,10 +102,10 @@ impl Signing {
         }
         Ok(Signers {
             keys: signing,
-            pending: published
-                .rotation
-                .activates_at
-                .map(|at| (keys.active.kid().to_string(), at)),
+            pending: published.rotation.activates_at.map(|at| Pending {
+                kid: keys.active.kid().to_string(),
+                at,
+            }),
         })
     }
 
