@@ -80,8 +80,16 @@ pub struct Synced {
     pub error: Option<String>,
 }
 
-/// What the merge made of one upstream: `(listed, shadowed, first shadowed identifier)`.
-pub type Report = (usize, usize, Option<String>);
+/// What the merge made of one upstream's entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Entries listed.
+    pub listed: usize,
+    /// Entries left out because an earlier source lists their identifier.
+    pub shadowed: usize,
+    /// The first of those.
+    pub first_shadowed: Option<String>,
+}
 
 /// The process's federated entries and what became of them.
 #[derive(Default)]
@@ -174,8 +182,11 @@ impl Federation {
             .map(|u| {
                 let key = (dir.to_string(), u.name.clone());
                 let s = synced.get(&key).cloned().unwrap_or_default();
-                let (listed, shadowed, first_shadowed) =
-                    reports.get(&key).cloned().unwrap_or_default();
+                let Report {
+                    listed,
+                    shadowed,
+                    first_shadowed,
+                } = reports.get(&key).cloned().unwrap_or_default();
                 let message = s
                     .error
                     .clone()
@@ -207,17 +218,19 @@ pub fn merge(
     let mut out = local;
     let mut reports = Vec::new();
     for (name, entries) in upstreams {
-        let (mut listed, mut shadowed, mut first) = (0, 0, None);
+        let mut report = Report::default();
         for e in entries.iter() {
             if taken.insert(e.identifier.clone()) {
                 out.push(e.clone());
-                listed += 1;
+                report.listed += 1;
             } else {
-                shadowed += 1;
-                first.get_or_insert_with(|| e.identifier.clone());
+                report.shadowed += 1;
+                report
+                    .first_shadowed
+                    .get_or_insert_with(|| e.identifier.clone());
             }
         }
-        reports.push((name.clone(), (listed, shadowed, first)));
+        reports.push((name.clone(), report));
     }
     (out, reports)
 }
@@ -280,9 +293,12 @@ mod tests {
                 ("c".to_string(), Some("two".to_string()))
             ]
         );
-        assert_eq!(reports[0].1 .0, 1);
-        assert_eq!(reports[0].1 .1, 1);
-        assert_eq!(reports[0].1 .2.as_deref(), Some("urn:air:a.example:t:a"));
-        assert_eq!(reports[1].1 .1, 1);
+        assert_eq!(reports[0].1.listed, 1);
+        assert_eq!(reports[0].1.shadowed, 1);
+        assert_eq!(
+            reports[0].1.first_shadowed.as_deref(),
+            Some("urn:air:a.example:t:a")
+        );
+        assert_eq!(reports[1].1.shadowed, 1);
     }
 }

@@ -126,19 +126,28 @@ impl Held {
     }
 
     /// The entries to list (by identifier), how many are refused, and the first refusal.
-    pub(super) fn selected(&self) -> (Vec<Arc<Entry>>, usize, Option<String>) {
-        let first = self
-            .refused
-            .values()
-            .next()
-            .cloned()
-            .or_else(|| self.first_overflow.clone());
-        (
-            self.listed.values().cloned().collect(),
-            self.refused.len() + self.overflow,
-            first,
-        )
+    pub(super) fn selected(&self) -> Selected {
+        Selected {
+            entries: self.listed.values().cloned().collect(),
+            refused: self.refused.len() + self.overflow,
+            first_refusal: self
+                .refused
+                .values()
+                .next()
+                .cloned()
+                .or_else(|| self.first_overflow.clone()),
+        }
     }
+}
+
+/// What an upstream's held entries give its directory.
+pub(super) struct Selected {
+    /// The entries to list.
+    pub(super) entries: Vec<Arc<Entry>>,
+    /// How many were refused (or did not fit `maxEntries`).
+    pub(super) refused: usize,
+    /// Why the first was refused.
+    pub(super) first_refusal: Option<String>,
 }
 
 /// Whether `include` selects `e`, asked of the entry alone (as the directory's own query
@@ -214,7 +223,11 @@ mod tests {
                 held.take(id, read.clone(), include.as_ref(), max);
             }
         }
-        let (entries, refused, first) = held.selected();
+        let Selected {
+            entries,
+            refused,
+            first_refusal: first,
+        } = held.selected();
         let names = entries.iter().map(|e| e.placement.name.clone()).collect();
         (names, refused, first)
     }
@@ -271,11 +284,17 @@ mod tests {
             None,
             max,
         );
-        assert_eq!(held.selected().1, 1);
+        assert_eq!(held.selected().refused, 1);
         held.take("urn:air:a.example:t:a", read("a", "x"), None, max);
-        assert_eq!((held.selected().0.len(), held.selected().1), (1, 0));
+        assert_eq!(
+            (held.selected().entries.len(), held.selected().refused),
+            (1, 0)
+        );
         held.remove("urn:air:a.example:t:a");
-        assert_eq!((held.selected().0.len(), held.selected().1), (0, 0));
+        assert_eq!(
+            (held.selected().entries.len(), held.selected().refused),
+            (0, 0)
+        );
         // A refusal deleted upstream is no longer counted (nothing grows until a re-read).
         held.take(
             "urn:air:b.example:t:b",
@@ -284,7 +303,7 @@ mod tests {
             max,
         );
         held.remove("urn:air:b.example:t:b");
-        assert_eq!(held.selected().1, 0);
+        assert_eq!(held.selected().refused, 0);
         // Refusals past maxEntries of them are counted, not remembered; a huge identifier is
         // kept cut.
         let huge = format!("urn:air:x:{}", "a".repeat(100_000));
@@ -298,7 +317,7 @@ mod tests {
             );
         }
         assert_eq!(held.refused.len(), max);
-        assert_eq!(held.selected().1, 6);
+        assert_eq!(held.selected().refused, 6);
         assert!(held
             .refused
             .keys()

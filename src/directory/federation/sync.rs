@@ -165,7 +165,11 @@ impl Reader {
             max: max_entries(&self.up),
         };
         refresh_once(&read, api_server, &mut self.state).await?;
-        let (entries, refused, first_refusal) = self.state.held.selected();
+        let super::state::Selected {
+            entries,
+            refused,
+            first_refusal,
+        } = self.state.held.selected();
         Ok(Refreshed {
             entries,
             refused,
