@@ -182,3 +182,146 @@ async fn deleting_a_namespace_completes() {
     .await
     .expect("the namespace controller finishes deleting the namespace");
 }
+
+/// The description of the field at `path` (below the resource's schema) in the API server's
+/// OpenAPI v3 document, following `$ref`s and array items as `kubectl explain` does; `None`
+/// when the path leads into a Kubernetes type (ObjectMeta, Condition), which is not ours.
+fn description_at(doc: &serde_json::Value, root: &str, path: &[String]) -> Option<String> {
+    let schemas = &doc["components"]["schemas"];
+    // `$ref`, or `allOf: [{$ref}]` as the API server writes a field with a description.
+    fn resolve<'a>(
+        schemas: &'a serde_json::Value,
+        mut s: &'a serde_json::Value,
+    ) -> Option<&'a serde_json::Value> {
+        loop {
+            let r = s["$ref"]
+                .as_str()
+                .or_else(|| s["allOf"][0]["$ref"].as_str());
+            match r.and_then(|r| r.strip_prefix("#/components/schemas/")) {
+                Some(name) if name.starts_with("dev.agentcard.") => s = &schemas[name],
+                Some(_) => return None,
+                None => return Some(s),
+            }
+        }
+    }
+    let mut schema = resolve(schemas, &schemas[root])?;
+    let mut described = schema.clone();
+    for field in path {
+        // Into list items and map values, as `kubectl explain` shows their fields.
+        loop {
+            if schema["type"] == "array" {
+                schema = resolve(schemas, &schema["items"])?;
+            } else if schema["properties"].is_null() && schema["additionalProperties"].is_object() {
+                schema = resolve(schemas, &schema["additionalProperties"])?;
+            } else {
+                break;
+            }
+        }
+        let property = &schema["properties"][field.as_str()];
+        described = property.clone();
+        schema = resolve(schemas, property)?;
+    }
+    Some(
+        described["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// The field paths `kubectl explain --recursive` lists (two spaces a level below `FIELDS:`).
+fn explained_fields(out: &str) -> Vec<Vec<String>> {
+    let mut fields = Vec::new();
+    let mut stack: Vec<String> = Vec::new();
+    let lines = out
+        .lines()
+        .skip_while(|l| !l.starts_with("FIELDS:"))
+        .skip(1);
+    for line in lines {
+        // A field is `name<TAB><type>`; `enum: …` lines list a field's values.
+        let Some(name) = line.split_whitespace().next().filter(|n| !n.ends_with(':')) else {
+            continue;
+        };
+        let depth = (line.len() - line.trim_start().len()) / 2;
+        if depth == 0 {
+            continue;
+        }
+        stack.truncate(depth - 1);
+        stack.push(name.to_string());
+        fields.push(stack.clone());
+    }
+    fields
+}
+
+/// `kubectl explain` tells a platform engineer what each resource and each of its fields is:
+/// no field of ours is undescribed, and no description is the derive macro's placeholder.
+#[tokio::test]
+async fn kubectl_explain_describes_every_field_of_our_resources() {
+    let client = client().await;
+    support::plane::install_crds(&client).await;
+    let kubeconfig = support::plane::kubeconfig();
+    // The API server publishes a new CRD's OpenAPI a moment after it is Established.
+    let openapi = || {
+        let out = std::process::Command::new("kubectl")
+            .args(["get", "--raw", "/openapi/v3/apis/agentcard.dev/v1alpha1"])
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .ok()?;
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let schemas = &doc["components"]["schemas"];
+        let both = ["AgentCard", "AgentDirectory"].iter().all(|k| {
+            schemas[format!("dev.agentcard.v1alpha1.{k}")]["properties"]["spec"].is_object()
+        });
+        both.then_some(doc)
+    };
+    let mut doc = None;
+    for _ in 0..120 {
+        doc = openapi();
+        if doc.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let doc = doc.expect("the API server publishes our resources' OpenAPI v3 within a minute");
+    for (resource, root) in [
+        ("agentcards", "dev.agentcard.v1alpha1.AgentCard"),
+        ("agentdirectories", "dev.agentcard.v1alpha1.AgentDirectory"),
+    ] {
+        let top = support::kubectl(kubeconfig, &["explain", resource]);
+        let about = top
+            .split("DESCRIPTION:")
+            .nth(1)
+            .and_then(|d| d.split("FIELDS:").next())
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        assert!(
+            about.len() > 80 && !about.contains("Auto-generated"),
+            "{resource}: {about:?}"
+        );
+        let fields = explained_fields(&support::kubectl(
+            kubeconfig,
+            &["explain", resource, "--recursive"],
+        ));
+        assert!(fields.len() > 40, "{resource}: {} fields", fields.len());
+        let mut undescribed = Vec::new();
+        for path in &fields {
+            match description_at(&doc, root, path) {
+                Some(text) if text.trim().is_empty() || text.contains("Auto-generated") => {
+                    undescribed.push(path.join("."));
+                }
+                Some(_) => {}
+                // Kubernetes' own types (ObjectMeta, Condition) are described by Kubernetes.
+                None => assert!(
+                    path[0] == "metadata" || path.iter().any(|p| p == "conditions"),
+                    "{resource}: {} is not in the OpenAPI document",
+                    path.join(".")
+                ),
+            }
+        }
+        assert!(
+            undescribed.is_empty(),
+            "{resource}: fields kubectl explain shows without a description: {undescribed:#?}"
+        );
+    }
+}

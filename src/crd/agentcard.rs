@@ -24,6 +24,7 @@ use crate::a2a::card::AgentCard as A2aCard;
     group = "agentcard.dev",
     version = "v1alpha1",
     kind = "AgentCard",
+    doc = "An A2A Agent Card to publish. The card is written in spec.card, or imported from the agent's own Service with spec.source; spec.publish says on which host and path it is served. The operator validates it, signs it with the platform's keys (a JWS over its RFC 8785 canonical form), keeps it in a ConfigMap and serves it at https://<host>/.well-known/agent-card.json behind an Ingress or HTTPRoute. The status says what is served, under which key, and why a change is not.",
     namespaced,
     shortname = "acard",
     category = "agentcard-operator",

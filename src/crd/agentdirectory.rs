@@ -24,6 +24,7 @@ use super::agentcard::IngressSettings;
     group = "agentcard.dev",
     version = "v1alpha1",
     kind = "AgentDirectory",
+    doc = "A registry of the cluster's published Agent Cards, served on a host of its own: the cards of the namespaces and labels it selects, and other registries' (spec.upstreams). Clients query it by skill, tag, provider and capability through the ARD registry API, the native /v1 API, MCP tools, a change feed and a web page. The status says where it is served, how many cards it lists, and how each upstream syncs.",
     shortname = "adir",
     category = "agentcard-operator",
     status = "AgentDirectoryStatus",
