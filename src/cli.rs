@@ -405,7 +405,7 @@ fn keygen(args: KeygenArgs) -> Result<()> {
             let mut value = serde_json::to_value(&secret)?;
             value["apiVersion"] = "v1".into();
             value["kind"] = "Secret".into();
-            print!("{}", serde_yaml::to_string(&value)?);
+            print!("{}", crate::yaml::to_string(&value)?);
         }
     }
     Ok(())

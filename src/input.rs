@@ -25,7 +25,7 @@ pub struct CardInput {
 /// Parse `text` (YAML or JSON) as an `AgentCard` manifest or a bare card, strictly.
 pub fn read_card(text: &str) -> Result<CardInput, Problems> {
     let doc: Value = serde_json::from_str(text).or_else(|_| {
-        serde_yaml::from_str::<Value>(text).map_err(|e| {
+        crate::yaml::from_str::<Value>(text).map_err(|e| {
             Problems(vec![Problem::error(
                 "",
                 format!("neither JSON nor YAML: {e}"),

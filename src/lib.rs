@@ -31,3 +31,4 @@ pub mod run;
 pub mod serve;
 pub mod store;
 pub mod web;
+pub mod yaml;

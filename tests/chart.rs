@@ -13,6 +13,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use agentcard_operator::crd::AgentCard;
+use agentcard_operator::yaml;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -50,10 +51,14 @@ fn render(extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["template", "rel", CHART, "--namespace", "ops"];
     args.extend_from_slice(extra);
     let text = ok(helm(&args));
-    text.split("\n---")
-        .filter_map(|d| serde_yaml::from_str::<Value>(d).ok())
-        .filter(|v| v.is_object())
-        .collect()
+    documents(&text)
+}
+
+/// The objects of a `---`-separated stream (documents of comments only, as helm prints for an
+/// empty template, left out); a document that is not YAML fails the test.
+fn documents(text: &str) -> Vec<Value> {
+    let docs: Vec<Value> = yaml::from_str_multiple(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    docs.into_iter().filter(Value::is_object).collect()
 }
 
 fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -241,10 +246,7 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
         },
         None,
     );
-    let generated: Vec<Value> = String::from_utf8_lossy(&generated.stdout)
-        .split("\n---")
-        .filter_map(|d| serde_yaml::from_str::<Value>(d).ok())
-        .collect();
+    let generated = documents(&String::from_utf8_lossy(&generated.stdout));
     let docs = render(&[]);
     let crds = of_kind(&docs, "CustomResourceDefinition");
     assert_eq!(crds.len(), generated.len());
@@ -337,10 +339,156 @@ async fn can_named(
         .is_some_and(|s| s.allowed)
 }
 
+/// An annotation of Chart.yaml that holds YAML (Artifact Hub's lists), parsed.
+fn annotation(chart: &Value, key: &str) -> Value {
+    let text = chart["annotations"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("Chart.yaml has no annotation {key}"));
+    yaml::from_str(text).unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifact_hub_lists_the_chart_with_the_crds_examples_and_image_it_ships() {
+    let root = support::root();
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let chart: Value = yaml::from_str(&read("charts/agentcard-operator/Chart.yaml")).unwrap();
+    let values: Value = yaml::from_str(&read("charts/agentcard-operator/values.yaml")).unwrap();
+    let a = &chart["annotations"];
+    assert_eq!(a["artifacthub.io/operator"], "true");
+    assert_eq!(a["artifacthub.io/license"], "Apache-2.0");
+    let levels = [
+        "Basic Install",
+        "Seamless Upgrades",
+        "Full Lifecycle",
+        "Deep Insights",
+        "Auto Pilot",
+    ];
+    assert!(levels.contains(&a["artifacthub.io/operatorCapabilities"].as_str().unwrap()));
+    let categories = [
+        "ai-machine-learning",
+        "database",
+        "integration-delivery",
+        "monitoring-logging",
+        "networking",
+        "security",
+        "storage",
+        "streaming-messaging",
+    ];
+    assert!(categories.contains(&a["artifacthub.io/category"].as_str().unwrap()));
+    for link in annotation(&chart, "artifacthub.io/links")
+        .as_array()
+        .unwrap()
+    {
+        assert!(link["name"].is_string(), "{link}");
+        assert!(
+            link["url"].as_str().unwrap().starts_with("https://"),
+            "{link}"
+        );
+    }
+    // The image is the one the chart installs by default.
+    let images = annotation(&chart, "artifacthub.io/images");
+    let want = format!(
+        "{}:{}",
+        values["image"]["repository"].as_str().unwrap(),
+        chart["appVersion"].as_str().unwrap()
+    );
+    assert_eq!(images.as_array().unwrap().len(), 1);
+    assert_eq!(images[0]["image"], want.as_str());
+    // The CRDs are those `agentcard-operator crds` prints, at the version they serve and store.
+    let generated = support::run(
+        {
+            let mut c = support::bin();
+            c.arg("crds");
+            c
+        },
+        None,
+    );
+    let mut shipped: Vec<(String, String, String)> =
+        documents(&String::from_utf8_lossy(&generated.stdout))
+            .iter()
+            .map(|crd| {
+                let stored = crd["spec"]["versions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|v| v["storage"] == true)
+                    .unwrap();
+                (
+                    crd["spec"]["names"]["kind"].as_str().unwrap().to_string(),
+                    stored["name"].as_str().unwrap().to_string(),
+                    crd["metadata"]["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+    let crds = annotation(&chart, "artifacthub.io/crds");
+    let mut listed: Vec<(String, String, String)> = crds
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert!(
+                !c["description"].as_str().unwrap_or_default().is_empty(),
+                "{c}"
+            );
+            assert!(
+                !c["displayName"].as_str().unwrap_or_default().is_empty(),
+                "{c}"
+            );
+            let s = |k: &str| c[k].as_str().unwrap().to_string();
+            (s("kind"), s("version"), s("name"))
+        })
+        .collect();
+    shipped.sort();
+    listed.sort();
+    assert_eq!(
+        listed, shipped,
+        "artifacthub.io/crds lists other CRDs than the chart ships"
+    );
+    // The examples are examples/ verbatim, and the API server takes them (a server-side dry
+    // run against the CRDs, the card in a namespace of this test).
+    let examples = annotation(&chart, "artifacthub.io/crdsExamples");
+    let files: Vec<Value> = ["examples/weather-agent.yaml", "examples/directory.yaml"]
+        .iter()
+        .map(|p| yaml::from_str(&read(p)).unwrap())
+        .collect();
+    assert_eq!(
+        examples.as_array().unwrap(),
+        &files,
+        "crdsExamples differ from examples/"
+    );
+    let client = support::plane::client().await;
+    let ns = support::plane::TestNamespace::new(&client, "ahub").await;
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut card: AgentCard = serde_json::from_value(files[0].clone()).unwrap();
+    card.metadata.namespace = Some(ns.name.clone());
+    Api::<AgentCard>::namespaced(client.clone(), &ns.name)
+        .create(&dry, &card)
+        .await
+        .expect("the AgentCard example is refused by the API server");
+    let directory: agentcard_operator::crd::AgentDirectory =
+        serde_json::from_value(files[1].clone()).unwrap();
+    Api::<agentcard_operator::crd::AgentDirectory>::all(client.clone())
+        .create(&dry, &directory)
+        .await
+        .expect("the AgentDirectory example is refused by the API server");
+    // The repository's metadata, which the release workflow pushes as the tag Artifact Hub reads.
+    let repo: Value = yaml::from_str(&read("artifacthub-repo.yml")).unwrap();
+    assert!(!repo["owners"].as_array().unwrap().is_empty());
+    let release = read(".github/workflows/release.yml");
+    assert!(
+        release.contains("charts/agentcard-operator:artifacthub.io")
+            && release.contains("artifacthub-repo.yml:application/vnd.cncf.artifacthub.repository-metadata.layer.v1.yaml"),
+        "the release workflow does not publish artifacthub-repo.yml"
+    );
+}
+
 /// A kubeconfig for the plane that authenticates with `token`.
 fn token_kubeconfig(dir: &Path, token: &str) -> std::path::PathBuf {
-    let admin: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dedicated_kubeconfig()).unwrap()).unwrap();
+    let admin: Value =
+        yaml::from_str(&std::fs::read_to_string(dedicated_kubeconfig()).unwrap()).unwrap();
     let cluster = admin["clusters"][0]["cluster"].clone();
     let kc = json!({
         "apiVersion": "v1", "kind": "Config",
@@ -350,7 +498,7 @@ fn token_kubeconfig(dir: &Path, token: &str) -> std::path::PathBuf {
         "current-context": "chart",
     });
     let path = dir.join("kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    std::fs::write(&path, yaml::to_string(&kc).unwrap()).unwrap();
     path
 }
 

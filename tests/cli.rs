@@ -225,7 +225,8 @@ fn keygen_secret_is_a_kubernetes_secret_with_the_active_key() {
     ]);
     let out = run(cmd, None);
     assert!(out.status.success());
-    let secret: serde_json::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    let secret: serde_json::Value =
+        agentcard_operator::yaml::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
     assert_eq!(secret["kind"], "Secret");
     assert_eq!(secret["metadata"]["namespace"], "ops");
     assert_eq!(

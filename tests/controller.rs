@@ -21,7 +21,7 @@ use support::plane::{client, wait_for, TestNamespace};
 fn example(name: &str, host: &str) -> Value {
     let text =
         std::fs::read_to_string(support::root().join("examples/weather-agent.yaml")).unwrap();
-    let mut v: Value = serde_yaml::from_str(&text).unwrap();
+    let mut v: Value = agentcard_operator::yaml::from_str(&text).unwrap();
     v["metadata"] = json!({"name": name});
     v["spec"]["publish"]["host"] = json!(host);
     v["spec"]["card"]["supportedInterfaces"][0]["url"] = json!(format!("https://{host}/a2a/v1"));

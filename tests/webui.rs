@@ -27,7 +27,8 @@ const PROVIDERS: [&str; 2] = ["Acme", "Globex"];
 
 fn agent(i: usize, host: &str) -> Value {
     let mut c = card(&format!("agent-{i:02}"), host, "");
-    c["spec"]["card"]["name"] = json!(format!("Agent {i:02}"));
+    // Unpadded numbers: the page lists "Agent 2" before "Agent 10".
+    c["spec"]["card"]["name"] = json!(format!("Agent {i}"));
     c["spec"]["card"]["provider"] =
         json!({"organization": PROVIDERS[i % 2], "url": "https://example.com"});
     c["spec"]["card"]["skills"] = json!([{
@@ -180,7 +181,7 @@ async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() 
     // Search narrows: the skill name "translate" is in every fourth card.
     let want: BTreeSet<String> = (0..n)
         .filter(|i| i % 4 == 0)
-        .map(|i| format!("Agent {i:02}"))
+        .map(|i| format!("Agent {i}"))
         .collect();
     let r = go(&["search", &base, "translate"]);
     assert_eq!(names(&r), want, "{r}");
@@ -196,7 +197,7 @@ async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() 
     ]);
     let want: BTreeSet<String> = (0..n)
         .filter(|i| TAGS[i % 3] != "language" && PROVIDERS[i % 2] == "Acme")
-        .map(|i| format!("Agent {i:02}"))
+        .map(|i| format!("Agent {i}"))
         .collect();
     assert_eq!(names(&r), want, "{r}");
 
@@ -207,6 +208,10 @@ async fn the_directory_page_works_in_chromium_and_renders_hostile_cards_inert() 
     let all: Vec<String> = pages.concat();
     let unique: BTreeSet<&String> = all.iter().collect();
     assert_eq!((all.len(), unique.len()), (n + 1, n + 1), "{pages:?}");
+    // In the order people read names, numbers by value, across pages.
+    let agents: Vec<&String> = all.iter().filter(|t| t.starts_with("Agent ")).collect();
+    let want: Vec<String> = (0..n).map(|i| format!("Agent {i}")).collect();
+    assert_eq!(agents, want.iter().collect::<Vec<_>>(), "{pages:?}");
 
     // A card page shows its signature verified against the served JWKS.
     let page = format!("{base}agents/{}/agent-00", a.ns);

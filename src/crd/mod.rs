@@ -95,14 +95,14 @@ fn bound(schema: &mut Value, name: &str) {
 }
 
 /// Every CRD of the operator, as the YAML `crds/` holds (documents separated by `---`).
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crds_yaml() -> Result<String, crate::yaml::YamlError> {
     let docs = [agentcard_crd(), AgentDirectory::crd()];
     let mut out = String::new();
     for (i, crd) in docs.iter().enumerate() {
         if i > 0 {
             out.push_str("---\n");
         }
-        out.push_str(&serde_yaml::to_string(crd)?);
+        out.push_str(&crate::yaml::to_string(crd)?);
     }
     Ok(out)
 }

@@ -22,14 +22,7 @@ pub const MAX_PAGE: usize = 100;
 pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("identifier".into(), json!(e.identifier));
-    m.insert(
-        "displayName".into(),
-        json!(if e.display_name.is_empty() {
-            e.placement.name.as_str()
-        } else {
-            &*e.display_name
-        }),
-    );
+    m.insert("displayName".into(), json!(e.title()));
     m.insert("type".into(), json!(TYPE_A2A));
     m.insert("url".into(), json!(e.placement.url));
     let mut optional = |k: &str, v: &str| {

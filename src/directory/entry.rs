@@ -417,6 +417,16 @@ impl Entry {
         self.facet_values(Field::Skill).collect()
     }
 
+    /// What people call the agent: its card's `name`, or the AgentCard's name when the card
+    /// has none (the web page's headings and its order of names).
+    pub fn title(&self) -> &str {
+        if self.display_name.is_empty() {
+            &self.placement.name
+        } else {
+            &self.display_name
+        }
+    }
+
     /// The card's `description` (empty when it has none).
     pub fn description(&self) -> &str {
         self.of(Kind::Description).next().unwrap_or_default()

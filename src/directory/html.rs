@@ -116,7 +116,7 @@ pub fn catalog(
     let req = native::request(params, true)?;
     let page = site
         .catalog
-        .list(&req.query, visible, req.after.as_deref(), req.limit);
+        .list_by_title(&req.query, visible, req.after.as_deref(), req.limit);
     let fields: Vec<Field> = FILTERS.iter().map(|(f, _)| *f).collect();
     let counts = site.catalog.facets(&req.query, visible, &fields);
     let q = req.query.text.clone().unwrap_or_default();
@@ -213,11 +213,7 @@ fn result(site: &Site, e: &Entry) -> String {
         prefix = esc(&site.prefix),
         ns = esc(&url_segment(&e.placement.namespace)),
         name = esc(&url_segment(&e.placement.name)),
-        title = esc(if e.display_name.is_empty() {
-            &e.placement.name
-        } else {
-            &e.display_name
-        }),
+        title = esc(e.title()),
         provider = if provider.is_empty() {
             String::new()
         } else {
@@ -314,11 +310,7 @@ fn list_section(title: &str, items: Vec<String>) -> String {
 /// One card's page, with its signature checked against `jwks` (the JWKS served on its host).
 pub fn card(site: &Site, e: &Entry, jwks: Option<&[u8]>) -> String {
     let v: Value = serde_json::from_slice(&e.body).unwrap_or(Value::Null);
-    let title = if e.display_name.is_empty() {
-        e.placement.name.as_str()
-    } else {
-        &e.display_name
-    };
+    let title = e.title();
     let mut html = format!(
         "<nav aria-label=\"Breadcrumb\"><a href=\"{}/\">All agents</a></nav><h1>{}</h1><p class=\"desc\">{}</p>",
         esc(&site.prefix),

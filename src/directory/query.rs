@@ -10,10 +10,12 @@
 //! fields (as bitsets), then the caller's visibility (namespaces it may read), tombstones left
 //! out and, with text, the entries some word matches; a ranking orders those by a counting
 //! sort on (deprecated, score), which keeps identifier order within a score, or keeps one
-//! page of it in a bounded heap.
+//! page of it in a bounded heap. The web page lists in the order people read titles ("Agent 2"
+//! before "Agent 10"): a rank per position, built the first time it is asked for.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::entry::{query_words, Entry, Field};
 use super::postings::{self, Growing, Set};
@@ -53,6 +55,9 @@ pub struct Catalog {
     /// Per field and lower-cased value, the positions of the entries that have it.
     postings: HashMap<(Field, String), Set>,
     text: TextIndex,
+    /// Per position, its place in title order ([`Catalog::list_by_title`]); built on first
+    /// use, since only the web page asks.
+    title_rank: OnceLock<Vec<u32>>,
 }
 
 /// One page of an ordered listing.
@@ -140,6 +145,7 @@ impl Catalog {
             state,
             postings,
             text,
+            title_rank: OnceLock::new(),
         }
     }
 
@@ -315,26 +321,88 @@ impl Catalog {
     ) -> Page {
         let scores = self.text_scores(query.text.as_deref());
         let positions = self.matching(query, visible, scores.as_ref());
-        let total = positions.len();
         let start = match after {
             Some(id) => {
                 positions.partition_point(|&i| self.entries[i as usize].identifier.as_str() <= id)
             }
             None => 0,
         };
-        let items: Vec<Arc<Entry>> = positions[start..]
+        self.page(&positions, start, limit, |e| e.identifier.clone())
+    }
+
+    /// The page of `limit` entries of `positions` from `start`, with the cursor `cursor` makes
+    /// of its last entry when more follow.
+    fn page(
+        &self,
+        positions: &[u32],
+        start: usize,
+        limit: usize,
+        cursor: impl Fn(&Entry) -> String,
+    ) -> Page {
+        let items: Vec<Arc<Entry>> = positions[start.min(positions.len())..]
             .iter()
             .take(limit)
             .map(|&i| self.entries[i as usize].clone())
             .collect();
         let more = positions.len() > start + items.len();
         Page {
-            next_after: more
-                .then(|| items.last().map(|e| e.identifier.clone()))
-                .flatten(),
+            next_after: more.then(|| items.last().map(|e| cursor(e))).flatten(),
             items,
-            total,
+            total: positions.len(),
         }
+    }
+
+    /// Per position, its place in title order (see [`title_order`]).
+    fn title_rank(&self) -> &[u32] {
+        self.title_rank.get_or_init(|| {
+            let folded: Vec<String> = self
+                .entries
+                .iter()
+                .map(|e| e.title().to_lowercase())
+                .collect();
+            let mut order: Vec<u32> = (0..self.entries.len())
+                .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+                .collect();
+            // Positions ascend in identifier order: the last tie-break.
+            order.sort_by(|&a, &b| {
+                let (ea, eb) = (&self.entries[a as usize], &self.entries[b as usize]);
+                alphanumeric_sort::compare_str(&folded[a as usize], &folded[b as usize])
+                    .then_with(|| ea.title().cmp(eb.title()))
+                    .then(a.cmp(&b))
+            });
+            let mut rank = vec![0u32; order.len()];
+            for (place, &i) in order.iter().enumerate() {
+                rank[i as usize] = u32::try_from(place).unwrap_or(u32::MAX);
+            }
+            rank
+        })
+    }
+
+    /// One page of the entries matching `query` in the order people read their titles
+    /// ([`title_order`]), after the cursor `after` that an earlier page's `next_after` gave
+    /// (a title and an identifier: it holds while entries come and go).
+    pub fn list_by_title(
+        &self,
+        query: &Query,
+        visible: Visibility<'_>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Page {
+        let scores = self.text_scores(query.text.as_deref());
+        let mut positions = self.matching(query, visible, scores.as_ref());
+        let rank = self.title_rank();
+        positions.sort_unstable_by_key(|&i| rank[i as usize]);
+        let start = match after.and_then(|a| a.rsplit_once(TITLE_CURSOR)) {
+            Some((title, identifier)) => positions.partition_point(|&i| {
+                let e = &self.entries[i as usize];
+                title_order(e.title(), title).then_with(|| e.identifier.as_str().cmp(identifier))
+                    != Ordering::Greater
+            }),
+            None => 0,
+        };
+        self.page(&positions, start, limit, |e| {
+            format!("{}{TITLE_CURSOR}{}", e.title(), e.identifier)
+        })
     }
 
     /// Entries matching `query`, ranked by the text's relevance (all scores 100 without text).
@@ -452,6 +520,16 @@ impl Catalog {
 }
 
 /// The [`RETIRED`] and [`DEPRECATED`] bits of `e`.
+/// Between the title and the identifier of a [`Catalog::list_by_title`] cursor (the last one:
+/// a title may hold anything, an identifier never holds this).
+const TITLE_CURSOR: char = '\u{1f}';
+
+/// The order of titles as people read them: numbers by value ("Agent 2" before "Agent 10"),
+/// letters without regard to case, then case, so the order is total.
+pub fn title_order(a: &str, b: &str) -> Ordering {
+    alphanumeric_sort::compare_str(a.to_lowercase(), b.to_lowercase()).then_with(|| a.cmp(b))
+}
+
 fn state_of(e: &Entry) -> u8 {
     let mut s = 0;
     if e.placement.retired() {
@@ -531,6 +609,54 @@ mod tests {
             .iter()
             .map(|e| e.placement.name.as_str())
             .collect()
+    }
+
+    #[test]
+    fn the_web_order_reads_numbers_by_value_and_its_cursor_survives_removals() {
+        let named = |name: &str, title: &str| entry("n", name, json!({"name": title}));
+        let all = vec![
+            named("a", "Agent 10"),
+            named("b", "Agent 2"),
+            named("c", "agent 3"),
+            named("d", "Zeta"),
+            named("e", "alpha"),
+            named("f", ""),
+            named("g", "Agent 2"),
+        ];
+        let c = Catalog::build(all.clone());
+        let titles =
+            |p: &Page| -> Vec<String> { p.items.iter().map(|e| e.title().to_string()).collect() };
+        let every = c.list_by_title(&Query::default(), None, None, 100);
+        // "f" has no card name: its AgentCard's name is its title.
+        assert_eq!(
+            titles(&every),
+            ["Agent 2", "Agent 2", "agent 3", "Agent 10", "alpha", "f", "Zeta"]
+        );
+        // Equal titles keep identifier order.
+        assert_eq!(names(&every)[..2], ["b", "g"]);
+        // Pages of two walk every entry once.
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let p = c.list_by_title(&Query::default(), None, after.as_deref(), 2);
+            seen.extend(names(&p).into_iter().map(str::to_string));
+            match p.next_after {
+                Some(a) => after = Some(a),
+                None => break,
+            }
+        }
+        assert_eq!(seen, names(&every));
+        // The cursor after "agent 3" still holds once that entry is gone.
+        let first = c.list_by_title(&Query::default(), None, None, 3);
+        assert_eq!(names(&first), ["b", "g", "c"]);
+        let without: Vec<_> = all
+            .into_iter()
+            .filter(|e| e.placement.name != "c")
+            .collect();
+        let later = Catalog::build(without);
+        let next = later.list_by_title(&Query::default(), None, first.next_after.as_deref(), 10);
+        assert_eq!(names(&next), ["a", "e", "f", "d"]);
+        assert_eq!(title_order("Agent 9", "agent 10"), Ordering::Less);
     }
 
     #[test]

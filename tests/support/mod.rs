@@ -137,11 +137,17 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
 }
 
 /// Run `bash SCRIPT DIR` (a plane's or node's stop) once this test process has exited,
-/// however it exits (a watchdog in a session of its own), then remove DIR when `remove`.
+/// however it exits (passes, panics, aborts or is killed), then remove DIR when `remove`.
+///
+/// The watchdog runs in a session of its own and waits for end of file on a pipe whose only
+/// writer is this process: the kernel closes it when the process ends, whatever ends it.
+/// (Polling the pid, as this did before, could miss the exit on a machine whose pids wrap
+/// around quickly: `pid_max` is 32768 here, and a busy build reuses pids within minutes.)
 pub fn on_exit_stop(script: &Path, dir: &Path, remove: bool) {
+    static HELD: std::sync::Mutex<Vec<std::process::ChildStdin>> =
+        std::sync::Mutex::new(Vec::new());
     let mut watchdog = format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{script}' '{dir}' >/dev/null 2>&1",
-        pid = std::process::id(),
+        "cat >/dev/null; bash '{script}' '{dir}' >/dev/null 2>&1",
         script = script.display(),
         dir = dir.display()
     );
@@ -150,13 +156,19 @@ pub fn on_exit_stop(script: &Path, dir: &Path, remove: bool) {
     }
     // Detached on purpose: it outlives this process to clean up after it.
     #[allow(clippy::zombie_processes)]
-    let _watchdog = Command::new("setsid")
+    let mut child = Command::new("setsid")
         .args(["bash", "-c", &watchdog])
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("starting a watchdog");
+    // The write end stays open (and is never written) until this process ends. Rust opens it
+    // close-on-exec, so no process this one starts holds it.
+    let pipe = child.stdin.take().expect("the watchdog's stdin");
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(pipe);
 }
 
 /// Re-run this test binary's ignored test `inner` under `wrapper` (a command that runs what

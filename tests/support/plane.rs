@@ -123,6 +123,9 @@ impl OwnPlane {
             "own plane did not start: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // Dropping it stops it; should this process end without unwinding (an abort, a kill),
+        // the watchdog does.
+        super::on_exit_stop(&root().join("tests/controlplane/stop"), dir.path(), false);
         OwnPlane { dir }
     }
 
@@ -224,8 +227,8 @@ pub async fn install_crds(client: &Client) {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         for doc in text.split("\n---").filter(|d| d.contains("kind:")) {
-            let crd: CustomResourceDefinition =
-                serde_yaml::from_str(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let crd: CustomResourceDefinition = agentcard_operator::yaml::from_str(doc)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let name = crd.metadata.name.clone().unwrap();
             api.patch(
                 &name,
