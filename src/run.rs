@@ -226,12 +226,17 @@ async fn bind_servers(
     client: &kube::Client,
     content: Content,
     metrics: &Arc<ControllerMetrics>,
+    federation: &Arc<crate::directory::federation::Federation>,
     failed: &Arc<AtomicBool>,
 ) -> Result<Servers> {
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
     let scrape_metrics = metrics.clone();
-    let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || scrape_metrics.refresh_cards());
+    let federation = federation.clone();
+    let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        scrape_metrics.refresh_cards();
+        scrape_metrics.refresh_upstreams(federation.reachability());
+    });
     let failed = failed.clone();
     let controllers_ok: crate::serve::admin::ReadyCheck = Arc::new(move || {
         if failed.load(Ordering::Acquire) {
@@ -294,7 +299,15 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
         client.clone(),
     );
     let failed = Arc::new(AtomicBool::new(false));
-    let servers = bind_servers(&args, &client, content.clone(), &metrics, &failed).await?;
+    let servers = bind_servers(
+        &args,
+        &client,
+        content.clone(),
+        &metrics,
+        &federation,
+        &failed,
+    )
+    .await?;
     let config = controller_config(&args, &identity)?;
     tracing::info!(%identity, namespace = %args.namespace, "agentcard-operator running");
     servers.log_addresses();
@@ -367,6 +380,7 @@ impl Leader {
                 }
             }
             tracing::info!("acquired the lease: starting the controllers");
+            self.metrics.set_leading(true);
             let feeds = crate::controller::feed_writer::run(
                 self.client.clone(),
                 self.content.cards.clone(),
@@ -397,15 +411,18 @@ impl Leader {
                     lost?;
                     tracing::warn!("lost the lease: stopping the controllers");
                     stop_controllers(controllers).await;
+                    self.metrics.set_leading(false);
                     continue;
                 }
                 result = &mut controllers => result,
                 _ = stop.changed() => {
                     stop_controllers(controllers).await;
+                    self.metrics.set_leading(false);
                     election.release().await;
                     return Ok(());
                 }
             };
+            self.metrics.set_leading(false);
             // The controllers ended while this process leads: nothing would reconcile. Say so
             // on /readyz, hand the lease over and fail, so the process restarts and another
             // replica leads meanwhile.

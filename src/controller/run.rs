@@ -70,6 +70,7 @@ pub async fn run(
             configmaps_listed: cards.configmaps_listed.clone(),
             resign_all: cards.resign_all.clone(),
             recorder: recorder.clone(),
+            gauges: metrics.signing.clone(),
         },
         &mut tasks,
     );

@@ -59,13 +59,15 @@ pub struct RequestLabels {
 
 /// The (route, status) pairs of nearly every request, resolved to counters once so the hot
 /// path does not hash label sets.
-const COMMON: [(Route, u16); 6] = [
+/// Refusals at the limits are among them, so their series exist (at 0) for alerts from the start.
+const COMMON: [(Route, u16); 7] = [
     (Route::Card, 200),
     (Route::Card, 304),
     (Route::Jwks, 200),
     (Route::Jwks, 304),
     (Route::NotFound, 404),
     (Route::Preflight, 204),
+    (Route::Busy, 503),
 ];
 
 /// Counters and gauges of the public HTTP server.

@@ -1,4 +1,4 @@
-//! The Go tools the tests use (helm, Traefik, actionlint, the Gateway API CRDs), built once from Go modules
+//! The Go tools the tests use (helm, Traefik, actionlint, Prometheus and promtool, the Gateway API CRDs), built once from Go modules
 //! by `tests/tools/build` and cached outside the repository. A tool that cannot be built fails
 //! the test with the build's output: tests never skip.
 //!
@@ -23,6 +23,10 @@ pub enum Tool {
     GatewayApi,
     /// actionlint, built from `github.com/rhysd/actionlint`: lints `.github/workflows`.
     Actionlint,
+    /// The Prometheus server, built from `github.com/prometheus/prometheus`.
+    Prometheus,
+    /// promtool, from the same module: checks and unit-tests rule files.
+    Promtool,
 }
 
 impl Tool {
@@ -33,6 +37,8 @@ impl Tool {
             Tool::Traefik => "traefik",
             Tool::GatewayApi => "gateway-api",
             Tool::Actionlint => "actionlint",
+            Tool::Prometheus => "prometheus",
+            Tool::Promtool => "promtool",
         }
     }
 
@@ -43,6 +49,8 @@ impl Tool {
             Tool::Traefik => "AGENTCARD_TOOL_TRAEFIK",
             Tool::GatewayApi => "AGENTCARD_TOOL_GATEWAY_API",
             Tool::Actionlint => "AGENTCARD_TOOL_ACTIONLINT",
+            Tool::Prometheus => "AGENTCARD_TOOL_PROMETHEUS",
+            Tool::Promtool => "AGENTCARD_TOOL_PROMTOOL",
         }
     }
 
@@ -51,11 +59,15 @@ impl Tool {
         static TRAEFIK: OnceLock<PathBuf> = OnceLock::new();
         static GATEWAY_API: OnceLock<PathBuf> = OnceLock::new();
         static ACTIONLINT: OnceLock<PathBuf> = OnceLock::new();
+        static PROMETHEUS: OnceLock<PathBuf> = OnceLock::new();
+        static PROMTOOL: OnceLock<PathBuf> = OnceLock::new();
         match self {
             Tool::Helm => &HELM,
             Tool::Traefik => &TRAEFIK,
             Tool::GatewayApi => &GATEWAY_API,
             Tool::Actionlint => &ACTIONLINT,
+            Tool::Prometheus => &PROMETHEUS,
+            Tool::Promtool => &PROMTOOL,
         }
     }
 

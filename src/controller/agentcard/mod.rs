@@ -41,7 +41,7 @@ use super::context::Context;
 use super::error::Error;
 use super::events::event;
 use super::finalizers::{self, LEGACY_CARD};
-use super::metrics::CARD_CONTROLLER;
+use super::metrics::{self, ReadyState, CARD_CONTROLLER};
 use crate::controller::routes::routing::{self, RouteKind, Verdict};
 use crate::crd::AgentCard;
 use crate::store::SeenConfigMap;
@@ -313,7 +313,16 @@ async fn report_outcome(
         && status::condition_state(card.status.as_ref(), status::COMPATIBLE) != compat;
     ctx.metrics.set_ready(
         card::card_key(card),
-        Some(if outcome.is_ok() { "True" } else { "False" }),
+        Some(match outcome {
+            Ok(_) => ReadyState {
+                status: "True",
+                reason: metrics::PUBLISHED,
+            },
+            Err(e) => ReadyState {
+                status: "False",
+                reason: e.reason(),
+            },
+        }),
     );
     let api: Api<AgentCard> =
         Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());

@@ -58,6 +58,8 @@ pub struct Publisher {
     pub resign_all: UnboundedSender<()>,
     /// Records the rotation's Events on the Secret.
     pub recorder: Arc<Events>,
+    /// The rotation's stages, as metrics.
+    pub gauges: crate::controller::metrics::SigningGauges,
 }
 
 impl Publisher {
@@ -161,6 +163,11 @@ impl Publisher {
         let before = self.published.borrow().as_ref().map(|p| p.rotation.clone());
         let note = rotation_note(before.as_ref(), &rotation, keys.active.kid());
         let wake = self.next_look(&rotation, retained);
+        self.gauges.set(
+            rotation.signing.len(),
+            keys.all.len() + retained,
+            rotation.activates_at.map(jiff::Timestamp::as_second),
+        );
         self.published.send_replace(Some(PublishedKeys {
             version: keys.version.clone(),
             rotation: rotation.clone(),

@@ -42,6 +42,8 @@ pub struct PublisherInputs {
     pub resign_all: UnboundedSender<()>,
     /// The process's Event recorder.
     pub recorder: Arc<Events>,
+    /// Where the rotation's stages are reported as metrics.
+    pub gauges: crate::controller::metrics::SigningGauges,
 }
 
 /// Start the Secret and JWKS ConfigMap watches and the publisher; their tasks go to `tasks`.
@@ -72,6 +74,7 @@ pub fn start(
         published: published_tx,
         resign_all: inputs.resign_all,
         recorder: inputs.recorder,
+        gauges: inputs.gauges,
     };
     tasks.push(AbortOnDrop::spawn(
         tracing::info_span!("jwks_publisher", configmap = JWKS_CONFIGMAP),

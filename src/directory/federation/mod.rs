@@ -139,6 +139,15 @@ impl Federation {
         }
     }
 
+    /// Every `(directory, upstream, reachable)` this replica syncs: whether its last refresh
+    /// reached it (an upstream not refreshed yet counts as unreachable).
+    pub fn reachability(&self) -> Vec<(String, String, bool)> {
+        lock(&self.synced)
+            .iter()
+            .map(|((d, u), s)| (d.clone(), u.clone(), s.reachable))
+            .collect()
+    }
+
     /// Upstream `upstream` of `dir` as last synced.
     pub fn synced(&self, dir: &str, upstream: &str) -> Option<Synced> {
         lock(&self.synced)
