@@ -230,7 +230,7 @@ async fn the_readme_example_is_ready_served_and_verifies_with_the_python_sdk() {
         );
     }
     assert!(
-        m.contains("agentcard_cards{condition=\"Ready\",status=\"True\"} 1"),
+        m.contains("agentcard_cards{condition=\"Ready\",status=\"True\",reason=\"Published\"} 1"),
         "{m}"
     );
 }
