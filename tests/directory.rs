@@ -1974,8 +1974,24 @@ async fn federation_refuses_what_it_cannot_trust_and_loses_nothing_local() {
     let host = |n: &str| format!("{n}-{t}.open.test");
     a.apply(&card("a1", &host("a1"), "")).await.unwrap();
     b.apply(&card("b1", &host("b1"), "")).await.unwrap();
-    wait_card(&p, &a.ns, "a1", "Ready", ready).await;
-    wait_card(&p, &b.ns, "b1", "Ready", ready).await;
+    let a1 = wait_card(&p, &a.ns, "a1", "Ready", ready).await;
+    let b1 = wait_card(&p, &b.ns, "b1", "Ready", ready).await;
+    // Ready is written before the card server has read the ConfigMap back: wait until both
+    // cards are served before reading their bytes.
+    wait_served(
+        &p,
+        &host("a1"),
+        agentcard_operator::contract::PATH_CARD,
+        hash_of(&a1).as_deref(),
+    )
+    .await;
+    wait_served(
+        &p,
+        &host("b1"),
+        agentcard_operator::contract::PATH_CARD,
+        hash_of(&b1).as_deref(),
+    )
+    .await;
     let a1_bytes =
         String::from_utf8(p.get(&host("a1"), "/.well-known/agent-card.json").body).unwrap();
     let b1_id = format!("urn:air:{}:{}:b1", host("b1"), b.ns);
