@@ -77,6 +77,11 @@ pub fn lint(card: &AgentCard, opts: LintOptions) -> Vec<Problem> {
         }
     }
     lint_secrets(&to_value(card), &root, &mut out);
+    lint_prompt(&card.description, &root.field("description"), &mut out);
+    for (i, skill) in card.skills.iter().enumerate() {
+        let p = root.field("skills").index(i).field("description");
+        lint_prompt(&skill.description, &p, &mut out);
+    }
     lint_requirements(
         &card.security_requirements,
         &root.field("securityRequirements"),
@@ -177,6 +182,60 @@ static SECRET_PATTERNS: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| 
     .filter_map(|(what, re)| Regex::new(re).ok().map(|r| (what, r)))
     .collect()
 });
+
+/// Openings of a text written to a model rather than about an agent.
+const PROMPT_OPENINGS: [&str; 6] = [
+    "you are ",
+    "you're ",
+    "your role ",
+    "your task ",
+    "act as ",
+    "as an ai",
+];
+/// Phrases of a prompt's rules, wherever they stand.
+const PROMPT_PHRASES: [&str; 8] = [
+    "ignore previous",
+    "ignore all previous",
+    "system prompt",
+    "never reveal",
+    "do not reveal",
+    "don't reveal",
+    "you must ",
+    "you should ",
+];
+/// Openings of a sentence that orders rather than describes.
+const IMPERATIVES: [&str; 5] = ["always ", "never ", "do not ", "don't ", "make sure "];
+
+/// Warn on a description that reads like instructions to a model: agents built on an LLM
+/// framework (kagent among them) may put the system prompt where the card's description goes,
+/// and a card is public. Flagged: a prompt's opening or its rules' phrases, or a long text
+/// (over 500 characters) of which three sentences or more open with an order.
+fn lint_prompt(text: &str, path: &PathBuf, out: &mut Vec<Problem>) {
+    let lower = text.to_lowercase();
+    let opening = PROMPT_OPENINGS
+        .iter()
+        .find(|o| lower.trim_start().starts_with(*o));
+    let phrase = PROMPT_PHRASES.iter().find(|p| lower.contains(*p));
+    let orders = lower
+        .split(['.', '!', '\n', ';'])
+        .filter(|s| IMPERATIVES.iter().any(|i| s.trim_start().starts_with(i)))
+        .count();
+    let why = match (opening, phrase) {
+        (Some(o), _) => format!("it opens with {:?}", o.trim_end()),
+        (None, Some(p)) => format!("it says {:?}", p.trim_end()),
+        (None, None) if text.chars().count() > 500 && orders >= 3 => {
+            format!("{orders} of its sentences give orders")
+        }
+        _ => return,
+    };
+    out.push(Problem::warning(
+        path.as_str(),
+        format!(
+            "reads like instructions to a model ({why}): a card is public; say what the agent \
+             does for its callers, not how it is prompted"
+        ),
+    ));
+}
 
 fn lint_secrets(value: &Value, path: &PathBuf, out: &mut Vec<Problem>) {
     match value {
@@ -841,6 +900,43 @@ mod tests {
         let mut c = minimal();
         c.description = "x".repeat(MAX_CARD_BYTES + 1);
         assert!(paths(&c).iter().any(|p| p.contains("fit in a ConfigMap")));
+    }
+
+    #[test]
+    fn lints_flag_descriptions_that_read_like_a_prompt() {
+        let prompt_warnings = |c: &AgentCard| -> Vec<String> {
+            lint(c, LintOptions::default())
+                .iter()
+                .map(|p| p.to_string())
+                .filter(|w| w.contains("instructions to a model"))
+                .collect()
+        };
+        let mut c = minimal();
+        c.description = "Plans trips and books hotels for travellers.".into();
+        c.skills[0].description = "Never books a flight without a confirmed seat.".into();
+        assert!(prompt_warnings(&c).is_empty(), "{:?}", prompt_warnings(&c));
+        c.description = "You are a helpful Kubernetes expert. Answer briefly.".into();
+        c.skills[0].description = "Lists pods. Never reveal the cluster's credentials.".into();
+        let w = prompt_warnings(&c);
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("description: ") && w.contains("\"you are\"")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("skills[0].description: ") && w.contains("never reveal")),
+            "{w:?}"
+        );
+        // Long and full of orders, without a prompt's usual opening.
+        c.description = format!(
+            "{} Always answer in English. Never guess. Do not call tools twice. Make sure to cite.",
+            "Helps with cluster operations across namespaces and teams. ".repeat(9)
+        );
+        c.skills[0].description = "Lists pods.".into();
+        let w = prompt_warnings(&c);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("4 of its sentences give orders"), "{w:?}");
     }
 
     #[test]
