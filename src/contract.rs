@@ -3,6 +3,11 @@
 
 /// Field manager for server-side apply, and the value of the managed-by label.
 pub const MANAGER: &str = "agentcard-operator";
+/// Field manager AgentDiscovery writes the cards of running agents with: any other manager
+/// (but [`MANAGER`]'s status writes) that edits such a card's spec claims it.
+pub const DISCOVERY_MANAGER: &str = "agentcard-operator-discovery";
+/// Label naming the AgentDiscovery that wrote a card.
+pub const LABEL_DISCOVERED_BY: &str = "agentcard.dev/discovered-by";
 /// Standard label marking objects this operator manages.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// What a published ConfigMap holds: [`CONTENT_CARD`] or [`CONTENT_JWKS`].

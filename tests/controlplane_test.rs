@@ -269,9 +269,11 @@ async fn kubectl_explain_describes_every_field_of_our_resources() {
             .ok()?;
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
         let schemas = &doc["components"]["schemas"];
-        let both = ["AgentCard", "AgentDirectory"].iter().all(|k| {
-            schemas[format!("dev.agentcard.v1alpha1.{k}")]["properties"]["spec"].is_object()
-        });
+        let both = ["AgentCard", "AgentDirectory", "AgentDiscovery"]
+            .iter()
+            .all(|k| {
+                schemas[format!("dev.agentcard.v1alpha1.{k}")]["properties"]["spec"].is_object()
+            });
         both.then_some(doc)
     };
     let mut doc = None;
@@ -286,6 +288,7 @@ async fn kubectl_explain_describes_every_field_of_our_resources() {
     for (resource, root) in [
         ("agentcards", "dev.agentcard.v1alpha1.AgentCard"),
         ("agentdirectories", "dev.agentcard.v1alpha1.AgentDirectory"),
+        ("agentdiscoveries", "dev.agentcard.v1alpha1.AgentDiscovery"),
     ] {
         let top = support::kubectl(kubeconfig, &["explain", resource]);
         let about = top

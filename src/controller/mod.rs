@@ -11,7 +11,8 @@
 //! [`routes`] (who holds which host and path, the route objects, the platform's policy),
 //! [`keys`] (the signing Secret, which keys sign, the JWKS publisher), [`writes`] (how objects
 //! are written, and what was written but not seen yet), [`limits`] and retry [`backoff`]. The
-//! lease holder also writes the directories' change feeds ([`feed_writer`]). Every task [`run`]
+//! lease holder also writes the directories' change feeds ([`feed_writer`]) and, for each
+//! AgentDiscovery, the cards of the running agents it finds ([`discovery`]). Every task [`run`]
 //! spawns is aborted when its future is dropped, so losing the lease stops all of it.
 
 pub mod agentcard;
@@ -21,6 +22,7 @@ pub mod backoff;
 pub mod conditions;
 pub mod config;
 pub mod context;
+pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod feed_writer;

@@ -156,10 +156,28 @@ pub async fn run(
     // The controllers hold the receiving ends only: a sender dropped here is one no watch uses.
     drop((to_cards, to_dirs));
 
-    // Both run until the process stops; either ending ends the controllers.
+    // Discovery runs beside them while the AgentDiscovery CRD is installed (it ends at once
+    // without it; that ends nothing else).
+    let discovery = super::discovery::run(
+        ctx.client.clone(),
+        config.watch_namespace.clone(),
+        (hubs.cards.store(), hubs.cards.subscribe()),
+        (hubs.namespaces.store(), hubs.namespaces.subscribe()),
+        ctx.metrics.clone(),
+    );
+    let discovery = tracing::Instrument::instrument(
+        async move {
+            discovery.await;
+            futures::future::pending::<()>().await;
+        },
+        tracing::info_span!("discovery_controller"),
+    );
+    // The card and directory controllers run until the process stops; either ending ends the
+    // controllers.
     tokio::select! {
         () = run_card_controller(&ctx, &config, card_triggers.merged()) => {}
         () = run_directory_controller(&ctx, dir_triggers.merged()) => {}
+        () = discovery => {}
     }
     drop((tasks, cards.resign_all));
     Ok(())

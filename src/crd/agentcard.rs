@@ -36,6 +36,7 @@ use crate::a2a::card::AgentCard as A2aCard;
     printcolumn = r#"{"name":"Fetched","type":"date","jsonPath":".status.source.fetchedAt","priority":1}"#,
     printcolumn = r#"{"name":"Backend","type":"string","jsonPath":".status.conditions[?(@.type==\"BackendReady\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Lifecycle","type":"string","jsonPath":".spec.lifecycle.state","priority":1}"#,
+    printcolumn = r#"{"name":"Origin","type":"string","jsonPath":".status.origin"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -44,6 +45,7 @@ use crate::a2a::card::AgentCard as A2aCard;
 #[x_kube(validation = Rule::new("!has(self.card) || (has(self.card.name) && self.card.name != '')").message("spec.card.name: required"))]
 #[x_kube(validation = Rule::new("!has(self.card) || (has(self.card.supportedInterfaces) && size(self.card.supportedInterfaces) > 0) || has(self.backend)").message("spec.card.supportedInterfaces: at least one interface, or spec.backend, is required"))]
 #[x_kube(validation = Rule::new("!has(self.overrides) || has(self.source)").message("spec.overrides: only with spec.source (edit spec.card instead)"))]
+#[x_kube(validation = Rule::new("!has(self.defaults) || has(self.source)").message("spec.defaults: only with spec.source (edit spec.card instead)"))]
 #[x_kube(validation = Rule::new("!has(self.backend) || !has(self.backend.path) || self.backend.path == '' || !has(self.publish.pathPrefix) || self.publish.pathPrefix == '' || self.backend.path == self.publish.pathPrefix || self.backend.path.startsWith(self.publish.pathPrefix + '/')").message("spec.backend.path: must lie inside the card's route subtree spec.publish.pathPrefix (e.g. <pathPrefix>/a2a)"))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentCardSpec {
@@ -58,6 +60,12 @@ pub struct AgentCardSpec {
     /// With `source`: fields set over the imported card before it is signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<Box<Overrides>>,
+    /// With `source`: what fills the fields the imported card leaves empty (applied before
+    /// `overrides`). AgentDiscovery writes here what a platform resource declares about the
+    /// agent (a kagent `Agent`'s description, version, provider and skills), so the card the
+    /// agent serves keeps the last word on everything it does say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<Box<Defaults>>,
     /// Where and how the card is served.
     pub publish: Publish,
     /// The agent's own Service: its A2A traffic is routed on the same host, and the public
@@ -260,6 +268,31 @@ pub struct Overrides {
     pub skill_tags: Vec<String>,
 }
 
+/// What fills the fields an imported card leaves empty: a field here is used only where the
+/// served card has none (an empty string, no provider, no skills).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Defaults {
+    /// The card's `description`, where the served card has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The card's `version`, where the served card has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The card's `provider`, where the served card has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<crate::a2a::card::AgentProvider>,
+    /// The card's `documentationUrl`, where the served card has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documentation_url: Option<String>,
+    /// The card's `iconUrl`, where the served card has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icon_url: Option<String>,
+    /// The card's skills, where the served card lists none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<crate::a2a::card::AgentSkill>,
+}
+
 /// The agent's own Service.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -332,6 +365,11 @@ pub struct AgentCardStatus {
     /// unpublished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_at: Option<String>,
+    /// Where the card came from: `Declared` (written by a person), `Discovered` (written by an
+    /// AgentDiscovery for a running agent) or `Claimed` (discovered, then taken over by
+    /// someone: discovery no longer writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// The last fetches of an imported card.

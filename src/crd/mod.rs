@@ -3,12 +3,14 @@
 
 pub mod agentcard;
 pub mod agentdirectory;
+pub mod agentdiscovery;
 
 pub use agentcard::{
-    AgentCard, AgentCardSpec, AgentCardStatus, Compatibility, Lifecycle, LifecycleState, Overrides,
-    ServedLifecycle, ServedRoute, Source, SourceService, SourceStatus, Successor,
+    AgentCard, AgentCardSpec, AgentCardStatus, Compatibility, Defaults, Lifecycle, LifecycleState,
+    Overrides, ServedLifecycle, ServedRoute, Source, SourceService, SourceStatus, Successor,
 };
 pub use agentdirectory::{AccessMode, AgentDirectory, AgentDirectorySpec, AgentDirectoryStatus};
+pub use agentdiscovery::{AgentDiscovery, AgentDiscoverySpec, AgentDiscoveryStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -96,7 +98,11 @@ fn bound(schema: &mut Value, name: &str) {
 
 /// Every CRD of the operator, as the YAML `crds/` holds (documents separated by `---`).
 pub fn crds_yaml() -> Result<String, crate::yaml::YamlError> {
-    let docs = [agentcard_crd(), AgentDirectory::crd()];
+    let docs = [
+        agentcard_crd(),
+        AgentDirectory::crd(),
+        AgentDiscovery::crd(),
+    ];
     let mut out = String::new();
     for (i, crd) in docs.iter().enumerate() {
         if i > 0 {

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 
-use crate::contract::MANAGER;
+use crate::contract::{DISCOVERY_MANAGER, LABEL_DISCOVERED_BY, MANAGER};
 use crate::crd::AgentCard;
 
 /// kubectl's copy of the last applied object: as large as the object, read by nothing here.
@@ -73,11 +73,55 @@ pub fn operator_annotations(meta: &ObjectMeta) -> BTreeSet<String> {
     keys
 }
 
+/// `fieldsType` of the one `managedFields` entry [`compact_card`] leaves on a discovered card
+/// that someone else edited: its `manager` names who ([`card_editor`]).
+pub const FIELDS_EDITED_BY: &str = "agentcard.dev/EditedBy";
+
+/// Who, other than discovery and the operator, edited a discovered card's spec or its
+/// discovery label (and so claimed it), read from its `managedFields` as the API server
+/// returns them or as [`compact_card`] left them. Status writes do not count.
+pub fn card_editor(meta: &ObjectMeta) -> Option<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            let manager = m.manager.as_deref().unwrap_or_default();
+            manager != DISCOVERY_MANAGER
+                && manager != MANAGER
+                && m.subresource.as_deref() != Some("status")
+        })
+        .find(|m| {
+            m.fields_type.as_deref() == Some(FIELDS_EDITED_BY)
+                || m.fields_v1.as_ref().is_some_and(|f| {
+                    f.0.get("f:spec").is_some()
+                        || f.0
+                            .pointer("/f:metadata/f:labels")
+                            .and_then(|l| l.get(format!("f:{LABEL_DISCOVERED_BY}")))
+                            .is_some()
+                })
+        })
+        .and_then(|m| m.manager.clone())
+}
+
 /// Trim an AgentCard before it is stored: nothing reads a card's `managedFields` (often as
-/// large as the card) or kubectl's last-applied copy. The list goes whole (`None`): a cleared
-/// `Vec` would keep its buffer, a few hundred bytes per stored card.
+/// large as the card) or kubectl's last-applied copy, but for one fact about a discovered
+/// card: who else edited it ([`card_editor`]), kept as one small entry. Otherwise the list
+/// goes whole (`None`): a cleared `Vec` would keep its buffer, a few hundred bytes per stored
+/// card.
 pub fn compact_card(card: &mut AgentCard) {
-    card.metadata.managed_fields = None;
+    let discovered = card
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_DISCOVERED_BY));
+    let editor = discovered.then(|| card_editor(&card.metadata)).flatten();
+    card.metadata.managed_fields = editor.map(|manager| {
+        vec![ManagedFieldsEntry {
+            manager: Some(manager),
+            fields_type: Some(FIELDS_EDITED_BY.into()),
+            ..Default::default()
+        }]
+    });
     if let Some(annotations) = card.metadata.annotations.as_mut() {
         annotations.remove(ANN_LAST_APPLIED);
     }

@@ -33,6 +33,9 @@ pub fn effective_card(card: &AgentCard) -> A2aCard {
     a2a.signatures.clear();
     let imported = card.spec.source.is_some();
     if imported {
+        if let Some(d) = &card.spec.defaults {
+            apply_defaults(&mut a2a, d);
+        }
         if let Some(o) = &card.spec.overrides {
             apply_overrides(&mut a2a, o);
         }
@@ -72,6 +75,31 @@ fn public_interface_url(public: &str, internal: &str) -> String {
         .map(|u| u.path().trim_end_matches('/').to_string())
         .unwrap_or_default();
     format!("{public}{path}")
+}
+
+/// Fill the fields an imported card leaves empty from `spec.defaults`.
+fn apply_defaults(a2a: &mut A2aCard, d: &crate::crd::Defaults) {
+    let fill = |field: &mut String, value: &Option<String>| {
+        if field.trim().is_empty() {
+            if let Some(v) = value {
+                field.clone_from(v);
+            }
+        }
+    };
+    fill(&mut a2a.description, &d.description);
+    fill(&mut a2a.version, &d.version);
+    if a2a.provider.is_none() {
+        a2a.provider.clone_from(&d.provider);
+    }
+    if a2a.documentation_url.is_none() {
+        a2a.documentation_url.clone_from(&d.documentation_url);
+    }
+    if a2a.icon_url.is_none() {
+        a2a.icon_url.clone_from(&d.icon_url);
+    }
+    if a2a.skills.is_empty() {
+        a2a.skills.clone_from(&d.skills);
+    }
 }
 
 /// Set the fields `spec.overrides` names over an imported card.

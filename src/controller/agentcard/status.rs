@@ -83,6 +83,7 @@ pub fn next(found: &Found<'_>) -> AgentCardStatus {
         Err(_) if !retired => status.retired_at = None,
         Err(_) => {}
     }
+    status.origin = Some(crate::controller::discovery::select::origin(found.card).to_string());
     // Written by this installation alone: any conflict is over.
     status.operator = Some(found.operator.to_string());
     status.contenders.clear();
