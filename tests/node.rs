@@ -6,7 +6,9 @@
 //! The node (`tests/node/`) runs in private network and mount namespaces: the outer test
 //! builds the image and the tools, starts the node and re-runs this binary inside for the
 //! scenario: install, the runtime's view of the container (uid, capabilities, read-only root),
-//! a card imported from an agent Pod and served through Traefik, failover of the lease holder
+//! a card imported from an agent Pod and served through Traefik, a second agent (a Deployment
+//! labelled as kagenti labels A2A agents, its Service marked `appProtocol: a2a`) discovered and
+//! served through Traefik with no AgentCard written by anyone, failover of the lease holder
 //! and a rolling upgrade with a client probing all along, uninstall.
 
 mod support;
@@ -39,6 +41,8 @@ const TENANT: &str = "team";
 /// A tenant naming others' addresses in its EndpointSlices.
 const HOSTILE: &str = "mallory";
 const HOST: &str = "echo.agents.test";
+/// The host the AgentDiscovery's template gives the discovered agent `helper`.
+const DISCOVERED_HOST: &str = "helper.team.agents.test";
 const TRAEFIK: &str = "127.0.0.1:18000";
 const DONE: &str = "node: installed, hardened, served, failed over, upgraded, uninstalled";
 
@@ -252,20 +256,30 @@ fn assert_hardened(pod: &Pod) {
     );
 }
 
-/// The stand-in agent: the operator's own image serving a card from a ConfigMap volume, on any
-/// name it is reached by, and on `HOST` also a directory of it (`/v1/agents`).
-async fn start_agent(client: &Client, image: &str) {
+/// A stand-in agent `name` of the tenant: the operator's own image serving a card from a
+/// ConfigMap volume, on any name it is reached by, and on `host` also a directory of it
+/// (`/v1/agents`); its Deployment carries `labels`, its Service's port `app_protocol`.
+struct StandIn<'a> {
+    name: &'a str,
+    host: &'a str,
+    card_name: &'a str,
+    labels: Value,
+    app_protocol: Option<&'a str>,
+}
+
+async fn start_agent(client: &Client, image: &str, agent: &StandIn<'_>) {
+    let StandIn { name, host, .. } = *agent;
     let card = json!({
-        "name": "Echo", "description": "Says what it hears.", "version": "2.0.0",
-        "supportedInterfaces": [{"url": "http://echo.team.svc:80/",
+        "name": agent.card_name, "description": "Says what it hears.", "version": "2.0.0",
+        "supportedInterfaces": [{"url": format!("http://{name}.team.svc:80/"),
             "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
         "capabilities": {}, "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],
         "skills": [{"id": "echo", "name": "Echo", "description": "Echoes text.", "tags": ["echo"]}]
     });
     let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "echo-card"},
-        "data": {format!("{HOST}.json"): card.to_string()}
+        "metadata": {"name": format!("{name}-card")},
+        "data": {format!("{host}.json"): card.to_string()}
     }))
     .unwrap();
     Api::<ConfigMap>::namespaced(client.clone(), TENANT)
@@ -277,18 +291,18 @@ async fn start_agent(client: &Client, image: &str) {
         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}
     });
     let deploy: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "echo"},
+        "metadata": {"name": name, "labels": agent.labels},
         "spec": {
             "replicas": 1,
-            "selector": {"matchLabels": {"app": "echo"}},
+            "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": "echo"}},
+                "metadata": {"labels": {"app": name}},
                 "spec": {
                     "automountServiceAccountToken": false,
                     "containers": [{
                         "name": "agent", "image": image, "imagePullPolicy": "Never",
-                        "args": ["serve", "--from-dir", "/cards", "--fallback-host", HOST,
-                                 "--directory-host", HOST],
+                        "args": ["serve", "--from-dir", "/cards", "--fallback-host", host,
+                                 "--directory-host", host],
                         "ports": [{"name": "http", "containerPort": 8080},
                                   {"name": "admin", "containerPort": 8081}],
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"},
@@ -296,7 +310,7 @@ async fn start_agent(client: &Client, image: &str) {
                         "securityContext": restricted,
                         "volumeMounts": [{"name": "cards", "mountPath": "/cards"}]
                     }],
-                    "volumes": [{"name": "cards", "configMap": {"name": "echo-card"}}]
+                    "volumes": [{"name": "cards", "configMap": {"name": format!("{name}-card")}}]
                 }
             }
         }
@@ -306,10 +320,13 @@ async fn start_agent(client: &Client, image: &str) {
         .create(&PostParams::default(), &deploy)
         .await
         .unwrap();
+    let mut port = json!({"name": "http", "port": 80, "targetPort": "http"});
+    if let Some(p) = agent.app_protocol {
+        port["appProtocol"] = json!(p);
+    }
     let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "echo"},
-        "spec": {"selector": {"app": "echo"},
-                 "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [port]}
     }))
     .unwrap();
     Api::<Service>::namespaced(client.clone(), TENANT)
@@ -565,7 +582,18 @@ async fn inside_the_node() {
         )
         .await
         .unwrap();
-    start_agent(&client, &image).await;
+    start_agent(
+        &client,
+        &image,
+        &StandIn {
+            name: "echo",
+            host: HOST,
+            card_name: "Echo",
+            labels: json!({}),
+            app_protocol: None,
+        },
+    )
+    .await;
     let card: Value = json!({
         "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
         "metadata": {"name": "echo"},
@@ -667,6 +695,67 @@ async fn inside_the_node() {
         through_traefik(HOST, "/v1/agents")
             .map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned()))
     );
+
+    // 4a. Discovery: a second agent, its Deployment labelled as kagenti labels A2A agents and
+    //     its Service's port marked `appProtocol: a2a`, gets a card nobody wrote, at the
+    //     templated host, served through Traefik and verified by the Python SDK.
+    start_agent(
+        &client,
+        &image,
+        &StandIn {
+            name: "helper",
+            host: DISCOVERED_HOST,
+            card_name: "Helper",
+            labels: json!({"kagenti.io/type": "agent", "protocol.kagenti.io/a2a": "true"}),
+            app_protocol: Some("a2a"),
+        },
+    )
+    .await;
+    Api::<agentcard_operator::crd::AgentDiscovery>::all(client.clone())
+        .patch(
+            "agents",
+            &PatchParams::apply("admin").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDiscovery",
+                "metadata": {"name": "agents"},
+                "spec": {
+                    "hostTemplate": "{name}.{namespace}.agents.test",
+                    "sources": ["Services", "KagentiWorkloads"],
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TENANT}}
+                }
+            })),
+        )
+        .await
+        .unwrap();
+    let discovered = wait_for(Duration::from_secs(120), || async {
+        cards.get("helper").await.is_ok_and(|c| ready(&c))
+    })
+    .await;
+    let helper = cards.get_opt("helper").await.unwrap();
+    assert!(
+        discovered.is_ok(),
+        "the discovered card is not Ready: {:?}",
+        helper.map(|c| c.status)
+    );
+    let helper_bytes = wait_for(Duration::from_secs(60), || {
+        std::future::ready(
+            through_traefik(DISCOVERED_HOST, "/.well-known/agent-card.json")
+                .is_some_and(|r| r.status == 200),
+        )
+    })
+    .await
+    .ok()
+    .and_then(|()| through_traefik(DISCOVERED_HOST, "/.well-known/agent-card.json"))
+    .map(|r| r.body)
+    .unwrap_or_default();
+    let helper_card: Value = serde_json::from_slice(&helper_bytes).unwrap_or_default();
+    assert_eq!(
+        helper_card["name"], "Helper",
+        "the discovered agent's own card"
+    );
+    let jwks = through_traefik(DISCOVERED_HOST, "/.well-known/jwks.json").unwrap();
+    let verdict = support::python_sdk_verdict(&helper_bytes, &jwks.body);
+    assert!(verdict.valid, "the Python SDK: {:?}", verdict.error);
 
     // 4b. Import fetches only from the card's namespace's own Pods: a hostile tenant's
     //     hand-made slices naming the agent's Pod (another namespace's), the lease holder's Pod
