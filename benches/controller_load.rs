@@ -809,6 +809,7 @@ async fn writes_floor(
                         now: stamp,
                         operator: &settings.operator_namespace,
                         backend: None,
+                        drift: None,
                     });
                     agentcard_operator::controller::apply_status(&cards, name, &status).await?;
                     events.publish(&event, &applied.object_ref(&())).await?;

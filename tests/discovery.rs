@@ -727,3 +727,233 @@ async fn wait_discovery_on(client: &Client, name: &str, pred: impl Fn(&Value) ->
     assert!(ok.is_ok(), "discovery {name}: {status:#}");
     status
 }
+
+const DRIFT_DONE: &str =
+    "a curated card compared with what its agent serves: drifted, in sync, not compared, off";
+
+#[test]
+fn a_curated_card_says_when_its_agent_serves_something_else() {
+    support::netns::run_inside("drift_inside_a_private_network_namespace", DRIFT_DONE, &[]);
+}
+
+/// The curated card the Python SDK agent would serve, with `extra_skills` beside its own.
+fn curated(extra_skills: &[&str], drift: Value) -> Value {
+    let mut skills = vec![json!({
+        "id": "echo", "name": "Echo", "description": "Repeats the input.",
+        "tags": ["echo", "test"], "examples": ["say hello"]
+    })];
+    for id in extra_skills {
+        skills.push(
+            json!({"id": id, "name": id, "description": "Not what the agent does.", "tags": ["t"]}),
+        );
+    }
+    json!({
+        "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+        "metadata": {"name": "echo"},
+        "spec": {
+            "card": {
+                "name": "Echo Agent", "description": "Echoes what it is told.", "version": "1.0.0",
+                "provider": {"organization": "Example Org", "url": "https://example.org"},
+                "capabilities": {"streaming": true},
+                "defaultInputModes": ["text"], "defaultOutputModes": ["text", "application/json"],
+                "skills": skills
+            },
+            "publish": {"host": "echo.agents.test"},
+            "backend": {"serviceName": "echo", "port": 80},
+            "drift": drift
+        }
+    })
+}
+
+/// A declared card with a backend in front of the Python SDK agent (in its own network
+/// namespace, as the import tests run it): the card the agent serves itself is fetched through
+/// the namespace's own Pod and compared with the published one. A skill the agent does not
+/// serve is `Drifted=True` (`StructuralDrift`, its path and kind named) with a Warning Event, a
+/// metric and `drift` in the directory's native API; the card mended is `InSync`; the agent
+/// gone is `Unknown` (`NotCompared`, why); drift turned off removes the condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs inside the network namespace the outer test makes"]
+async fn drift_inside_a_private_network_namespace() {
+    use support::netns;
+    netns::setup_loopback();
+    let kubeconfig = support::plane::dedicated_kubeconfig();
+    let client = support::plane::client_for(kubeconfig).await;
+    support::plane::install_crds(&client).await;
+    let opns = "agentcard-system";
+    create_namespace(&client, opns, json!({})).await;
+    let op =
+        support::operator::Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("control.json");
+    std::fs::write(
+        &control,
+        json!({"mode": "v1", "version": "1.0.0"}).to_string(),
+    )
+    .unwrap();
+    let peer = netns::Peer::start();
+    let agent = netns::Proc(
+        peer.command(support::oracle().join("venv/bin/python"))
+            .arg(support::root().join("tests/oracle/py_agent.py"))
+            .args(["--port", &AGENT_PORT.to_string()])
+            .arg("--control")
+            .arg(&control)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting the Python SDK agent"),
+    );
+    let team = "team";
+    create_namespace(&client, team, json!({})).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), team);
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": "echo-0", "labels": {"app": "echo"}},
+        "spec": {"containers": [{"name": "agent", "image": "example.org/echo:1"}]}
+    }))
+    .unwrap();
+    pods.create(&Default::default(), &pod).await.unwrap();
+    pods.patch_status(
+        "echo-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": netns::PEER_ADDR, "podIPs": [{"ip": netns::PEER_ADDR}]}})),
+    )
+    .await
+    .unwrap();
+    apply_service(
+        &client,
+        team,
+        &json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "echo"},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": AGENT_PORT}]}
+        }),
+    )
+    .await;
+    netns::Slice {
+        name: "echo-test",
+        address: netns::PEER_ADDR,
+        pod: Some((team, "echo-0")),
+    }
+    .create(&client, team, "echo", "http", AGENT_PORT)
+    .await;
+    let dhost = "agents.directory.test";
+    Api::<agentcard_operator::crd::AgentDirectory>::all(client.clone())
+        .patch(
+            "agents",
+            &PatchParams::apply("admin").force(),
+            &Patch::Apply(support::directory::directory(
+                "agents",
+                dhost,
+                json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team}}}),
+            )),
+        )
+        .await
+        .unwrap();
+
+    // Curated with a skill the agent does not serve: published, and drifted.
+    let cards: Api<AgentCard> = Api::namespaced(client.clone(), team);
+    support::apply_card(
+        &client,
+        team,
+        &curated(&["translate"], json!({"intervalSeconds": 30})),
+    )
+    .await;
+    let drifted = |reason: &'static str| {
+        move |c: &AgentCard| {
+            ready(c) && condition(c, "Drifted").is_some_and(|(_, r, _)| r == reason)
+        }
+    };
+    let c = support::operator::wait_card(
+        &cards,
+        "echo",
+        &op,
+        "StructuralDrift",
+        drifted("StructuralDrift"),
+    )
+    .await;
+    let (status, _, message) = condition(&c, "Drifted").unwrap();
+    assert_eq!(status, "True");
+    assert!(
+        message.contains(
+            "$.skills[1]: published but not served: skill \"translate\" removed (SkillRemoved)"
+        ) && message.contains("http://echo.team.svc:80/.well-known/agent-card.json"),
+        "{message}"
+    );
+    // Interface URLs are what the operator rewrites: not a difference.
+    assert!(!message.contains("supportedInterfaces"), "{message}");
+    let events = support::kubectl(
+        kubeconfig,
+        &[
+            "get",
+            "events",
+            "-n",
+            team,
+            "--field-selector",
+            "reason=Drifted",
+            "-o",
+            "json",
+        ],
+    );
+    let events: Value = serde_json::from_str(&events).unwrap();
+    assert_eq!(events["items"].as_array().unwrap().len(), 1, "{events:#}");
+    let metrics = op.metrics();
+    assert!(
+        metrics.lines().any(|l| l
+            == r#"agentcard_cards{condition="Drifted",status="True",reason="StructuralDrift"} 1"#),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("agentcard_cards"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let native = wait_for(Duration::from_secs(20), || async {
+        let r = op.get(dhost, "/v1/agents/team/echo");
+        r.status == 200
+            && serde_json::from_slice::<Value>(&r.body).is_ok_and(|v| {
+                v["_meta"]["agentcard.dev/directory"]["drift"]["state"] == "structural"
+            })
+    })
+    .await;
+    assert!(
+        native.is_ok(),
+        "{}",
+        String::from_utf8_lossy(&op.get(dhost, "/v1/agents/team/echo").body)
+    );
+
+    // Mended: in sync at once (the agent's card is not fetched again for that).
+    support::apply_card(&client, team, &curated(&[], json!({"intervalSeconds": 30}))).await;
+    let c = support::operator::wait_card(&cards, "echo", &op, "InSync", drifted("InSync")).await;
+    assert_eq!(condition(&c, "Drifted").unwrap().0, "False");
+
+    // The agent gone: not compared, and why; the curated card stays served.
+    drop(agent);
+    // Asked again one interval (30 s) after the last look at most.
+    let not_compared = drifted("NotCompared");
+    let seen = wait_for(Duration::from_secs(75), || async {
+        cards.get("echo").await.is_ok_and(|c| not_compared(&c))
+    })
+    .await;
+    let c = cards.get("echo").await.unwrap();
+    assert!(
+        seen.is_ok(),
+        "never NotCompared: {:?}\n{}",
+        c.status,
+        tail(&op.logs())
+    );
+    let (status, _, message) = condition(&c, "Drifted").unwrap();
+    assert_eq!(status, "Unknown");
+    assert!(message.contains("could not be compared"), "{message}");
+    assert_eq!(
+        op.get("echo.agents.test", agentcard_operator::contract::PATH_CARD)
+            .status,
+        200
+    );
+
+    // Off: no condition, and nothing fetched.
+    support::apply_card(&client, team, &curated(&[], json!({"mode": "Off"}))).await;
+    support::operator::wait_card(&cards, "echo", &op, "no Drifted condition", |c| {
+        ready(c) && condition(c, "Drifted").is_none()
+    })
+    .await;
+    println!("{DRIFT_DONE}");
+}

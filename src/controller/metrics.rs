@@ -144,6 +144,8 @@ pub struct ControllerMetrics {
     /// Ready state of each card this process reconciled while leading, feeding `cards` on
     /// scrape.
     ready: std::sync::Mutex<std::collections::HashMap<String, ReadyState>>,
+    /// `Drifted` state of each card compared with its agent's own card, likewise.
+    drift: std::sync::Mutex<std::collections::HashMap<String, ReadyState>>,
 }
 
 impl Default for ControllerMetrics {
@@ -159,6 +161,7 @@ impl Default for ControllerMetrics {
             api_calls: Family::default(),
             events_dropped: Counter::default(),
             ready: Default::default(),
+            drift: Default::default(),
         }
     }
 }
@@ -194,18 +197,30 @@ impl ControllerMetrics {
         };
     }
 
+    /// Record the `Drifted` condition of card `key`, or forget it (`None`: drift off, or the
+    /// card gone).
+    pub fn set_drift(&self, key: String, state: Option<ReadyState>) {
+        let mut drift = crate::locks::lock(&self.drift);
+        match state {
+            Some(s) => drift.insert(key, s),
+            None => drift.remove(&key),
+        };
+    }
+
     /// Say whether this replica leads. On losing the lease it forgets the cards' states: the
     /// new leader reports them, so a sum over replicas counts each card once.
     pub fn set_leading(&self, leading: bool) {
         self.leader.set(i64::from(leading));
         if !leading {
             crate::locks::lock(&self.ready).clear();
+            crate::locks::lock(&self.drift).clear();
         }
     }
 
     /// Recompute the cards-by-condition gauges (called before each scrape): one series per
     /// state some card is in (a reason no card has any more drops out, so its alert resolves),
-    /// and `Ready=True` always, 0 on a replica that does not lead.
+    /// and `Ready=True` always, 0 on a replica that does not lead; likewise `Drifted` for the
+    /// cards compared with their agent's own card.
     pub fn refresh_cards(&self) {
         let mut counts: std::collections::HashMap<ReadyState, i64> =
             std::collections::HashMap::new();
@@ -224,6 +239,20 @@ impl ControllerMetrics {
             self.cards
                 .get_or_create(&ConditionLabels {
                     condition: "Ready",
+                    status: state.status,
+                    reason: state.reason,
+                })
+                .set(n);
+        }
+        let mut drifted: std::collections::HashMap<ReadyState, i64> =
+            std::collections::HashMap::new();
+        for s in crate::locks::lock(&self.drift).values() {
+            *drifted.entry(*s).or_default() += 1;
+        }
+        for (state, n) in drifted {
+            self.cards
+                .get_or_create(&ConditionLabels {
+                    condition: "Drifted",
                     status: state.status,
                     reason: state.reason,
                 })

@@ -72,6 +72,11 @@ pub struct AgentCardSpec {
     /// interface URL is written into the card as its preferred interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<Box<Backend>>,
+    /// Compare the published card with the card the agent behind `backend` serves itself, and
+    /// say how they differ in the `Drifted` condition (default: `Report` for a card with
+    /// `backend` and no `source`; an imported card is what its agent serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Box<Drift>>,
     /// Where the agent is in its life: active (the default), deprecated (still served, with
     /// `Deprecation`/`Sunset` headers and a successor link) or retired (unpublished: its URL
     /// answers 410 Gone for a while, then 404).
@@ -266,6 +271,36 @@ pub struct Overrides {
     /// Tags added to every skill (kept once each).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skill_tags: Vec<String>,
+}
+
+/// Drift detection: how often the agent's own card is fetched and compared with the published
+/// one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Drift {
+    /// `Report` (the default with a backend): fetch the agent's own card every interval,
+    /// through the same only-this-namespace's-Pods path as import, and report each difference
+    /// in the `Drifted` condition; `Off`: never fetch it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DriftMode>,
+    /// Seconds between two fetches of the agent's card (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 30 && self <= 86400").message("must be between 30 and 86400"))]
+    pub interval_seconds: Option<i64>,
+    /// Path of the card on the agent (default `/.well-known/agent-card.json`, then the legacy
+    /// `/.well-known/agent.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('/') && size(self) <= 1024").message("must be an absolute path like /.well-known/agent-card.json"))]
+    pub path: Option<String>,
+}
+
+/// Whether drift is looked for.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DriftMode {
+    /// Never fetch the agent's own card.
+    Off,
+    /// Fetch and compare it every interval; report differences in the `Drifted` condition.
+    Report,
 }
 
 /// What fills the fields an imported card leaves empty: a field here is used only where the

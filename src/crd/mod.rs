@@ -6,8 +6,9 @@ pub mod agentdirectory;
 pub mod agentdiscovery;
 
 pub use agentcard::{
-    AgentCard, AgentCardSpec, AgentCardStatus, Compatibility, Defaults, Lifecycle, LifecycleState,
-    Overrides, ServedLifecycle, ServedRoute, Source, SourceService, SourceStatus, Successor,
+    AgentCard, AgentCardSpec, AgentCardStatus, Compatibility, Defaults, Drift, DriftMode,
+    Lifecycle, LifecycleState, Overrides, ServedLifecycle, ServedRoute, Source, SourceService,
+    SourceStatus, Successor,
 };
 pub use agentdirectory::{AccessMode, AgentDirectory, AgentDirectorySpec, AgentDirectoryStatus};
 pub use agentdiscovery::{AgentDiscovery, AgentDiscoverySpec, AgentDiscoveryStatus};

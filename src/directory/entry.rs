@@ -107,6 +107,34 @@ pub struct Placement {
     pub reachable: Option<bool>,
     /// Deprecated or retired, as the operator resolved it; `None` while active.
     pub lifecycle: Option<Box<crate::crd::ServedLifecycle>>,
+    /// How the published card compares with the card its agent serves itself (the
+    /// `Drifted` condition); `None`: not compared.
+    pub drift: Option<Box<Drift>>,
+}
+
+/// The `Drifted` condition as a directory shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Drift {
+    /// `structural`, `descriptive`, `none` (in sync) or `unknown` (not compared).
+    pub state: &'static str,
+    /// The condition's message: each difference with its path, or why nothing was compared.
+    pub message: String,
+}
+
+impl Drift {
+    /// The directory's view of a `Drifted` condition's `reason` and `message`.
+    pub fn of_condition(reason: &str, message: &str) -> Drift {
+        let state = match reason {
+            "StructuralDrift" => "structural",
+            "DescriptiveDrift" => "descriptive",
+            "InSync" => "none",
+            _ => "unknown",
+        };
+        Drift {
+            state,
+            message: message.to_string(),
+        }
+    }
 }
 
 impl Placement {

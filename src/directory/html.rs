@@ -230,8 +230,8 @@ fn result(site: &Site, e: &Entry) -> String {
     )
 }
 
-/// The reachability and lifecycle badges of an entry (the native API's `reachable` and
-/// `lifecycle.state`, as words people read).
+/// The reachability, drift and lifecycle badges of an entry (the native API's `reachable`,
+/// `drift.state` and `lifecycle.state`, as words people read).
 fn badges(e: &Entry) -> String {
     let p = &e.placement;
     let (word, title) = match p.reachable {
@@ -246,6 +246,18 @@ fn badges(e: &Entry) -> String {
         "<span class=\"badge reach\" data-reachable=\"{}\" title=\"{title}\">{word}</span> ",
         p.reachable_str()
     );
+    if let Some(d) = p.drift.as_deref().filter(|d| d.state != "none") {
+        let word = match d.state {
+            "structural" => "drifted",
+            "descriptive" => "description drifted",
+            _ => "drift unknown",
+        };
+        html.push_str(&format!(
+            "<span class=\"badge drift\" data-drift=\"{}\" title=\"{}\">{word}</span> ",
+            d.state,
+            esc(&d.message)
+        ));
+    }
     if let Some(l) = &p.lifecycle {
         let state = l.state.as_str();
         let successor = l

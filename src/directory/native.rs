@@ -99,6 +99,10 @@ pub fn item(e: &Entry) -> Value {
             "lifecycle": lifecycle_json(&e.placement),
         }}
     });
+    if let Some(d) = &e.placement.drift {
+        v["_meta"]["agentcard.dev/directory"]["drift"] =
+            json!({"state": d.state, "message": d.message});
+    }
     if let Some(o) = &e.origin {
         v["_meta"]["agentcard.dev/directory"]["origin"] =
             crate::directory::feed::changes::origin_json(o);

@@ -32,7 +32,7 @@ use kube::ResourceExt;
 
 use crate::contract::*;
 use crate::crd::{AgentCard, AgentDirectory, ServedRoute};
-use crate::directory::entry::{Entry, Placement};
+use crate::directory::entry::{Drift, Entry, Placement};
 use crate::directory::federation::Federation;
 use crate::directory::feed::persisted::{Gone, Persisted};
 use crate::directory::sites::hosted::Hosted;
@@ -133,6 +133,15 @@ impl CardView {
             .map(|c| c.status == "True")
     }
 
+    /// `Drifted` as the operator found it; `None` while drift is off.
+    fn drift(&self) -> Option<Box<Drift>> {
+        self.status()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Drifted")
+            .map(|c| Box::new(Drift::of_condition(&c.reason, &c.message)))
+    }
+
     fn deleting(&self) -> bool {
         self.card.metadata.deletion_timestamp.is_some()
     }
@@ -146,6 +155,7 @@ impl CardView {
             && self.url() == other.url()
             && self.key_id() == other.key_id()
             && self.reachable() == other.reachable()
+            && self.drift() == other.drift()
             && self.deleting() == other.deleting()
     }
 }
@@ -175,6 +185,7 @@ fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<
             .unwrap_or_default(),
         reachable: card.reachable(),
         lifecycle: card.route().and_then(|r| r.lifecycle.clone()),
+        drift: card.drift(),
     };
     Entry::build(placement, body).map(Arc::new)
 }

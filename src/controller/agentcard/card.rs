@@ -181,3 +181,47 @@ pub fn card_key(card: &AgentCard) -> String {
         card.name_any()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_fill_only_what_the_imported_card_leaves_empty_and_overrides_win() {
+        let card: AgentCard = serde_json::from_value(json!({
+            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+            "metadata": {"namespace": "team", "name": "helper"},
+            "spec": {
+                "source": {"service": {"name": "helper", "port": 8080}},
+                "publish": {"host": "helper.example.com"},
+                "card": {"name": "Helper", "description": "", "version": "2.0.0",
+                         "supportedInterfaces": [], "capabilities": {}, "skills": []},
+                "defaults": {
+                    "description": "What kagent says of it.", "version": "0.1.0",
+                    "provider": {"organization": "Platform", "url": "https://p.example.com"},
+                    "documentationUrl": "https://docs.example.com/helper",
+                    "skills": [{"id": "pods", "name": "Pods", "description": "Lists pods.", "tags": ["k8s"]}]
+                },
+                "overrides": {"documentationUrl": "https://override.example.com"}
+            }
+        }))
+        .unwrap();
+        let a2a = effective_card(&card);
+        assert_eq!(a2a.description, "What kagent says of it.");
+        assert_eq!(
+            a2a.version, "2.0.0",
+            "the served card's own version is kept"
+        );
+        assert_eq!(a2a.provider.unwrap().organization, "Platform");
+        assert_eq!(a2a.skills.len(), 1);
+        assert_eq!(
+            a2a.documentation_url.as_deref(),
+            Some("https://override.example.com")
+        );
+        // A declared card (no source) takes no defaults.
+        let mut declared = card.clone();
+        declared.spec.source = None;
+        assert_eq!(effective_card(&declared).description, "");
+    }
+}

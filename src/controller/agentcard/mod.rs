@@ -1,7 +1,8 @@
 //! The AgentCard reconciler. Each reconcile walks the pipeline once, every stage taking the
 //! previous one's output: [`source`] (an imported card: fetch or keep the last good one) →
 //! [`validate`] (pure) → [`claim`] (the route in the claims table) → [`build`] (pure:
-//! everything written, signed) → [`apply`] (writes) → [`status`] (pure next status, one
+//! everything written, signed) → [`apply`] (writes) → [`drift`] (a published card with a
+//! backend: the agent's own card compared with it) → [`status`] (pure next status, one
 //! write). [`card`] holds what every stage derives from the spec. A stage that fails stops the
 //! pipeline before anything is written, so the last good card stays served; the status and a
 //! Warning Event (on transitions only) say why.
@@ -18,6 +19,7 @@ pub mod card;
 pub mod claim;
 pub mod compatibility;
 pub mod contest;
+pub mod drift;
 pub mod lifecycle;
 pub mod reach;
 pub mod source;
@@ -148,12 +150,22 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         )),
         (None, _) => publish(&card, ctx, &existing).await,
     };
+    let published = resolved.as_ref().unwrap_or(&card);
+    let drift = match &outcome {
+        Ok(_) => ctx
+            .sources
+            .drifts
+            .look(&ctx.sources, &card)
+            .await
+            .map(|look| drift::compare(&card::effective_card(published), &look)),
+        Err(_) => None,
+    };
     let retired = retired_keys(&outcome, previous.as_deref(), ctx);
     let backend =
         crate::controller::agentcard::backends::state(&ctx.client, &ctx.backends, &card).await;
     let next = status::next(&status::Found {
         card: &card,
-        published: resolved.as_ref().unwrap_or(&card),
+        published,
         outcome: &outcome,
         source: report.as_ref(),
         retired: &retired,
@@ -162,6 +174,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         now: Time(jiff::Timestamp::now()),
         operator: &ctx.settings.operator_namespace,
         backend,
+        drift: drift.as_ref(),
     });
     report_outcome(&card, ctx, &outcome, &next, &existing).await?;
     next_action(&card, ctx, outcome, next_backend_check(&next))
@@ -309,8 +322,14 @@ async fn report_outcome(
 ) -> Result<(), Error> {
     let transition = status::ready_state(card.status.as_ref()) != status::ready_state(Some(next));
     let compat = status::condition_state(Some(next), status::COMPATIBLE);
+    let drifted = status::condition_state(Some(next), drift::DRIFTED);
+    let drift_news = drifted.as_ref().is_some_and(|c| c.status == "True")
+        && status::condition_state(card.status.as_ref(), drift::DRIFTED)
+            .is_none_or(|was| was.status != "True");
     let breaking_news = compat.as_ref().is_some_and(|c| c.status == "False")
         && status::condition_state(card.status.as_ref(), status::COMPATIBLE) != compat;
+    ctx.metrics
+        .set_drift(card::card_key(card), status::drift_state(next));
     ctx.metrics.set_ready(
         card::card_key(card),
         Some(match outcome {
@@ -354,6 +373,10 @@ async fn report_outcome(
         );
         ctx.recorder.record(&event, &card.object_ref(&())).await;
     }
+    if let (true, Some(drifted)) = (drift_news, drifted) {
+        let event = event(EventType::Warning, "Drifted", PUBLISH, &drifted.detail);
+        ctx.recorder.record(&event, &card.object_ref(&())).await;
+    }
     ctx.ownership.recheck_card(&freed, card);
     Ok(())
 }
@@ -366,10 +389,21 @@ fn next_action(
     outcome: Outcome,
     backend: Option<Duration>,
 ) -> Result<Action, Error> {
-    let refresh = [card.spec.source.as_deref().map(source::refresh), backend]
-        .into_iter()
-        .flatten()
-        .min();
+    let drift_due = (drift::mode(card) == crate::crd::DriftMode::Report).then(|| {
+        ctx.sources
+            .drifts
+            .due(card)
+            .unwrap_or_else(|| drift::interval(card))
+            .max(Duration::from_secs(1))
+    });
+    let refresh = [
+        card.spec.source.as_deref().map(source::refresh),
+        backend,
+        drift_due,
+    ]
+    .into_iter()
+    .flatten()
+    .min();
     let on_change = || refresh.map_or_else(Action::await_change, Action::requeue);
     match outcome {
         Ok((built, _)) => {
@@ -448,6 +482,7 @@ pub async fn forget(card: &AgentCard, ctx: &Context) -> Result<(), Error> {
         apply::unpublish_gone(&ctx.client, card, &ctx.settings, &existing).await?;
         let key = card::card_key(card);
         ctx.metrics.set_ready(key.clone(), None);
+        ctx.metrics.set_drift(key.clone(), None);
         ctx.backoff.reset(&key);
     }
     let freed = ctx.ownership.retain_card(card, None);

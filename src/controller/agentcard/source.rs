@@ -506,6 +506,8 @@ pub struct Sources {
     pub cache: SourceCache,
     /// Which endpoint addresses may be fetched.
     pub reach: Reach,
+    /// The last look at each declared card's agent, for drift (fetched the same way).
+    pub drifts: super::drift::Drifts,
 }
 
 impl Sources {
@@ -517,6 +519,7 @@ impl Sources {
             client,
             http: http_client()?,
             cache: SourceCache::default(),
+            drifts: super::drift::Drifts::default(),
         })
     }
 
@@ -537,9 +540,10 @@ impl Sources {
         report
     }
 
-    /// Forget the source of the card `uid` (deleted).
+    /// Forget the source and the drift look of the card `uid` (deleted).
     pub fn forget(&self, uid: &str) {
         self.cache.forget(uid);
+        self.drifts.forget(uid);
     }
 }
 

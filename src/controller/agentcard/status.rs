@@ -54,6 +54,9 @@ pub struct Found<'a> {
     /// The agent's Service as the cluster sees it, `(ready, reason, message)` (cards with a
     /// backend or source).
     pub backend: Option<crate::controller::agentcard::backends::Verdict>,
+    /// How the published card compares with the agent's own (`None`: not looked at in this
+    /// reconcile; the last verdict stands while drift is on).
+    pub drift: Option<&'a super::drift::Verdict>,
 }
 
 /// The status after a reconcile that found `found` (pure).
@@ -72,6 +75,7 @@ pub fn next(found: &Found<'_>) -> AgentCardStatus {
     set_compatible(&mut status, found);
     set_successor(&mut status, found);
     set_backend(&mut status, found);
+    set_drift(&mut status, found);
     let retired = found
         .card
         .spec
@@ -461,6 +465,60 @@ fn set_backend(status: &mut AgentCardStatus, found: &Found<'_>) {
     }
 }
 
+/// The `Drifted` condition: the verdict of this reconcile, else the last one while drift is on;
+/// none while it is off.
+fn set_drift(status: &mut AgentCardStatus, found: &Found<'_>) {
+    use super::drift::{mode, DRIFTED};
+    let prev = previous_conditions(found.card);
+    status.conditions.retain(|c| c.type_ != DRIFTED);
+    if mode(found.card) == crate::crd::DriftMode::Off {
+        return;
+    }
+    match found.drift {
+        Some(verdict) => {
+            let (state, reason, message) = verdict.condition();
+            status
+                .conditions
+                .push(crate::controller::conditions::condition_with(
+                    &prev,
+                    DRIFTED,
+                    state,
+                    reason,
+                    message,
+                    found.card.metadata.generation,
+                    &found.now,
+                ));
+        }
+        None => {
+            if let Some(c) = prev.iter().find(|c| c.type_ == DRIFTED) {
+                status.conditions.push(c.clone());
+            }
+        }
+    }
+}
+
+/// The `Drifted` condition of `status` as the metrics count it (status and reason, from the
+/// fixed set [`super::drift::Verdict::condition`] gives).
+pub fn drift_state(status: &AgentCardStatus) -> Option<crate::controller::metrics::ReadyState> {
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == super::drift::DRIFTED)?;
+    let fixed = |s: &str, set: &[&'static str]| set.iter().copied().find(|x| *x == s);
+    Some(crate::controller::metrics::ReadyState {
+        status: fixed(&c.status, &["True", "False", "Unknown"])?,
+        reason: fixed(
+            &c.reason,
+            &[
+                "StructuralDrift",
+                "DescriptiveDrift",
+                "InSync",
+                "NotCompared",
+            ],
+        )?,
+    })
+}
+
 /// What of a condition a transition is judged by: its status, and its message or reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConditionState {
@@ -544,6 +602,7 @@ mod tests {
             now: Time("2026-12-02T00:00:00Z".parse().unwrap()),
             operator: "agentcard-system",
             backend: None,
+            drift: None,
         }
     }
 

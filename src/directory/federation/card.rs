@@ -107,6 +107,8 @@ pub(super) fn entry_of(
         updated_at: said.updated_at.unwrap_or_default(),
         reachable: said.reachable,
         lifecycle: said.lifecycle,
+        // Drift is the upstream operator's finding about its own agents: not carried over.
+        drift: None,
     };
     let Some(entry) = Entry::build(placement, bytes) else {
         return Read::Refused(format!("{identifier}: not a JSON object"));
