@@ -196,6 +196,7 @@ async fn running_agents_get_cards_that_tenants_can_opt_out_of_claim_and_never_lo
                 "spec": {
                     "hostTemplate": "{name}-{namespace}.open.test",
                     "sources": ["Services", "KagentiWorkloads"],
+                    "listing": "AfterClaim",
                     "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [a.ns, quiet.ns, victim.ns]}]}
                 }
             })),
@@ -223,6 +224,11 @@ async fn running_agents_get_cards_that_tenants_can_opt_out_of_claim_and_never_lo
     assert_eq!(
         weather.metadata.labels.as_ref().unwrap()[SOURCE_LABEL],
         name
+    );
+    // Listed by no directory until someone claims it.
+    assert_eq!(
+        weather.metadata.labels.as_ref().unwrap()["agentcard.dev/listed"],
+        "false"
     );
     let owner = &weather.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(
@@ -328,15 +334,21 @@ async fn running_agents_get_cards_that_tenants_can_opt_out_of_claim_and_never_lo
     wait_discovery(&p, &name, "weather claimed", |s| s["claimed"] == 1).await;
     wait_for(Duration::from_secs(20), || async {
         card_opt(&p, &a.ns, "weather").await.is_some_and(|c| {
-            c.metadata
-                .owner_references
+            let listed_again = !c
+                .metadata
+                .labels
                 .unwrap_or_default()
-                .iter()
-                .all(|o| o.kind != "Service")
+                .contains_key("agentcard.dev/listed");
+            listed_again
+                && c.metadata
+                    .owner_references
+                    .unwrap_or_default()
+                    .iter()
+                    .all(|o| o.kind != "Service")
         })
     })
     .await
-    .expect("the claimed card still goes with its Service");
+    .expect("the claimed card still goes with its Service, or is still kept from directories");
     let services: Api<Service> = Api::namespaced(a.client.clone(), &a.ns);
     services
         .delete("weather", &DeleteParams::default())
@@ -464,58 +476,8 @@ async fn kagent_inside_a_private_network_namespace() {
 
     // The agent, its Pod and the Service kagent makes for an Agent (named after it), whose
     // EndpointSlice names the Pod.
-    let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("control.json");
-    std::fs::write(
-        &control,
-        json!({"mode": "v1", "version": "1.0.0"}).to_string(),
-    )
-    .unwrap();
-    let peer = netns::Peer::start();
-    let agent = netns::Proc(
-        peer.command(support::oracle().join("venv/bin/python"))
-            .arg(support::root().join("tests/oracle/py_agent.py"))
-            .args(["--port", &AGENT_PORT.to_string()])
-            .arg("--control")
-            .arg(&control)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("starting the Python SDK agent"),
-    );
     let team = "team";
-    create_namespace(&client, team, json!({})).await;
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), team);
-    let pod = serde_json::from_value(json!({
-        "metadata": {"name": "k8s-helper-0", "labels": {"app": "k8s-helper"}},
-        "spec": {"containers": [{"name": "agent", "image": "example.org/agent:1"}]}
-    }))
-    .unwrap();
-    pods.create(&Default::default(), &pod).await.unwrap();
-    pods.patch_status(
-        "k8s-helper-0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": netns::PEER_ADDR, "podIPs": [{"ip": netns::PEER_ADDR}]}})),
-    )
-    .await
-    .unwrap();
-    apply_service(
-        &client,
-        team,
-        &json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "k8s-helper"},
-            "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": AGENT_PORT}]}
-        }),
-    )
-    .await;
-    netns::Slice {
-        name: "k8s-helper-test",
-        address: netns::PEER_ADDR,
-        pod: Some((team, "k8s-helper-0")),
-    }
-    .create(&client, team, "k8s-helper", "http", AGENT_PORT)
-    .await;
+    let (agent, _peer) = agent_behind_service(&client, team, "k8s-helper", 8080).await;
 
     // The kagent Agent, with a prompt that must never be published.
     let prompt = "You are the cluster's helper. Never reveal the escalation password hunter2.";
@@ -550,7 +512,7 @@ async fn kagent_inside_a_private_network_namespace() {
             &Patch::Apply(json!({
                 "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDiscovery",
                 "metadata": {"name": "kagent"},
-                "spec": {"hostTemplate": "{name}.{namespace}.agents.test", "sources": ["KagentAgents"]}
+                "spec": {"hostTemplate": "{name}.{namespace}.agents.test", "sources": ["KagentAgents"], "listing": "AfterClaim"}
             })),
         )
         .await
@@ -694,6 +656,67 @@ async fn kagent_inside_a_private_network_namespace() {
         404
     );
 
+    // Listing AfterClaim: a directory over the namespace lists the card only while someone
+    // has claimed it; the claim given up (the label removed), discovery takes it back.
+    let dhost = "agents.directory.test";
+    Api::<agentcard_operator::crd::AgentDirectory>::all(client.clone())
+        .patch(
+            "agents",
+            &PatchParams::apply("admin").force(),
+            &Patch::Apply(support::directory::directory(
+                "agents",
+                dhost,
+                json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team}}}),
+            )),
+        )
+        .await
+        .unwrap();
+    let listed = |want: usize| {
+        let op = &op;
+        async move {
+            let r = op.get(dhost, "/v1/agents");
+            r.status == 200
+                && serde_json::from_slice::<Value>(&r.body)
+                    .is_ok_and(|v| v["agents"].as_array().is_some_and(|a| a.len() == want))
+        }
+    };
+    let label = |claimed: Option<&str>| {
+        let cards = cards.clone();
+        let patch = json!({"metadata": {"labels": {"agentcard.dev/claimed": claimed}}});
+        async move {
+            cards
+                .patch("k8s-helper", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    let ok = wait_for(Duration::from_secs(20), || listed(0)).await;
+    assert!(ok.is_ok(), "the directory does not answer");
+    label(Some("true")).await;
+    let ok = wait_for(Duration::from_secs(30), || listed(1)).await;
+    assert!(
+        ok.is_ok(),
+        "the claimed card is not listed\n{}",
+        tail(&op.logs())
+    );
+    label(None).await;
+    let ok = wait_for(Duration::from_secs(30), || async {
+        listed(0).await
+            && cards.get("k8s-helper").await.is_ok_and(|c| {
+                c.metadata
+                    .owner_references
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|o| o.kind == "Agent")
+            })
+    })
+    .await;
+    assert!(
+        ok.is_ok(),
+        "discovery did not take the unclaimed card back\n{}",
+        tail(&op.logs())
+    );
+
     // The Agent deleted: its card goes with it (garbage collection), and so does the page.
     agents
         .delete("k8s-helper", &DeleteParams::background())
@@ -783,58 +806,8 @@ async fn drift_inside_a_private_network_namespace() {
     create_namespace(&client, opns, json!({})).await;
     let op =
         support::operator::Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
-    let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("control.json");
-    std::fs::write(
-        &control,
-        json!({"mode": "v1", "version": "1.0.0"}).to_string(),
-    )
-    .unwrap();
-    let peer = netns::Peer::start();
-    let agent = netns::Proc(
-        peer.command(support::oracle().join("venv/bin/python"))
-            .arg(support::root().join("tests/oracle/py_agent.py"))
-            .args(["--port", &AGENT_PORT.to_string()])
-            .arg("--control")
-            .arg(&control)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("starting the Python SDK agent"),
-    );
     let team = "team";
-    create_namespace(&client, team, json!({})).await;
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), team);
-    let pod = serde_json::from_value(json!({
-        "metadata": {"name": "echo-0", "labels": {"app": "echo"}},
-        "spec": {"containers": [{"name": "agent", "image": "example.org/echo:1"}]}
-    }))
-    .unwrap();
-    pods.create(&Default::default(), &pod).await.unwrap();
-    pods.patch_status(
-        "echo-0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": netns::PEER_ADDR, "podIPs": [{"ip": netns::PEER_ADDR}]}})),
-    )
-    .await
-    .unwrap();
-    apply_service(
-        &client,
-        team,
-        &json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "echo"},
-            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": AGENT_PORT}]}
-        }),
-    )
-    .await;
-    netns::Slice {
-        name: "echo-test",
-        address: netns::PEER_ADDR,
-        pod: Some((team, "echo-0")),
-    }
-    .create(&client, team, "echo", "http", AGENT_PORT)
-    .await;
+    let (agent, _peer) = agent_behind_service(&client, team, "echo", 80).await;
     let dhost = "agents.directory.test";
     Api::<agentcard_operator::crd::AgentDirectory>::all(client.clone())
         .patch(
@@ -956,4 +929,70 @@ async fn drift_inside_a_private_network_namespace() {
     })
     .await;
     println!("{DRIFT_DONE}");
+}
+
+/// The Python SDK agent in a network namespace of its own, and in namespace `ns` (created) a
+/// Pod holding its address (as kubelet would report it), a Service `name` on `port` and an
+/// EndpointSlice naming the Pod: how import and drift reach an agent here. The agent stops
+/// when its handle drops; the peer namespace lives as long as the returned peer.
+async fn agent_behind_service(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    port: u16,
+) -> (support::netns::Proc, support::netns::Peer) {
+    use support::netns;
+    let control =
+        std::env::temp_dir().join(format!("agent-control-{}-{name}.json", std::process::id()));
+    std::fs::write(
+        &control,
+        json!({"mode": "v1", "version": "1.0.0"}).to_string(),
+    )
+    .unwrap();
+    let peer = netns::Peer::start();
+    let agent = netns::Proc(
+        peer.command(support::oracle().join("venv/bin/python"))
+            .arg(support::root().join("tests/oracle/py_agent.py"))
+            .args(["--port", &AGENT_PORT.to_string()])
+            .arg("--control")
+            .arg(&control)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting the Python SDK agent"),
+    );
+    create_namespace(client, ns, json!({})).await;
+    let pod_name = format!("{name}-0");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": pod_name, "labels": {"app": name}},
+        "spec": {"containers": [{"name": "agent", "image": "example.org/agent:1"}]}
+    }))
+    .unwrap();
+    pods.create(&Default::default(), &pod).await.unwrap();
+    pods.patch_status(
+        &pod_name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": netns::PEER_ADDR, "podIPs": [{"ip": netns::PEER_ADDR}]}})),
+    )
+    .await
+    .unwrap();
+    apply_service(
+        client,
+        ns,
+        &json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"ports": [{"name": "http", "port": port, "targetPort": AGENT_PORT}]}
+        }),
+    )
+    .await;
+    netns::Slice {
+        name: &format!("{name}-test"),
+        address: netns::PEER_ADDR,
+        pod: Some((ns, &pod_name)),
+    }
+    .create(client, ns, name, "http", AGENT_PORT)
+    .await;
+    (agent, peer)
 }
