@@ -217,6 +217,75 @@ async fn running_agents_get_cards_that_tenants_can_opt_out_of_claim_and_never_lo
     assert_eq!(status["skipped"][0]["name"], "taken");
     assert_eq!(status["skipped"][0]["reason"], "NameTaken");
     assert_eq!(status["conditions"][0]["type"], "Ready");
+    // As the cluster admin reads it.
+    let table = support::kubectl(kubeconfig(), &["get", "agentdiscoveries", &name]);
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split("  ")
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "HOST TEMPLATE",
+            "FOUND",
+            "CARDS",
+            "PUBLISHED",
+            "READY",
+            "AGE"
+        ],
+        "{table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..4],
+        [name.as_str(), "{name}-{namespace}.open.test", "7", "5"],
+        "{table}"
+    );
+    // A second discovery finding the same agents writes nothing: the first by name does.
+    let second = format!("{name}-second");
+    Api::<AgentDiscovery>::all(p.admin.clone())
+        .patch(
+            &second,
+            &PatchParams::apply("admin").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDiscovery",
+                "metadata": {"name": second},
+                "spec": {
+                    "hostTemplate": "{name}.{namespace}.other.test",
+                    "sources": ["Services", "KagentiWorkloads"],
+                    "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [a.ns]}]}
+                }
+            })),
+        )
+        .await
+        .unwrap();
+    wait_discovery(&p, &second, "found them, wrote none", |s| {
+        s["found"]["total"] == 7 && s["cards"] == 0
+    })
+    .await;
+    let weather = card_opt(&p, &a.ns, "weather").await.unwrap();
+    assert_eq!(
+        weather.metadata.labels.as_ref().unwrap()[SOURCE_LABEL],
+        name
+    );
+    assert_eq!(
+        weather.spec.publish.host,
+        format!("weather-{}.open.test", a.ns)
+    );
+    Api::<AgentDiscovery>::all(p.admin.clone())
+        .delete(&second, &DeleteParams::default())
+        .await
+        .unwrap();
 
     let weather = card_opt(&p, &a.ns, "weather")
         .await
@@ -892,11 +961,31 @@ async fn drift_inside_a_private_network_namespace() {
         "{}",
         String::from_utf8_lossy(&op.get(dhost, "/v1/agents/team/echo").body)
     );
+    // The directory's web page shows it, with the differences as the badge's title.
+    let html = |op: &support::operator::Operator| {
+        support::http::request(
+            op.server.addr,
+            "GET",
+            "/",
+            &[("Host", dhost), ("Accept", "text/html")],
+        )
+    };
+    let page = String::from_utf8_lossy(&html(&op).body).into_owned();
+    assert!(
+        page.contains(r#"data-drift="structural""#) && page.contains("translate"),
+        "{page}"
+    );
 
     // Mended: in sync at once (the agent's card is not fetched again for that).
     support::apply_card(&client, team, &curated(&[], json!({"intervalSeconds": 30}))).await;
     let c = support::operator::wait_card(&cards, "echo", &op, "InSync", drifted("InSync")).await;
     assert_eq!(condition(&c, "Drifted").unwrap().0, "False");
+    let badge_gone = wait_for(Duration::from_secs(20), || async {
+        let page = html(&op);
+        page.status == 200 && !String::from_utf8_lossy(&page.body).contains("data-drift=")
+    })
+    .await;
+    assert!(badge_gone.is_ok(), "the page still shows drift");
 
     // The agent gone: not compared, and why; the curated card stays served.
     drop(agent);
