@@ -93,7 +93,7 @@ async fn wait_gone(p: &Platform, ns: &str, name: &str, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_agents_get_cards_that_tenants_can_opt_out_of_claim_and_never_lose() {
-    let p = Platform::start(&[]).await;
+    let mut p = Platform::start(&[]).await;
     let t = rand_tag();
     let a = Tenant::new(&p, &format!("disc-a-{t}")).await;
     let quiet = Tenant::new(&p, &format!("disc-q-{t}")).await;
@@ -251,6 +251,42 @@ async fn running_agents_get_cards_that_tenants_can_opt_out_of_claim_and_never_lo
         [name.as_str(), "{name}-{namespace}.open.test", "7", "5"],
         "{table}"
     );
+    // A restart deletes nothing: the new operator looks at the discovery only once it has
+    // listed what the discovery reads (an empty store would read as every agent gone).
+    let uids = |cards: Vec<AgentCard>| -> Vec<String> {
+        let mut v: Vec<String> = cards
+            .into_iter()
+            .filter(|c| {
+                c.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(SOURCE_LABEL))
+            })
+            .filter_map(|c| c.metadata.uid)
+            .collect();
+        v.sort();
+        v
+    };
+    let before = uids(a.cards.list(&Default::default()).await.unwrap().items);
+    assert_eq!(before.len(), 5);
+    p.op.kill();
+    p.op = support::operator::Operator::start_on(kubeconfig(), &p.opns, None, OPERATOR_FLAGS);
+    let looked = wait_for(Duration::from_secs(30), || {
+        std::future::ready(p.op.logs().contains(&format!("planned discovery={name}")))
+    })
+    .await;
+    assert!(
+        looked.is_ok(),
+        "the restarted operator never reconciled the discovery"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        uids(a.cards.list(&Default::default()).await.unwrap().items),
+        before,
+        "a restart deleted or replaced discovered cards\n{}",
+        tail(&p.op.logs())
+    );
+
     // A second discovery finding the same agents writes nothing: the first by name does.
     let second = format!("{name}-second");
     Api::<AgentDiscovery>::all(p.admin.clone())

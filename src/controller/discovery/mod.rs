@@ -5,9 +5,10 @@
 //! claimed ones go (their owner reference to the Service removed, so they no longer go with
 //! it), and writes the status.
 //!
-//! Data flow: watches of this controller's own (nothing else needs them all) of Services,
-//! Deployments and StatefulSets (each cut to what [`select`] reads: labels, selectors, ports)
-//! and, once kagent's CRD is installed, kagent Agents; the shared card and Namespace watches
+//! Data flow: watches of this controller's own (nothing else needs them all), started once an
+//! AgentDiscovery exists, of Services, Deployments and StatefulSets (each cut to what
+//! [`select`] reads: labels, selectors, ports) and, once kagent's CRD is installed, kagent
+//! Agents; the shared card and Namespace watches
 //! ([`crate::hub`]) and the discoveries' own watch. Any change to one of them looks at every
 //! discovery again (there are few), the controller's debounce coalescing bursts. What the cards then publish is the card
 //! controller's business, as for any card with `spec.source`.
@@ -46,6 +47,8 @@ const MAX_SKIPPED: usize = 20;
 const LABEL_LISTED: &str = "agentcard.dev/listed";
 /// How often a discovery is looked at again without a change.
 const RECHECK: Duration = Duration::from_secs(600);
+/// How soon a discovery is looked at again while the stores it reads are not listed yet.
+const STORES_RECHECK: Duration = Duration::from_secs(1);
 
 /// A shared watch's events ([`crate::hub::Hub::subscribe`]).
 pub type Events<K> = futures::channel::mpsc::UnboundedReceiver<crate::hub::Shared<K>>;
@@ -62,6 +65,9 @@ pub struct DiscoveryContext {
     pub statefulsets: Store<StatefulSet>,
     /// Every kagent Agent (cut to what its card may say), empty until kagent's CRD exists.
     pub agents: Store<DynamicObject>,
+    /// Whether kagent's Agents answered a list (its CRD is installed): from then on a
+    /// discovery of them waits for their store to be listed.
+    pub kagent_installed: Arc<std::sync::atomic::AtomicBool>,
     /// Every Namespace.
     pub namespaces: Store<Namespace>,
     /// Every AgentCard.
@@ -91,6 +97,12 @@ pub async fn run(
         tracing::info!(error = %e, "AgentDiscovery is not installed (or not readable): no discovery");
         return;
     }
+    let controller = Controller::new(discoveries, watcher::Config::default()).with_config(
+        kube::runtime::controller::Config::default().debounce(Duration::from_millis(500)),
+    );
+    // The cluster's Services and workloads are watched only once a discovery exists: an
+    // installation that discovers nothing holds none of them.
+    let first = controller.store();
     let (services, service_events) = watch(
         scoped::<Service>(&client, watch_namespace.as_deref()),
         |s: &mut Service| {
@@ -126,26 +138,25 @@ pub async fn run(
                 });
         },
     );
-    let (agents, agent_events) = watch_kagent_agents(&client, watch_namespace.as_deref());
+    let (agents, kagent_installed, agent_events) =
+        watch_kagent_agents(&client, watch_namespace.as_deref());
     let card_events = cards.1.map(|_| ());
     let namespace_events = namespaces.1.map(|_| ());
     let triggers = futures::stream::select_all([
-        service_events.boxed(),
-        deployment_events.boxed(),
-        statefulset_events.boxed(),
-        agent_events.boxed(),
+        once_discovering(&first, service_events).boxed(),
+        once_discovering(&first, deployment_events).boxed(),
+        once_discovering(&first, statefulset_events).boxed(),
+        once_discovering(&first, agent_events).boxed(),
         card_events.boxed(),
         namespace_events.boxed(),
     ]);
-    let controller = Controller::new(discoveries, watcher::Config::default()).with_config(
-        kube::runtime::controller::Config::default().debounce(Duration::from_millis(500)),
-    );
     let ctx = Arc::new(DiscoveryContext {
         client,
         services,
         deployments,
         statefulsets,
         agents,
+        kagent_installed,
         namespaces: namespaces.0,
         cards: cards.0,
         discoveries: controller.store(),
@@ -168,6 +179,11 @@ pub async fn reconcile(
     let _timer = ctx.metrics.reconcile_started(DISCOVERY_CONTROLLER);
     if d.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
+    }
+    // Before every store it reads is listed, an empty store would read as agents gone, and
+    // their cards would be deleted (at every start): wait.
+    if !stores_listed(&ctx, &d) {
+        return Ok(Action::requeue(STORES_RECHECK));
     }
     let all = ctx.discoveries.state();
     let all: Vec<&AgentDiscovery> = all
@@ -201,6 +217,14 @@ pub async fn reconcile(
             workloads: &workloads,
             agents: &agents,
         },
+    );
+    tracing::debug!(
+        discovery = %d.name_any(),
+        found = plan.found.total,
+        cards = plan.wanted.len(),
+        stale = plan.stale.len(),
+        claimed = plan.claimed.len(),
+        "planned"
     );
     let by_key: BTreeMap<(String, String), &AgentCard> = cards
         .iter()
@@ -505,6 +529,7 @@ fn watch_kagent_agents(
     namespace: Option<&str>,
 ) -> (
     Store<DynamicObject>,
+    Arc<std::sync::atomic::AtomicBool>,
     impl Stream<Item = ()> + Send + 'static,
 ) {
     let (group, version, kind, plural) = KAGENT_AGENT;
@@ -521,6 +546,8 @@ fn watch_kagent_agents(
     };
     let writer = reflector::store::Writer::new(resource);
     let store = writer.as_reader();
+    let installed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readable = installed.clone();
     let events = futures::stream::once(async move {
         let mut pause = Duration::from_secs(5);
         while let Err(e) = api.list_metadata(&kube::api::ListParams::default().limit(1)).await {
@@ -529,6 +556,7 @@ fn watch_kagent_agents(
             pause = (pause * 2).min(Duration::from_secs(300));
         }
         tracing::info!("kagent Agents are readable: discovering them");
+        readable.store(true, std::sync::atomic::Ordering::Relaxed);
         reflector::reflector(
             writer,
             watcher(api, watcher::Config::default()).modify(keep_card_fields),
@@ -538,7 +566,7 @@ fn watch_kagent_agents(
         .map(|_| ())
     })
     .flatten();
-    (store, events)
+    (store, installed, events)
 }
 
 /// A kagent Agent cut to what its card may say: never its prompt, tools or model.
@@ -596,4 +624,53 @@ fn workloads(ctx: &DiscoveryContext) -> Vec<Workload> {
         )
     }));
     out
+}
+
+/// How often an installation with no AgentDiscovery looks whether one appeared.
+const FIRST_DISCOVERY_CHECK: Duration = Duration::from_secs(2);
+
+/// `events` (a watch: nothing is listed until it is polled), started once `discoveries` holds
+/// an AgentDiscovery; from then on it runs until the process stops.
+fn once_discovering<S>(
+    discoveries: &Store<AgentDiscovery>,
+    events: S,
+) -> impl Stream<Item = ()> + Send + 'static
+where
+    S: Stream<Item = ()> + Send + 'static,
+{
+    let discoveries = discoveries.clone();
+    futures::stream::once(async move {
+        while discoveries.state().is_empty() {
+            tokio::time::sleep(FIRST_DISCOVERY_CHECK).await;
+        }
+        events
+    })
+    .flatten()
+}
+
+/// Whether `store` holds a first full list (without waiting).
+fn listed<K>(store: &Store<K>) -> bool
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|r| r.is_ok())
+}
+
+/// Whether every store discovery `d` reads is listed: Services, Deployments, StatefulSets,
+/// cards, Namespaces, and kagent's Agents when `d` searches them and kagent is installed.
+fn stores_listed(ctx: &DiscoveryContext, d: &AgentDiscovery) -> bool {
+    let kagent = d
+        .spec
+        .sources
+        .contains(&crate::crd::agentdiscovery::DiscoverySource::KagentAgents)
+        && ctx
+            .kagent_installed
+            .load(std::sync::atomic::Ordering::Relaxed);
+    listed(&ctx.services)
+        && listed(&ctx.deployments)
+        && listed(&ctx.statefulsets)
+        && listed(&ctx.cards)
+        && listed(&ctx.namespaces)
+        && (!kagent || listed(&ctx.agents))
 }
