@@ -317,28 +317,32 @@ pub fn desired(d: &AgentDiscovery, w: &Wanted) -> serde_json::Value {
     })
 }
 
-/// Whether `current` already holds everything `desired` says (then nothing is written).
-fn holds(current: &AgentCard, desired: &serde_json::Value) -> bool {
-    let Ok(have) = serde_json::to_value(current) else {
-        return false;
-    };
-    let labels_held = desired["metadata"]["labels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| have["metadata"]["labels"][k] == *v);
-    let owner = &desired["metadata"]["ownerReferences"][0];
-    let owned = have["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|o| o["uid"] == owner["uid"]);
-    labels_held
-        && owned
-        && have["spec"]["publish"]["host"] == desired["spec"]["publish"]["host"]
-        && have["spec"]["source"]["service"] == desired["spec"]["source"]["service"]
-        && have["spec"]["backend"] == desired["spec"]["backend"]
-        && have["spec"]["defaults"] == desired["spec"]["defaults"]
+/// Whether `current` already holds everything discovery `d` writes for `w` (then nothing is
+/// written): read off the typed card, so a reconcile over every card serialises none.
+fn holds(current: &AgentCard, d: &AgentDiscovery, w: &Wanted) -> bool {
+    let labels = current.labels();
+    let listed_held = d.spec.listing != Listing::AfterClaim
+        || labels.get(LABEL_LISTED).map(String::as_str) == Some("false");
+    let spec = &current.spec;
+    labels.get(LABEL_DISCOVERED_BY) == Some(&d.name_any())
+        && listed_held
+        && current
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == w.owner.uid)
+        && spec.publish.host == w.host
+        && spec
+            .source
+            .as_ref()
+            .is_some_and(|s| s.service.name == w.service && s.service.port == w.port)
+        && spec.backend.as_ref().is_some_and(|b| {
+            b.service_name == w.service
+                && b.port == w.port
+                && b.path.is_none()
+                && b.protocol_binding.is_none()
+                && b.protocol_version.is_none()
+        })
+        && spec.defaults.as_deref() == w.defaults.as_ref()
 }
 
 async fn write_card(
@@ -347,10 +351,10 @@ async fn write_card(
     w: &Wanted,
     current: Option<&AgentCard>,
 ) -> Result<(), Error> {
-    let want = desired(d, w);
-    if current.is_some_and(|c| holds(c, &want)) {
+    if current.is_some_and(|c| holds(c, d, w)) {
         return Ok(());
     }
+    let want = desired(d, w);
     let api: Api<AgentCard> = Api::namespaced(client.clone(), &w.namespace);
     api.patch(
         &w.name,
