@@ -549,16 +549,8 @@ fn a_kagent_agent_is_published_with_no_yaml_and_goes_with_the_agent() {
 #[ignore = "runs inside the network namespace the outer test makes"]
 async fn kagent_inside_a_private_network_namespace() {
     use support::netns;
-    support::netns::setup_loopback();
-    let kubeconfig = support::plane::dedicated_kubeconfig();
-    let client = support::plane::client_for(kubeconfig).await;
-    support::plane::install_crds(&client).await;
-    let crd = support::root().join("tests/data/kagent/kagent.dev_agents.yaml");
-    support::kubectl(
-        kubeconfig,
-        &["apply", "--server-side", "-f", crd.to_str().unwrap()],
-    );
-    // Established once its resource answers a list.
+    // kagent's CRD installed as kagent's chart installs it, before the operator starts.
+    let (_, client, op) = inside_with_operator(&["tests/data/kagent/kagent.dev_agents.yaml"]).await;
     let kagent_agents = kube::api::ApiResource {
         group: "kagent.dev".into(),
         version: "v1alpha2".into(),
@@ -566,18 +558,6 @@ async fn kagent_inside_a_private_network_namespace() {
         kind: "Agent".into(),
         plural: "agents".into(),
     };
-    let listed = wait_for(Duration::from_secs(60), || async {
-        Api::<kube::api::DynamicObject>::all_with(client.clone(), &kagent_agents)
-            .list(&Default::default())
-            .await
-            .is_ok()
-    })
-    .await;
-    assert!(listed.is_ok(), "kagent's CRD never served Agents");
-    let opns = "agentcard-system";
-    create_namespace(&client, opns, json!({})).await;
-    let op =
-        support::operator::Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
 
     // The agent, its Pod and the Service kagent makes for an Agent (named after it), whose
     // EndpointSlice names the Pod.
@@ -729,6 +709,37 @@ async fn kagent_inside_a_private_network_namespace() {
     }
     .create(&client, evil, "sneaky", "http", AGENT_PORT)
     .await;
+    // Another namespace already holds the host the template gives team's Service "clash"
+    // (in front of team's own agent Pod, so its card can be fetched): the discovered card is
+    // HostConflict, never served, and the holder keeps its host.
+    let clash_host = "clash.team.agents.test";
+    let victim = "victim";
+    create_namespace(&client, victim, json!({})).await;
+    support::apply_card(
+        &client,
+        victim,
+        &support::cluster::card("holder", clash_host, ""),
+    )
+    .await;
+    let victim_cards: Api<AgentCard> = Api::namespaced(client.clone(), victim);
+    support::operator::wait_card(&victim_cards, "holder", &op, "Ready", ready).await;
+    apply_service(
+        &client,
+        team,
+        &json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "clash"},
+            "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": AGENT_PORT, "appProtocol": "a2a"}]}
+        }),
+    )
+    .await;
+    netns::Slice {
+        name: "clash-test",
+        address: netns::PEER_ADDR,
+        pod: Some((team, "k8s-helper-0")),
+    }
+    .create(&client, team, "clash", "http", AGENT_PORT)
+    .await;
     Api::<AgentDiscovery>::all(client.clone())
         .patch(
             "services",
@@ -738,7 +749,7 @@ async fn kagent_inside_a_private_network_namespace() {
                 "metadata": {"name": "services"},
                 "spec": {
                     "hostTemplate": "{name}.{namespace}.agents.test",
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": evil}}
+                    "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [evil, team]}]}
                 }
             })),
         )
@@ -759,6 +770,21 @@ async fn kagent_inside_a_private_network_namespace() {
         )
         .status,
         404
+    );
+    let clashing = support::operator::wait_card(&cards, "clash", &op, "HostConflict", |c| {
+        condition(c, "Ready").is_some_and(|(s, r, _)| s == "False" && r == "HostConflict")
+    })
+    .await;
+    assert_eq!(
+        clashing.metadata.labels.as_ref().unwrap()[SOURCE_LABEL],
+        "services"
+    );
+    let held = op.get(clash_host, agentcard_operator::contract::PATH_CARD);
+    assert_eq!(held.status, 200);
+    assert!(
+        String::from_utf8_lossy(&held.body).contains("Agent holder"),
+        "the holder lost its host: {}",
+        String::from_utf8_lossy(&held.body)
     );
 
     // Listing AfterClaim: a directory over the namespace lists the card only while someone
@@ -902,15 +928,7 @@ fn curated(extra_skills: &[&str], drift: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "runs inside the network namespace the outer test makes"]
 async fn drift_inside_a_private_network_namespace() {
-    use support::netns;
-    netns::setup_loopback();
-    let kubeconfig = support::plane::dedicated_kubeconfig();
-    let client = support::plane::client_for(kubeconfig).await;
-    support::plane::install_crds(&client).await;
-    let opns = "agentcard-system";
-    create_namespace(&client, opns, json!({})).await;
-    let op =
-        support::operator::Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
+    let (kubeconfig, client, op) = inside_with_operator(&[]).await;
     let team = "team";
     let (agent, _peer) = agent_behind_service(&client, team, "echo", 80).await;
     let dhost = "agents.directory.test";
@@ -1120,4 +1138,54 @@ async fn agent_behind_service(
     .create(client, ns, name, "http", AGENT_PORT)
     .await;
     (agent, peer)
+}
+
+/// Inside the outer test's network namespace: loopback up, this binary's own plane with our
+/// CRDs and `extra_crds` (repository paths; each served before the operator starts), and the
+/// operator watching every namespace.
+async fn inside_with_operator(
+    extra_crds: &[&str],
+) -> (
+    &'static std::path::Path,
+    Client,
+    support::operator::Operator,
+) {
+    support::netns::setup_loopback();
+    let kubeconfig = support::plane::dedicated_kubeconfig();
+    let client = support::plane::client_for(kubeconfig).await;
+    support::plane::install_crds(&client).await;
+    for crd in extra_crds {
+        let path = support::root().join(crd);
+        let applied = support::kubectl(
+            kubeconfig,
+            &[
+                "apply",
+                "--server-side",
+                "-o",
+                "name",
+                "-f",
+                path.to_str().unwrap(),
+            ],
+        );
+        // Established once its resources answer a list.
+        let name = applied
+            .trim()
+            .trim_start_matches("customresourcedefinition.apiextensions.k8s.io/")
+            .to_string();
+        let resource = name.split('.').next().unwrap_or_default().to_string();
+        let served = wait_for(Duration::from_secs(60), || {
+            let out = std::process::Command::new("kubectl")
+                .args(["get", &resource, "-A", "-o", "name"])
+                .env("KUBECONFIG", kubeconfig)
+                .output();
+            std::future::ready(out.is_ok_and(|o| o.status.success()))
+        })
+        .await;
+        assert!(served.is_ok(), "{name} never served its resources");
+    }
+    let opns = "agentcard-system";
+    create_namespace(&client, opns, json!({})).await;
+    let op =
+        support::operator::Operator::start_on(kubeconfig, opns, None, &["--ingress-tls", "none"]);
+    (kubeconfig, client, op)
 }
