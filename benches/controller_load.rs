@@ -19,11 +19,9 @@
 //! Readiness comes from a watch, and only cards the watch shows Ready are polled over HTTP: the
 //! benchmark itself adds little load to the API server and the card server it measures.
 
-use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentcard_operator::controller::api_calls::read_counts;
@@ -35,7 +33,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::{Client, Config};
 use serde_json::json;
-use tokio::sync::Mutex;
 
 #[path = "support/load.rs"]
 mod load;
@@ -228,65 +225,15 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let cards: Api<AgentCard> = Api::namespaced(client.clone(), &ns);
-    let applied: Arc<Mutex<HashMap<usize, Instant>>> = Arc::default();
-    let served: Arc<Mutex<HashMap<usize, Duration>>> = Arc::default();
+    let progress = Progress::default();
+    let (applied, served, last_served, ready_seen) = (
+        progress.written.clone(),
+        progress.served.clone(),
+        progress.last_served.clone(),
+        progress.ready.clone(),
+    );
     let host = move |i: usize| format!("a{i}.bench{run_id}.agents.test");
-
-    // Poll the server for the cards that are Ready but not seen served yet.
-    let last_served: Arc<Mutex<Option<Instant>>> = Arc::default();
-    // The cards the watch below shows Ready: only those are polled over HTTP (a card is served
-    // once its status confirms its bytes, the same write that makes it Ready), so the poller
-    // measures when each card is served without loading the server (and the two cores the
-    // plane shares) with requests for cards that cannot be served yet.
-    let ready_seen: Arc<std::sync::Mutex<std::collections::HashSet<usize>>> = Arc::default();
-    let poller = {
-        let (applied, served, http, last_served, ready_seen) = (
-            applied.clone(),
-            served.clone(),
-            http.clone(),
-            last_served.clone(),
-            ready_seen.clone(),
-        );
-        tokio::spawn(async move {
-            loop {
-                let pending: Vec<(usize, Instant)> = {
-                    let ready: Vec<usize> = ready_seen
-                        .lock()
-                        .map(|r| r.iter().copied().collect())
-                        .unwrap_or_default();
-                    let a = applied.lock().await;
-                    let s = served.lock().await;
-                    ready
-                        .into_iter()
-                        .filter(|i| !s.contains_key(i))
-                        .filter_map(|i| a.get(&i).map(|t| (i, *t)))
-                        .collect()
-                };
-                if served.lock().await.len() >= n {
-                    break;
-                }
-                // Each Ready card not yet served is asked about once per pass, passes spaced.
-                stream::iter(pending)
-                    .for_each_concurrent(8, |(i, t)| {
-                        let (http, served, last_served) =
-                            (http.clone(), served.clone(), last_served.clone());
-                        async move {
-                            let r = http
-                                .get(format!("http://{addr}/.well-known/agent-card.json"))
-                                .header("host", host(i))
-                                .send()
-                                .await;
-                            if r.is_ok_and(|r| r.status().is_success()) {
-                                served.lock().await.insert(i, t.elapsed());
-                                last_served.lock().await.replace(Instant::now());
-                            }
-                        }
-                    })
-                    .await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let poller = poll_served(http.clone(), addr, n, host, progress);
 
     // Counts the cards whose Ready condition is True, from a watch; ends when all are.
     let ready_watch = {

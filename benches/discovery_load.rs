@@ -15,11 +15,9 @@
 //! operator make per agent, made directly from the operator's own pure build step (the
 //! discovered AgentCard's apply, ConfigMap, card Ingress, backend Ingress, status, Event).
 
-use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentcard_operator::controller::api_calls::read_counts;
@@ -32,7 +30,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::{Client, Config};
 use serde_json::{json, Value};
-use tokio::sync::Mutex;
 
 #[path = "support/load.rs"]
 mod load;
@@ -310,9 +307,12 @@ async fn main() -> anyhow::Result<()> {
     // Timed: the Services, and every discovered card Ready and served.
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let cards: Api<AgentCard> = Api::namespaced(client.clone(), &ns);
-    let created: Arc<Mutex<HashMap<usize, Instant>>> = Arc::default();
-    let served: Arc<Mutex<HashMap<usize, Duration>>> = Arc::default();
-    let ready_seen: Arc<std::sync::Mutex<std::collections::HashSet<usize>>> = Arc::default();
+    let progress = Progress::default();
+    let (created, served, ready_seen) = (
+        progress.written.clone(),
+        progress.served.clone(),
+        progress.ready.clone(),
+    );
     let host = {
         let ns = ns.clone();
         move |i: usize| format!("agent-{i}.{ns}.agents.test")
@@ -342,47 +342,7 @@ async fn main() -> anyhow::Result<()> {
             Instant::now()
         })
     };
-    let poller = {
-        let (created, served, http, ready_seen, host) = (
-            created.clone(),
-            served.clone(),
-            http.clone(),
-            ready_seen.clone(),
-            host.clone(),
-        );
-        tokio::spawn(async move {
-            while served.lock().await.len() < n {
-                let pending: Vec<(usize, Instant)> = {
-                    let ready: Vec<usize> = ready_seen
-                        .lock()
-                        .map(|r| r.iter().copied().collect())
-                        .unwrap_or_default();
-                    let (c, s) = (created.lock().await, served.lock().await);
-                    ready
-                        .into_iter()
-                        .filter(|i| !s.contains_key(i))
-                        .filter_map(|i| c.get(&i).map(|t| (i, *t)))
-                        .collect()
-                };
-                stream::iter(pending)
-                    .for_each_concurrent(8, |(i, t)| {
-                        let (http, served, host) = (http.clone(), served.clone(), host.clone());
-                        async move {
-                            let r = http
-                                .get(format!("http://{addr}/.well-known/agent-card.json"))
-                                .header("host", host(i))
-                                .send()
-                                .await;
-                            if r.is_ok_and(|r| r.status().is_success()) {
-                                served.lock().await.insert(i, t.elapsed());
-                            }
-                        }
-                    })
-                    .await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let poller = poll_served(http.clone(), addr, n, host.clone(), progress);
     let started = Instant::now();
     stream::iter(0..n)
         .for_each_concurrent(concurrency, |i| {

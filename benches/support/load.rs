@@ -6,7 +6,9 @@
 // Each benchmark uses part of this file.
 #![allow(dead_code)]
 
+use std::collections::{HashMap, HashSet};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentcard_operator::crd::AgentCard;
@@ -15,6 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
+use tokio::sync::Mutex;
 
 /// `name` from the environment as a number, else `default`.
 pub fn env_usize(name: &str, default: usize) -> usize {
@@ -336,5 +339,69 @@ pub async fn writes_floor(
         namespace,
         op_namespace,
         names,
+    })
+}
+
+/// What a load benchmark's watch and poller share, by card index: when each card was written,
+/// which a watch showed Ready, how long after its write each was first served, and when the
+/// last one was.
+#[derive(Clone, Default)]
+pub struct Progress {
+    /// When each card (or the object it is made for) was written.
+    pub written: Arc<Mutex<HashMap<usize, Instant>>>,
+    /// The cards a watch showed Ready: only those are polled.
+    pub ready: Arc<std::sync::Mutex<HashSet<usize>>>,
+    /// How long after its write each card was first served.
+    pub served: Arc<Mutex<HashMap<usize, Duration>>>,
+    /// When a card was last first served.
+    pub last_served: Arc<Mutex<Option<Instant>>>,
+}
+
+/// Poll the card server at `addr` for the cards the watch shows Ready and not yet served (a
+/// card is served once its status confirms its bytes, the same write that makes it Ready), so
+/// when each is served is measured without loading the server, and the two cores the plane
+/// shares, with requests for cards that cannot be served yet. Each such card is asked about
+/// once per pass, passes spaced; ends once `n` are served.
+pub fn poll_served(
+    http: reqwest::Client,
+    addr: std::net::SocketAddr,
+    n: usize,
+    host: impl Fn(usize) -> String + Clone + Send + Sync + 'static,
+    progress: Progress,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while progress.served.lock().await.len() < n {
+            let pending: Vec<(usize, Instant)> = {
+                let ready: Vec<usize> = progress
+                    .ready
+                    .lock()
+                    .map(|r| r.iter().copied().collect())
+                    .unwrap_or_default();
+                let written = progress.written.lock().await;
+                let served = progress.served.lock().await;
+                ready
+                    .into_iter()
+                    .filter(|i| !served.contains_key(i))
+                    .filter_map(|i| written.get(&i).map(|t| (i, *t)))
+                    .collect()
+            };
+            stream::iter(pending)
+                .for_each_concurrent(8, |(i, t)| {
+                    let (http, progress, host) = (http.clone(), progress.clone(), host.clone());
+                    async move {
+                        let r = http
+                            .get(format!("http://{addr}/.well-known/agent-card.json"))
+                            .header("host", host(i))
+                            .send()
+                            .await;
+                        if r.is_ok_and(|r| r.status().is_success()) {
+                            progress.served.lock().await.insert(i, t.elapsed());
+                            progress.last_served.lock().await.replace(Instant::now());
+                        }
+                    }
+                })
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     })
 }
