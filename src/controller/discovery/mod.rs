@@ -34,6 +34,7 @@ use super::error::Error;
 use super::metrics::ControllerMetrics;
 use crate::crd::agentdiscovery::{AgentDiscovery, AgentDiscoveryStatus, Listing};
 use crate::crd::AgentCard;
+use crate::directory::select::LABEL_LISTED;
 use select::{
     Cluster, KagentAgent, Plan, Wanted, Workload, DISCOVERY_MANAGER, KAGENT_AGENT,
     LABEL_DISCOVERED_BY,
@@ -43,8 +44,6 @@ use select::{
 pub const DISCOVERY_CONTROLLER: &str = "agentdiscovery";
 /// Most skipped agents a status lists.
 const MAX_SKIPPED: usize = 20;
-/// The label that keeps a card out of every directory (`AfterClaim` until claimed).
-const LABEL_LISTED: &str = "agentcard.dev/listed";
 /// How often a discovery is looked at again without a change.
 const RECHECK: Duration = Duration::from_secs(600);
 /// How soon a discovery is looked at again while the stores it reads are not listed yet.

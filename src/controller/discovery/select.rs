@@ -28,7 +28,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Namespace, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::DynamicObject;
 use kube::ResourceExt;
 use serde_json::Value;
@@ -36,6 +35,7 @@ use serde_json::Value;
 use crate::a2a::card::{AgentProvider, AgentSkill};
 use crate::crd::agentdiscovery::{AgentDiscovery, DiscoverySource, Found, Skipped};
 use crate::crd::{AgentCard, Defaults};
+use crate::directory::select::matches;
 
 /// Label that opts a Service, workload, Agent or namespace in (`"true"`, Services only) or
 /// out (`"false"`).
@@ -249,30 +249,6 @@ pub fn origin(card: &AgentCard) -> &'static str {
     }
 }
 
-/// Whether `selector` (absent: everything) matches `labels`.
-pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
-    let Some(selector) = selector else {
-        return true;
-    };
-    let labels_match = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    labels_match
-        && selector.match_expressions.iter().flatten().all(|e| {
-            let value = labels.get(&e.key);
-            let values = e.values.as_deref().unwrap_or_default();
-            match e.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => !value.is_some_and(|v| values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
-}
-
 fn opted_out(labels: &BTreeMap<String, String>) -> bool {
     labels.get(LABEL_DISCOVER).map(String::as_str) == Some("false")
 }
@@ -351,7 +327,7 @@ pub fn host(template: &str, name: &str, namespace: &str) -> Option<String> {
 /// Whether discovery `d` searches `namespace`.
 fn searches(d: &AgentDiscovery, namespace: &Namespace) -> bool {
     !opted_out(namespace.labels())
-        && selects(d.spec.namespace_selector.as_ref(), namespace.labels())
+        && matches(d.spec.namespace_selector.as_ref(), namespace.labels())
 }
 
 /// An agent one discovery finds, before the rules of who writes it.
