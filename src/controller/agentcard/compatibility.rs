@@ -41,8 +41,8 @@ pub enum Compared {
 }
 
 /// The comparisons whose status has not landed yet, by card uid: the content hash they
-/// published and what it broke. An entry goes when a status reporting its bytes is written
-/// or the card is deleted; a card holds at most one (the next comparison replaces it).
+/// published and what it broke. An entry goes when the store shows a status reporting its
+/// bytes or the card is deleted; a card holds at most one (the next comparison replaces it).
 #[derive(Default)]
 pub struct Verdicts {
     pending: Mutex<HashMap<String, (String, Vec<Finding>)>>,
@@ -67,8 +67,8 @@ impl Verdicts {
             .map(|(_, found)| found.clone())
     }
 
-    /// A status reporting `reported` landed for the card `uid`: its held comparison, if it is
-    /// of those bytes, has been said.
+    /// The store shows a status reporting `reported` for the card `uid`: its held comparison,
+    /// if it is of those bytes, has been said.
     pub fn settle(&self, uid: &str, reported: Option<&str>) {
         let mut pending = self.lock();
         if pending

@@ -125,6 +125,13 @@ fn count_failure(ctx: &Context, error: &Error) {
 async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, Error> {
     // Triggered before the watch showed this card's last status write (another object's
     // event came first), the store holds the status from before it: read our own write.
+    // A held comparison is said once the store shows a status reporting its bytes: settled on
+    // our own write, a reconcile woken meanwhile with the store's older status would find the
+    // bytes served, no comparison held, and report the change as not compared.
+    ctx.verdicts.settle(
+        &card.uid().unwrap_or_default(),
+        card.status.as_ref().and_then(|s| s.content_hash.as_deref()),
+    );
     let card = ctx.written.with_own_status(card);
     if let Some(action) = hold_if_contested(&card, ctx).await? {
         return Ok(action);
@@ -346,10 +353,6 @@ async fn report_outcome(
     let api: Api<AgentCard> =
         Api::namespaced(ctx.client.clone(), &card.namespace().unwrap_or_default());
     status::write(&api, card, next, &ctx.written.statuses).await?;
-    ctx.verdicts.settle(
-        &card.uid().unwrap_or_default(),
-        next.content_hash.as_deref(),
-    );
     // The status now says what is served; the claims follow it.
     let keep = next
         .served
