@@ -41,6 +41,9 @@ enum Command {
     Run(crate::run::RunArgs),
     /// Run the card server alone, over files (`--from-dir`) or the cluster (`--from-cluster`).
     Serve(crate::serve::cmd::ServeArgs),
+    /// List a card's published revisions, or print one (`-o yaml`: the AgentCard manifest
+    /// that rolls back to it; `--document`: the exact bytes served then).
+    Revisions(crate::history::RevisionsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -137,6 +140,7 @@ pub fn main() -> ExitCode {
         Command::Jwks(a) => jwks(a).map(|()| ExitCode::SUCCESS),
         Command::Serve(a) => crate::serve::cmd::serve(a).map(|()| ExitCode::SUCCESS),
         Command::Run(a) => crate::run::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Revisions(a) => crate::history::run(a).map(|()| ExitCode::SUCCESS),
         Command::Crds => crate::crd::crds_yaml()
             .map(|y| print!("{y}"))
             .map(|()| ExitCode::SUCCESS)

@@ -21,6 +21,7 @@ pub mod controller;
 pub mod crd;
 pub mod directory;
 pub mod election;
+pub mod history;
 pub mod hub;
 pub mod index;
 pub mod input;

@@ -65,6 +65,8 @@ pub struct Context {
     pub backends: Arc<crate::controller::agentcard::backends::Backends>,
     /// How many cards each directory lists, kept by the counting task.
     pub counts: Arc<super::agentdirectory::count::Counts>,
+    /// The AgentCardApprovals, for the cards' verdicts.
+    pub approvals: super::agentcard::approval::Approvals,
 }
 
 /// What the wiring hands [`Context::new`]: the client, the process's recorder and metrics,
@@ -92,6 +94,8 @@ pub struct Parts {
     pub written: Written,
     /// The directories' upstreams as this process syncs them.
     pub federation: Arc<Federation>,
+    /// The AgentCardApprovals.
+    pub approvals: super::agentcard::approval::Approvals,
 }
 
 impl Context {
@@ -127,6 +131,7 @@ impl Context {
             federation: parts.federation,
             backends: Arc::default(),
             counts: Arc::default(),
+            approvals: parts.approvals,
         })
     }
 

@@ -31,7 +31,8 @@ use super::triggers;
 use super::watches::start as card_watch;
 use super::writes::seen::Written;
 use crate::contract::MANAGER;
-use crate::crd::{AgentCard, AgentDirectory};
+use super::watches::approvals as approval_watch;
+use crate::crd::{AgentCard, AgentCardApproval, AgentDirectory};
 use crate::directory::federation::Federation;
 use crate::hub::Hubs;
 use crate::process::AbortOnDrop;
@@ -84,6 +85,32 @@ pub async fn run(
     );
     let dirs = agentdirectory::watch::start(&hubs, &to_dirs, cards.recount_tx.clone());
     tasks.push(dirs.task);
+    // The approvals: only the lease holder reads them (the card server lists by the verdicts
+    // the card status holds).
+    let approvals = crate::hub::Hub::<AgentCardApproval>::start(
+        kube::Api::all(client.clone()),
+        watcher::Config::default(),
+        |_| {},
+        &crate::hub::Scope::default(),
+    );
+    tasks.extend([
+        AbortOnDrop::spawn(
+            tracing::info_span!("approval_watch"),
+            approval_watch::fan_out(
+                approvals.subscribe(),
+                approvals.store(),
+                to_cards.approval_changed.clone(),
+            ),
+        ),
+        AbortOnDrop::spawn(
+            tracing::info_span!("admission_watch"),
+            approval_watch::on_admission(
+                hubs.directories.subscribe(),
+                hubs.cards.store(),
+                to_cards.approval_changed.clone(),
+            ),
+        ),
+    ]);
 
     let ctx = Arc::new(Context::new(
         &config,
@@ -117,6 +144,10 @@ pub async fn run(
             namespaces: hubs.namespaces.store(),
             directories: hubs.directories.store(),
             federation,
+            approvals: agentcard::approval::Approvals {
+                store: approvals.store(),
+                listed: approvals.listed(),
+            },
         },
     )?);
 

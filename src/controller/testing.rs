@@ -88,9 +88,43 @@ impl ApiServer {
     }
 
     /// Answer one request as the API server would.
-    fn answer(&self, method: &str, path: &str, content_type: &str, body: Value) -> (u16, Value) {
+    fn answer(
+        &self,
+        (method, path, query): (&str, &str, &str),
+        content_type: &str,
+        body: Value,
+    ) -> (u16, Value) {
         let mut objects = crate::locks::lock(&self.objects);
         match method {
+            // A collection the reconcilers list (by label): its objects directly under it.
+            "GET" if path.ends_with("/controllerrevisions") => {
+                let selector: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
+                    .filter(|(k, _)| k == "labelSelector")
+                    .flat_map(|(_, v)| {
+                        v.split(',')
+                            .filter_map(|kv| kv.split_once('='))
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                let items: Vec<Value> = objects
+                    .iter()
+                    .filter(|(k, _)| {
+                        k.strip_prefix(path)
+                            .and_then(|rest| rest.strip_prefix('/'))
+                            .is_some_and(|name| !name.contains('/'))
+                    })
+                    .map(|(_, o)| o.clone())
+                    .filter(|o| {
+                        selector
+                            .iter()
+                            .all(|(k, v)| o["metadata"]["labels"][k].as_str() == Some(v))
+                    })
+                    .collect();
+                let list = json!({"apiVersion": "v1", "kind": "List",
+                    "metadata": {"resourceVersion": "1"}, "items": items});
+                (200, list)
+            }
             "GET" => match objects.get(path) {
                 Some(o) => (200, o.clone()),
                 None => (404, not_found(path)),
@@ -171,7 +205,11 @@ impl ApiServer {
                 query,
                 body: body.clone(),
             });
-            let (code, answer) = self.answer(&method, &path, &content_type, body);
+            let request = crate::locks::lock(&self.requests)
+                .last()
+                .map(|r| r.query.clone())
+                .unwrap_or_default();
+            let (code, answer) = self.answer((&method, &path, &request), &content_type, body);
             let response = Response::builder()
                 .status(code)
                 .header(http::header::CONTENT_TYPE, "application/json")
@@ -305,6 +343,10 @@ impl Context {
                 cards: cards.as_reader(),
                 namespaces: namespaces.as_reader(),
                 directories: directories.as_reader(),
+                approvals: crate::controller::agentcard::approval::Approvals {
+                    store: Writer::<crate::crd::AgentCardApproval>::default().as_reader(),
+                    listed: tokio::sync::watch::channel(true).1,
+                },
                 cards_by_host: cards_by_host.clone(),
                 ownership: Ownership::new(OwnershipInputs {
                     shared_hosts: config.shared_hosts.clone(),

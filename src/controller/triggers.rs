@@ -44,6 +44,10 @@ pub struct ToCards {
     /// The ready endpoints of the agent's Service changed: `BackendReady` is judged again
     /// ([`crate::controller::agentcard::backends`]).
     pub backend_changed: UnboundedSender<ObjectRef<AgentCard>>,
+    /// An AgentCardApproval naming it changed, or a directory began or stopped requiring
+    /// approval: its verdicts are judged again
+    /// ([`crate::controller::agentcard::approval::watch`]).
+    pub approval_changed: UnboundedSender<ObjectRef<AgentCard>>,
 }
 
 /// The receiving ends of [`ToCards`], in the same order.
@@ -57,6 +61,7 @@ pub struct CardTriggers {
     httproute_changed: UnboundedReceiver<ObjectRef<AgentCard>>,
     ingress_touched: UnboundedReceiver<ObjectRef<AgentCard>>,
     backend_changed: UnboundedReceiver<ObjectRef<AgentCard>>,
+    approval_changed: UnboundedReceiver<ObjectRef<AgentCard>>,
 }
 
 impl CardTriggers {
@@ -72,6 +77,7 @@ impl CardTriggers {
             self.httproute_changed,
             self.ingress_touched,
             self.backend_changed,
+            self.approval_changed,
         ])
     }
 }
@@ -127,6 +133,7 @@ pub fn edges() -> (ToCards, CardTriggers, ToDirectories, DirectoryTriggers) {
     let (card_httproute, card_httproute_rx) = unbounded();
     let (card_ingress, card_ingress_rx) = unbounded();
     let (backend_changed, backend_changed_rx) = unbounded();
+    let (approval_changed, approval_changed_rx) = unbounded();
     let (directory_changed, directory_changed_rx) = unbounded();
     let (count_changed, count_changed_rx) = unbounded();
     let (dir_host_freed, dir_host_freed_rx) = unbounded();
@@ -143,6 +150,7 @@ pub fn edges() -> (ToCards, CardTriggers, ToDirectories, DirectoryTriggers) {
             httproute_changed: card_httproute,
             ingress_touched: card_ingress,
             backend_changed,
+            approval_changed,
         },
         CardTriggers {
             card_changed: card_changed_rx,
@@ -154,6 +162,7 @@ pub fn edges() -> (ToCards, CardTriggers, ToDirectories, DirectoryTriggers) {
             httproute_changed: card_httproute_rx,
             ingress_touched: card_ingress_rx,
             backend_changed: backend_changed_rx,
+            approval_changed: approval_changed_rx,
         },
         ToDirectories {
             directory_changed,
@@ -192,6 +201,7 @@ mod tests {
             &to_cards.httproute_changed,
             &to_cards.ingress_touched,
             &to_cards.backend_changed,
+            &to_cards.approval_changed,
         ];
         for (i, tx) in senders.iter().enumerate() {
             tx.unbounded_send(card(&format!("c{i}"))).unwrap();
@@ -209,7 +219,7 @@ mod tests {
         drop((to_cards, to_dirs));
         let mut got: Vec<String> = cards.merged().map(|r| r.name).collect().await;
         got.sort();
-        assert_eq!(got, (0..9).map(|i| format!("c{i}")).collect::<Vec<_>>());
+        assert_eq!(got, (0..10).map(|i| format!("c{i}")).collect::<Vec<_>>());
         let mut got: Vec<String> = dirs.merged().map(|r| r.name).collect().await;
         got.sort();
         assert_eq!(got, (0..5).map(|i| format!("d{i}")).collect::<Vec<_>>());

@@ -37,6 +37,9 @@ use crate::a2a::card::AgentCard as A2aCard;
     printcolumn = r#"{"name":"Backend","type":"string","jsonPath":".status.conditions[?(@.type==\"BackendReady\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Lifecycle","type":"string","jsonPath":".spec.lifecycle.state","priority":1}"#,
     printcolumn = r#"{"name":"Origin","type":"string","jsonPath":".status.origin"}"#,
+    printcolumn = r#"{"name":"Approval","type":"string","jsonPath":".status.approval"}"#,
+    printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.revision","priority":1}"#,
+    printcolumn = r#"{"name":"Hash","type":"string","jsonPath":".status.contentHash","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -201,6 +204,11 @@ pub struct Publish {
     /// `Warn` (default), `Block`, or `RequireMajorVersion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compatibility: Option<Compatibility>,
+    /// How many published revisions are kept as ControllerRevisions (default 10; the
+    /// revision an approval names is kept beyond it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("must be between 1 and 100"))]
+    pub revision_history_limit: Option<i64>,
 }
 
 /// Ingress settings of a published card.
@@ -405,6 +413,76 @@ pub struct AgentCardStatus {
     /// someone: discovery no longer writes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// The revision the served bytes are (1, 2, ...: one per content hash published; each
+    /// kept as a ControllerRevision named `<card>-<hash>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// For each directory with `admission: ApprovalRequired` that selects the card: whether
+    /// it may list it, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalStatus>,
+    /// The approvals in one line for `kubectl get` (`directory=approved,other=pending`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
+}
+
+/// Whether a directory that requires approval may list the card.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalStatus {
+    /// The AgentDirectory.
+    pub directory: String,
+    /// `Pending`, `Approved`, `Rejected` or `Voided`: the directory lists the card only while
+    /// `Approved`.
+    pub state: ApprovalState,
+    /// The AgentCardApproval this verdict comes from (none while pending with no approval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
+    /// Its uid: a voided approval stays void; a new approval (a new uid) decides afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_uid: Option<String>,
+    /// The content hash that approval names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_hash: Option<String>,
+    /// The content hash this verdict is about (the served one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    /// The rejection's message, or why the approval was voided or does not apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// What changed for callers since the approved revision (the breaking-change findings
+    /// that voided it), for the approver deciding again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
+    /// When the state last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+}
+
+/// A directory's verdict on a card.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ApprovalState {
+    /// No approval of the served content yet.
+    #[default]
+    Pending,
+    /// Approved: listed.
+    Approved,
+    /// Rejected with a message.
+    Rejected,
+    /// Approved once, then an edit voided the approval: waits for a new one.
+    Voided,
+}
+
+impl ApprovalState {
+    /// Lower-case, as `status.approval` and the directory's `?approval=` write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Pending => "pending",
+            ApprovalState::Approved => "approved",
+            ApprovalState::Rejected => "rejected",
+            ApprovalState::Voided => "voided",
+        }
+    }
 }
 
 /// The last fetches of an imported card.

@@ -31,6 +31,7 @@ use super::agentcard::IngressSettings;
     printcolumn = r#"{"name":"Host","type":"string","jsonPath":".spec.publish.host"}"#,
     printcolumn = r#"{"name":"Access","type":"string","jsonPath":".spec.access.mode"}"#,
     printcolumn = r#"{"name":"Cards","type":"integer","jsonPath":".status.cards"}"#,
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.approvals.pending","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -61,6 +62,34 @@ pub struct AgentDirectorySpec {
     #[x_kube(validation = Rule::new("self.all(u, self.exists_one(v, v.name == u.name))").message("upstream names must be unique"))]
     #[schemars(length(max = 16))]
     pub upstreams: Vec<Upstream>,
+    /// Whether a selected card is listed at once (`Open`, default) or only while an
+    /// `AgentCardApproval` of this directory approves what it serves (`ApprovalRequired`).
+    #[serde(default)]
+    pub admission: Admission,
+    /// Under `ApprovalRequired`, which edits void an approval: `BreakingChange` (default: what
+    /// the breaking-change classifier finds breaking) or `AnyChange` (any new content).
+    #[serde(default)]
+    pub reapprove_on: ReapproveOn,
+}
+
+/// Whether a directory lists what it selects at once.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum Admission {
+    /// Every selected card is listed.
+    #[default]
+    Open,
+    /// A selected card is listed only while an approval of this directory matches it.
+    ApprovalRequired,
+}
+
+/// Which edits void an approval.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ReapproveOn {
+    /// An edit that breaks callers of the approved card (removed skills, interfaces, ...).
+    #[default]
+    BreakingChange,
+    /// Any edit of what is served.
+    AnyChange,
 }
 
 /// Another registry a directory lists the agents of.
@@ -206,6 +235,9 @@ pub struct AgentDirectoryStatus {
     /// Number of cards listed.
     #[serde(default)]
     pub cards: i64,
+    /// Under `admission: ApprovalRequired`, the selected cards by verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalCounts>,
     /// Public URL of the registry (its ARD manifest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
@@ -215,6 +247,20 @@ pub struct AgentDirectoryStatus {
     /// Each upstream as the lease holder last synced it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstreams: Vec<UpstreamStatus>,
+}
+
+/// A directory's selected cards by approval verdict.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalCounts {
+    /// Waiting for an approval.
+    pub pending: i64,
+    /// Approved (listed).
+    pub approved: i64,
+    /// Rejected.
+    pub rejected: i64,
+    /// Approved once, voided by an edit.
+    pub voided: i64,
 }
 
 /// How an upstream's sync went.

@@ -2,15 +2,20 @@
 //! `agentcard-operator crds`.
 
 pub mod agentcard;
+pub mod agentcardapproval;
 pub mod agentdirectory;
 pub mod agentdiscovery;
+pub mod revision;
 
 pub use agentcard::{
-    AgentCard, AgentCardSpec, AgentCardStatus, Compatibility, Defaults, Drift, DriftMode,
-    Lifecycle, LifecycleState, Overrides, ServedLifecycle, ServedRoute, Source, SourceService,
-    SourceStatus, Successor,
+    AgentCard, AgentCardSpec, AgentCardStatus, ApprovalState, ApprovalStatus, Compatibility,
+    Defaults, Drift, DriftMode, Lifecycle, LifecycleState, Overrides, ServedLifecycle, ServedRoute,
+    Source, SourceService, SourceStatus, Successor,
 };
-pub use agentdirectory::{AccessMode, AgentDirectory, AgentDirectorySpec, AgentDirectoryStatus};
+pub use agentcardapproval::{AgentCardApproval, AgentCardApprovalSpec, CardRef, Decision};
+pub use agentdirectory::{
+    AccessMode, Admission, AgentDirectory, AgentDirectorySpec, AgentDirectoryStatus, ReapproveOn,
+};
 pub use agentdiscovery::{AgentDiscovery, AgentDiscoverySpec, AgentDiscoveryStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -103,6 +108,7 @@ pub fn crds_yaml() -> Result<String, crate::yaml::YamlError> {
         agentcard_crd(),
         AgentDirectory::crd(),
         AgentDiscovery::crd(),
+        AgentCardApproval::crd(),
     ];
     let mut out = String::new();
     for (i, crd) in docs.iter().enumerate() {

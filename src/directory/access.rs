@@ -290,6 +290,48 @@ impl Authorizer {
         Ok(Caller(State::user(&self.state, token).await?))
     }
 
+    /// The client the reviews are asked with (the server's own identity), for what the
+    /// directory reads on demand (a card's revisions).
+    pub fn client(&self) -> &Client {
+        &self.state.client
+    }
+
+    /// Whether `caller` may approve cards: `create` on `agentcardapprovals.agentcard.dev`
+    /// (the chart's `agentcard-approver` ClusterRole). Asked once per caller and period.
+    pub async fn may_approve(&self, caller: &Caller) -> Result<bool, ApiError> {
+        let key = (user_key(&caller.0), "\u{0}approve".to_string());
+        if let Some(allowed) = lock(&self.state.grants).get(&key) {
+            return Ok(allowed);
+        }
+        let asked = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: caller.0.username.clone(),
+                uid: caller.0.uid.clone(),
+                groups: caller.0.groups.clone(),
+                extra: caller.0.extra.clone(),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some("create".into()),
+                    group: Some("agentcard.dev".into()),
+                    resource: Some("agentcardapprovals".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = Api::<SubjectAccessReview>::all(self.state.client.clone());
+        let answer = review(
+            &self.state.access_slots,
+            &self.state.access_waiting,
+            "access review",
+            api.create(&PostParams::default(), &asked),
+        )
+        .await?;
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        lock(&self.state.grants).put(key, allowed);
+        Ok(allowed)
+    }
+
     /// The namespaces among `namespaces` whose cards `caller` may see.
     pub async fn visible_to(
         &self,

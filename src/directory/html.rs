@@ -97,6 +97,42 @@ pub fn error(site: &Site, e: &super::ApiError) -> String {
     )
 }
 
+/// The page an approver sees with `?approval=`: the cards waiting (as `state` asks), each
+/// with its verdict and what changed since the approved revision.
+pub fn waiting(site: &Site, state: &str, items: &[&super::sites::site::Waiting]) -> String {
+    let mut html = format!(
+        "<h1>Waiting for approval</h1><p>{} card(s) {}.</p>",
+        items.len(),
+        esc(match state {
+            "pending" => "wait for an approval (never approved, or voided by an edit)",
+            "voided" => "had their approval voided by an edit",
+            _ => "were rejected",
+        })
+    );
+    html.push_str("<table class=\"waiting\"><thead><tr><th>Card</th><th>State</th><th>Content</th><th>Why</th><th>Changed since approved</th></tr></thead><tbody>");
+    for w in items {
+        let p = &w.entry.placement;
+        let a = &w.approval;
+        let changes: String = a
+            .changes
+            .iter()
+            .map(|c| format!("<li>{}</li>", esc(c)))
+            .collect();
+        html.push_str(&format!(
+            "<tr><td><a href=\"{prefix}/agents/{ns}/{name}\">{ns}/{name}</a><br>{title}</td><td>{state}</td><td><code>{hash}</code></td><td>{msg}</td><td><ul>{changes}</ul></td></tr>",
+            prefix = esc(&site.prefix),
+            ns = esc(&p.namespace),
+            name = esc(&p.name),
+            title = esc(&w.entry.display_name),
+            state = esc(a.state.as_str()),
+            hash = esc(&p.content_hash),
+            msg = esc(a.message.as_deref().unwrap_or_default()),
+        ));
+    }
+    html.push_str("</tbody></table>");
+    layout("Waiting for approval", site, &html)
+}
+
 /// The fields the catalog filters on, with their labels.
 const FILTERS: [(Field, &str); 5] = [
     (Field::Skill, "Skill"),

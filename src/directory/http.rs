@@ -553,6 +553,11 @@ where
         .await;
         return (Route::Directory, resp);
     }
+    if get {
+        if let Some(resp) = governance_view(&site, authorizer.as_deref(), &parts, rest).await {
+            return (Route::Directory, resp);
+        }
+    }
     let html = get
         && wants_html(&parts.headers)
         && (rest == "/" || rest.is_empty() || html_card_path(rest).is_some());
@@ -594,6 +599,63 @@ where
         }
     };
     (Route::Directory, with_manifest_link(resp))
+}
+
+/// The governance views ([`super::governance`]), answered afresh each time: a card's
+/// revisions, and for approvers the cards waiting for an approval (`?approval=` on
+/// `/v1/agents` or the web page). `None` for any other request.
+async fn governance_view(
+    site: &Site,
+    authorizer: Option<&Authorizer>,
+    parts: &http::request::Parts,
+    rest: &str,
+) -> Option<Response<Body>> {
+    let (method, headers) = (&parts.method, &parts.headers);
+    if let Some((ns, name, n)) = super::governance::revisions_path(rest) {
+        let body = match caller_visibility(site, authorizer, headers).await {
+            Ok(visible) => {
+                super::governance::revisions(site, authorizer, visible.as_ref(), (&ns, &name, n))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let answer = match body {
+            Ok(body) => Answer { status: 200, body },
+            Err(e) => Answer::error(&e),
+        };
+        return Some(response(answer, method, headers, site.mode));
+    }
+    let top = rest == "/v1/agents" || rest == "/" || rest.is_empty();
+    let params = params(parts.uri.query());
+    if !top || !params.contains_key("approval") {
+        return None;
+    }
+    let html = rest != "/v1/agents" && wants_html(headers);
+    let auth = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let checked = match super::governance::approval_param(&params) {
+        Ok(Some(state)) => super::governance::check_approver(authorizer, auth)
+            .await
+            .map(|()| state),
+        Ok(None) => return None,
+        Err(e) => Err(e),
+    };
+    // Only for approvers: never kept by a shared cache.
+    let private = AccessMode::Kubernetes;
+    Some(match (checked, html) {
+        (Ok(state), false) => {
+            let items = super::governance::waiting_of(site, &state);
+            response(Answer::ok(&super::governance::waiting(&items)), method, headers, private)
+        }
+        (Ok(state), true) => {
+            let items = super::governance::waiting_of(site, &state);
+            let answer = Answer {
+                status: 200,
+                body: super::html::waiting(site, &state, &items).into_bytes(),
+            };
+            page_response(answer, "text/html; charset=utf-8", method, headers, private)
+        }
+        (Err(e), _) => response(Answer::error(&e), method, headers, private),
+    })
 }
 
 /// `/mcp`: the caller checked as for the APIs (401 without a token the cluster accepts, in

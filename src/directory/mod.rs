@@ -21,6 +21,7 @@ pub mod ard;
 pub mod cache;
 pub mod entry;
 pub mod federation;
+pub mod governance;
 pub mod feed;
 pub mod html;
 pub mod http;
@@ -68,6 +69,15 @@ impl ApiError {
         ApiError {
             status: 401,
             code: "UNAUTHENTICATED",
+            message: message.into(),
+        }
+    }
+
+    /// 403 `PERMISSION_DENIED`.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 403,
+            code: "PERMISSION_DENIED",
             message: message.into(),
         }
     }

@@ -1,13 +1,16 @@
 //! Which cards a directory lists: published cards (status confirms a route and bytes) of the
 //! namespaces its `namespaceSelector` matches, whose labels match its `cardSelector`, unless
-//! labelled `agentcard.dev/listed: "false"`. One rule for the controller (status counts) and
-//! every replica's server (answers).
+//! labelled `agentcard.dev/listed: "false"`; under `admission: ApprovalRequired`, only while
+//! the card's status (written by the lease holder from the directory's `AgentCardApproval`s)
+//! says `Approved` for that directory. One rule for the controller (status counts) and every
+//! replica's server (answers).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::crd::AgentDirectorySpec;
+use crate::crd::agentdirectory::Admission;
+use crate::crd::{AgentDirectorySpec, ApprovalState, ApprovalStatus};
 
 /// Card label that keeps a card out of every directory when `"false"`.
 pub const LABEL_LISTED: &str = "agentcard.dev/listed";
@@ -38,8 +41,9 @@ pub fn matches(selector: Option<&LabelSelector>, labels: &BTreeMap<String, Strin
 }
 
 /// Whether a published card with `card_labels`, in a namespace with `namespace_labels`, is
-/// listed by the directory `spec`.
-pub fn listed(
+/// selected by the directory `spec`: listed under `Open` admission, waiting for an approval
+/// (or approved) under `ApprovalRequired`.
+pub fn selected(
     spec: &AgentDirectorySpec,
     namespace_labels: &BTreeMap<String, String>,
     card_labels: &BTreeMap<String, String>,
@@ -47,6 +51,33 @@ pub fn listed(
     card_labels.get(LABEL_LISTED).map(String::as_str) != Some("false")
         && matches(spec.namespace_selector.as_ref(), namespace_labels)
         && matches(spec.card_selector.as_ref(), card_labels)
+}
+
+/// The verdict of directory `name` (`spec`) on a card it selects, from the card's
+/// `status.approvals`: `Approved` under `Open` admission; otherwise what the status says
+/// (`Pending` when it says nothing of this directory, as for a card the lease holder has not
+/// looked at since the directory began to require approval).
+pub fn verdict(name: &str, spec: &AgentDirectorySpec, approvals: &[ApprovalStatus]) -> ApprovalState {
+    match spec.admission {
+        Admission::Open => ApprovalState::Approved,
+        Admission::ApprovalRequired => approvals
+            .iter()
+            .find(|a| a.directory == name)
+            .map_or(ApprovalState::Pending, |a| a.state),
+    }
+}
+
+/// Whether directory `name` (`spec`) lists a published card: selected, and approved where
+/// that is required.
+pub fn listed(
+    name: &str,
+    spec: &AgentDirectorySpec,
+    namespace_labels: &BTreeMap<String, String>,
+    card_labels: &BTreeMap<String, String>,
+    approvals: &[ApprovalStatus],
+) -> bool {
+    selected(spec, namespace_labels, card_labels)
+        && verdict(name, spec, approvals) == ApprovalState::Approved
 }
 
 #[cfg(test)]
@@ -70,13 +101,41 @@ mod tests {
         }))
         .unwrap();
         let ns = labels(&[("team", "a")]);
-        assert!(listed(&spec, &ns, &labels(&[])));
-        assert!(listed(&spec, &ns, &labels(&[("tier", "public")])));
-        assert!(!listed(&spec, &ns, &labels(&[("tier", "internal")])));
-        assert!(!listed(&spec, &labels(&[("team", "b")]), &labels(&[])));
-        assert!(!listed(&spec, &ns, &labels(&[(LABEL_LISTED, "false")])));
+        assert!(selected(&spec, &ns, &labels(&[])));
+        assert!(selected(&spec, &ns, &labels(&[("tier", "public")])));
+        assert!(!selected(&spec, &ns, &labels(&[("tier", "internal")])));
+        assert!(!selected(&spec, &labels(&[("team", "b")]), &labels(&[])));
+        assert!(!selected(&spec, &ns, &labels(&[(LABEL_LISTED, "false")])));
         let all: AgentDirectorySpec =
             serde_json::from_value(json!({"publish": {"host": "d.example.com"}})).unwrap();
-        assert!(listed(&all, &labels(&[]), &labels(&[])));
+        assert!(selected(&all, &labels(&[]), &labels(&[])));
+        assert!(listed("d", &all, &labels(&[]), &labels(&[]), &[]));
+    }
+
+    #[test]
+    fn approval_required_lists_only_what_the_status_approves_for_that_directory() {
+        let spec: AgentDirectorySpec = serde_json::from_value(json!({
+            "publish": {"host": "d.example.com"}, "admission": "ApprovalRequired"
+        }))
+        .unwrap();
+        let none = labels(&[]);
+        let said = |directory: &str, state| ApprovalStatus {
+            directory: directory.into(),
+            state,
+            ..Default::default()
+        };
+        // Nothing said of it: pending, not listed.
+        assert_eq!(verdict("d", &spec, &[]), ApprovalState::Pending);
+        assert!(!listed("d", &spec, &none, &none, &[]));
+        // Approved for another directory only: still not listed here.
+        let other = [said("other", ApprovalState::Approved)];
+        assert!(!listed("d", &spec, &none, &none, &other));
+        for state in [ApprovalState::Pending, ApprovalState::Rejected, ApprovalState::Voided] {
+            assert!(!listed("d", &spec, &none, &none, &[said("d", state)]));
+        }
+        assert!(listed("d", &spec, &none, &none, &[said("d", ApprovalState::Approved)]));
+        // Labels a tenant writes cannot stand in for an approval.
+        let forged = labels(&[("agentcard.dev/approved", "true"), (LABEL_LISTED, "true")]);
+        assert!(!listed("d", &spec, &none, &forged, &[]));
     }
 }

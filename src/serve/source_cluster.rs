@@ -124,6 +124,11 @@ impl CardView {
         self.card.labels()
     }
 
+    /// The verdicts of directories that require approval, as the operator wrote them.
+    fn approvals(&self) -> &[crate::crd::ApprovalStatus] {
+        self.status().map(|s| s.approvals.as_slice()).unwrap_or_default()
+    }
+
     /// `BackendReady` as the operator found it: ready, not ready, or not known.
     fn reachable(&self) -> Option<bool> {
         self.status()?
@@ -166,6 +171,7 @@ fn listed(card: &CardView, entry: Arc<Entry>) -> Listed {
         namespace: card.namespace().to_string(),
         labels: card.labels().clone(),
         entry,
+        approvals: card.approvals().into(),
     }
 }
 
@@ -425,9 +431,10 @@ impl ClusterView {
         let Some(previous) = self.cards.insert(uid.clone(), view.clone()) else {
             return self.settle(&uid);
         };
-        if previous.labels() != view.labels() {
+        if previous.labels() != view.labels() || previous.approvals() != view.approvals() {
             // Only the directories whose listing the change changes are rebuilt.
-            self.sites.relabel(&view.key, view.labels());
+            self.sites
+                .relabel(&view.key, view.labels(), view.approvals());
         }
         if previous.serves_as(&view) {
             // Most card events (spec edits, conditions) change nothing served.

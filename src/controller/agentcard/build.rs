@@ -61,6 +61,8 @@ pub struct Built {
     pub retired_at: Option<String>,
     /// When to look at the card again whatever happens (filled by the reconciler).
     pub recheck: Option<std::time::Duration>,
+    /// The revision number of the bytes (filled by [`super::revisions::record`]).
+    pub revision: Option<i64>,
 }
 
 impl Built {
@@ -117,6 +119,7 @@ pub fn build(
         url: card_url(card),
         served,
         breaking: super::compatibility::Compared::Unchanged,
+        revision: None,
         successor_problem: None,
         retired_at: None,
         recheck: None,

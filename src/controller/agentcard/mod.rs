@@ -13,6 +13,7 @@
 //! longer needs are released, and the cards waiting on those hosts are looked at again.
 
 pub mod apply;
+pub mod approval;
 pub mod backends;
 pub mod build;
 pub mod card;
@@ -22,6 +23,7 @@ pub mod contest;
 pub mod drift;
 pub mod lifecycle;
 pub mod reach;
+pub mod revisions;
 pub mod source;
 pub mod status;
 pub mod validate;
@@ -170,7 +172,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
     let retired = retired_keys(&outcome, previous.as_deref(), ctx);
     let backend =
         crate::controller::agentcard::backends::state(&ctx.client, &ctx.backends, &card).await;
-    let next = status::next(&status::Found {
+    let mut next = status::next(&status::Found {
         card: &card,
         published,
         outcome: &outcome,
@@ -183,8 +185,40 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         backend,
         drift: drift.as_ref(),
     });
+    judge_approvals(&card, ctx, &outcome, &mut next);
     report_outcome(&card, ctx, &outcome, &next, &existing).await?;
     next_action(&card, ctx, outcome, next_backend_check(&next))
+}
+
+/// What each directory requiring approval says of the content `next` reports
+/// ([`approval`]), into `next`.
+fn judge_approvals(
+    card: &AgentCard,
+    ctx: &Context,
+    outcome: &Outcome,
+    next: &mut crate::crd::AgentCardStatus,
+) {
+    let unchanged = compatibility::Compared::Unchanged;
+    let edit = match outcome {
+        Ok((built, _)) => &built.breaking,
+        Err(_) => &unchanged,
+    };
+    let ns = card.namespace().unwrap_or_default();
+    let namespace_labels = ctx
+        .namespaces
+        .get(&ObjectRef::new(&ns))
+        .map(|n| n.labels().clone())
+        .unwrap_or_default();
+    let now = jiff::Timestamp::now().to_string();
+    let judged = approval::Judged {
+        card,
+        hash: next.served.as_ref().and(next.content_hash.as_deref()),
+        edit,
+        namespace_labels: &namespace_labels,
+        now: &now,
+    };
+    next.approvals = approval::verdicts(&judged, &ctx.directories, &ctx.approvals);
+    next.approval = approval::summary(&next.approvals);
 }
 
 /// When another operator installation reconciles `card` too and is running: hold the card as
@@ -297,6 +331,7 @@ async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Ou
         &ctx.written,
     )
     .await?;
+    built.revision = Some(revisions::record(&ctx.client, card, &built).await?);
     built.pending_key = signers.pending;
     Ok((built, warnings))
 }

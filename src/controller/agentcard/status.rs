@@ -161,6 +161,7 @@ fn published(found: &Found<'_>, built: &Built, warnings: &[String]) -> AgentCard
     status.url = Some(built.url.clone());
     status.served = Some(built.served.clone());
     status.content_hash = Some(built.content_hash.clone());
+    status.revision = built.revision.or(status.revision);
     status.key_id = Some(built.key_id.clone());
     status.config_map = built.configmap.metadata.name.clone();
     status.warnings = warnings.to_vec();

@@ -1,4 +1,5 @@
-//! How many cards each directory lists (`status.cards`), kept in step with the watches at
+//! How many cards each directory lists (`status.cards`) and, under `admission:
+//! ApprovalRequired`, how many it selects by verdict (`status.approvals`), kept in step with the watches at
 //! O(directories) per card event: counting every card for every directory at each card event
 //! cost O(cards × directories) per event, which a bulk publish pays thousands of times.
 //!
@@ -18,8 +19,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
 
-use crate::crd::agentdirectory::AgentDirectorySpec;
-use crate::crd::{AgentCard, AgentDirectory};
+use crate::crd::agentdirectory::{Admission, AgentDirectorySpec, ApprovalCounts};
+use crate::crd::{AgentCard, AgentDirectory, ApprovalState, ApprovalStatus};
 use crate::directory::select;
 
 /// What changed, as the fan-outs tell the counting task.
@@ -49,13 +50,18 @@ impl Counts {
         self.lock().count(name)
     }
 
+    /// Directory `name`'s selected cards by verdict, when it requires approval.
+    pub fn approvals(&self, name: &str) -> Option<ApprovalCounts> {
+        self.lock().approvals(name)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Tally> {
         crate::locks::lock(&self.tally)
     }
 }
 
 /// A card as counting sees it: listable at all (published, not being deleted), its labels and
-/// its namespace's.
+/// its namespace's, and the verdicts its status holds.
 pub struct Seen<'a> {
     /// `namespace/name`.
     pub key: String,
@@ -65,36 +71,62 @@ pub struct Seen<'a> {
     pub labels: &'a BTreeMap<String, String>,
     /// Its namespace's labels.
     pub namespace_labels: &'a BTreeMap<String, String>,
+    /// `status.approvals`.
+    pub approvals: &'a [ApprovalStatus],
 }
 
 impl Seen<'_> {
-    /// Whether the directory `spec` lists it.
-    pub fn listed_by(&self, spec: &AgentDirectorySpec) -> bool {
-        self.published && select::listed(spec, self.namespace_labels, self.labels)
+    /// The verdict of directory `name` (`spec`) on it; `None` when it does not select it.
+    pub fn verdict(&self, name: &str, spec: &AgentDirectorySpec) -> Option<ApprovalState> {
+        (self.published && select::selected(spec, self.namespace_labels, self.labels))
+            .then(|| select::verdict(name, spec, self.approvals))
     }
 }
 
-/// Each directory's spec and count, and the directories listing each card.
+/// Cards per verdict (indexed by [`slot`]); `Approved` is the number listed.
+type PerState = [i64; 4];
+
+/// The slot of `state` in [`PerState`].
+fn slot(state: ApprovalState) -> usize {
+    match state {
+        ApprovalState::Approved => 0,
+        ApprovalState::Pending => 1,
+        ApprovalState::Rejected => 2,
+        ApprovalState::Voided => 3,
+    }
+}
+
+/// Each directory's spec and counts, and each card's verdict by the directories selecting it.
 #[derive(Default)]
 pub struct Tally {
-    directories: HashMap<Arc<str>, (AgentDirectorySpec, i64)>,
-    cards: HashMap<String, Vec<Arc<str>>>,
+    directories: HashMap<Arc<str>, (AgentDirectorySpec, PerState)>,
+    cards: HashMap<String, Vec<(Arc<str>, ApprovalState)>>,
 }
 
 impl Tally {
-    /// The count of directory `name`.
+    /// The count of directory `name` (the cards it lists).
     pub fn count(&self, name: &str) -> Option<i64> {
-        self.directories.get(name).map(|(_, c)| *c)
+        self.directories.get(name).map(|(_, c)| c[slot(ApprovalState::Approved)])
     }
 
-    /// Card `card` changed (or went: `None` with its key): the directories whose count moved.
+    /// Directory `name`'s selected cards by verdict, when it requires approval.
+    pub fn approvals(&self, name: &str) -> Option<ApprovalCounts> {
+        let (spec, c) = self.directories.get(name)?;
+        (spec.admission == Admission::ApprovalRequired).then(|| ApprovalCounts {
+            approved: c[slot(ApprovalState::Approved)],
+            pending: c[slot(ApprovalState::Pending)],
+            rejected: c[slot(ApprovalState::Rejected)],
+            voided: c[slot(ApprovalState::Voided)],
+        })
+    }
+
+    /// Card `card` changed (or went: `None` with its key): the directories whose counts moved.
     pub fn card(&mut self, key: &str, card: Option<&Seen<'_>>) -> Vec<Arc<str>> {
-        let now: Vec<Arc<str>> = match card {
+        let now: Vec<(Arc<str>, ApprovalState)> = match card {
             Some(c) => self
                 .directories
                 .iter()
-                .filter(|(_, (spec, _))| c.listed_by(spec))
-                .map(|(name, _)| name.clone())
+                .filter_map(|(name, (spec, _))| Some((name.clone(), c.verdict(name, spec)?)))
                 .collect(),
             None => Vec::new(),
         };
@@ -106,23 +138,25 @@ impl Tally {
                 .unwrap_or_default()
         };
         let mut moved = Vec::new();
-        for name in before.iter().filter(|d| !now.contains(d)) {
-            if let Some((_, count)) = self.directories.get_mut(name) {
-                *count -= 1;
+        for (name, state) in before.iter().filter(|d| !now.contains(d)) {
+            if let Some((_, counts)) = self.directories.get_mut(name) {
+                counts[slot(*state)] -= 1;
                 moved.push(name.clone());
             }
         }
-        for name in now.iter().filter(|d| !before.contains(d)) {
-            if let Some((_, count)) = self.directories.get_mut(name) {
-                *count += 1;
-                moved.push(name.clone());
+        for (name, state) in now.iter().filter(|d| !before.contains(d)) {
+            if let Some((_, counts)) = self.directories.get_mut(name) {
+                counts[slot(*state)] += 1;
+                if !moved.contains(name) {
+                    moved.push(name.clone());
+                }
             }
         }
         moved
     }
 
     /// Directory `name` is now `spec` (or gone): count it over `cards` again. Whether its
-    /// count changed (a new directory's always does).
+    /// counts changed (a new directory's always do).
     pub fn directory<'a>(
         &mut self,
         name: &str,
@@ -135,23 +169,28 @@ impl Tally {
         }
         let before = self.directories.remove(name).map(|(_, c)| c);
         for listing in self.cards.values_mut() {
-            listing.retain(|d| d.as_ref() != name);
+            listing.retain(|(d, _)| d.as_ref() != name);
         }
         self.cards.retain(|_, l| !l.is_empty());
         let Some(spec) = spec else {
             return before.is_some();
         };
         let name: Arc<str> = name.into();
-        let mut count = 0;
-        for card in cards.filter(|c| c.listed_by(spec)) {
-            count += 1;
-            self.cards.entry(card.key).or_default().push(name.clone());
+        let mut counts = PerState::default();
+        for card in cards {
+            if let Some(state) = card.verdict(&name, spec) {
+                counts[slot(state)] += 1;
+                self.cards
+                    .entry(card.key)
+                    .or_default()
+                    .push((name.clone(), state));
+            }
         }
-        self.directories.insert(name, (spec.clone(), count));
-        before != Some(count)
+        self.directories.insert(name, (spec.clone(), counts));
+        before != Some(counts)
     }
 
-    /// Count every directory over every card again: the directories whose count changed.
+    /// Count every directory over every card again: the directories whose counts changed.
     pub fn everything<'a, I>(
         &mut self,
         directories: &[(String, AgentDirectorySpec)],
@@ -160,7 +199,7 @@ impl Tally {
     where
         I: Iterator<Item = Seen<'a>>,
     {
-        let before: HashMap<Arc<str>, i64> = self
+        let before: HashMap<Arc<str>, PerState> = self
             .directories
             .iter()
             .map(|(n, (_, c))| (n.clone(), *c))
@@ -210,6 +249,11 @@ fn seen<'a>(card: &'a AgentCard, namespace_labels: &'a BTreeMap<String, String>)
         published,
         labels: card.labels(),
         namespace_labels,
+        approvals: card
+            .status
+            .as_ref()
+            .map(|s| s.approvals.as_slice())
+            .unwrap_or_default(),
     }
 }
 
@@ -311,6 +355,7 @@ mod tests {
             published,
             labels: l,
             namespace_labels: &NONE,
+            approvals: &[],
         }
     }
 

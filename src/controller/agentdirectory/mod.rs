@@ -32,6 +32,7 @@ pub use crate::contract::ANN_DIRECTORY;
 pub use build::ingress_name;
 
 use super::context::Context;
+use crate::crd::agentdirectory::ApprovalCounts;
 use super::error::Error;
 use super::finalizers::{self, LEGACY_DIRECTORY};
 use super::metrics::DIRECTORY_CONTROLLER;
@@ -111,7 +112,7 @@ async fn reconcile_apply(dir: &AgentDirectory, ctx: &Context) -> Result<Action, 
     });
     let now = Time(jiff::Timestamp::now());
     let upstreams = ctx.federation.status(&dir.name_any(), &dir.spec.upstreams);
-    let next = status::next(
+    let mut next = status::next(
         dir,
         &outcome,
         listed_count(dir, ctx),
@@ -119,6 +120,7 @@ async fn reconcile_apply(dir: &AgentDirectory, ctx: &Context) -> Result<Action, 
         upstreams,
         &now,
     );
+    next.approvals = approval_counts(dir, ctx);
     if dir.status.as_ref() != Some(&next) {
         let api: Api<AgentDirectory> = Api::all(ctx.client.clone());
         apply_status(&api, &dir.name_any(), &next).await?;
@@ -170,6 +172,17 @@ async fn publish(dir: &AgentDirectory, ctx: &Context) -> Result<DirectoryRoute, 
         path_prefix: normalize_prefix(&dir.spec.publish.path_prefix),
         since: claim.since.to_string(),
     })
+}
+
+/// Under `admission: ApprovalRequired`, the selected cards by verdict, as counted (before the
+/// counting task has seen the directory, what its status says already).
+fn approval_counts(dir: &AgentDirectory, ctx: &Context) -> Option<ApprovalCounts> {
+    if dir.spec.admission != crate::crd::Admission::ApprovalRequired {
+        return None;
+    }
+    ctx.counts
+        .approvals(&dir.name_any())
+        .or_else(|| dir.status.as_ref().and_then(|s| s.approvals.clone()))
 }
 
 /// Cards the directory lists now: the count kept in step with the card events ([`count`]).

@@ -104,6 +104,7 @@ pub fn next(
         upstreams,
         conditions,
         cards: if served.is_some() { cards } else { 0 },
+        approvals: prev.approvals.clone(),
         url: served
             .as_ref()
             .map(|r| format!("https://{}/.well-known/ard.json", r.host)),

@@ -13,6 +13,7 @@
 //! only then, so a trigger sent earlier could find a new card missing from the store.
 
 pub mod start;
+pub mod approvals;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -22,11 +22,11 @@ use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 
 use crate::contract::normalize_prefix;
-use crate::crd::{AgentDirectory, AgentDirectorySpec};
+use crate::crd::{AgentDirectory, AgentDirectorySpec, ApprovalState, ApprovalStatus};
 use crate::directory::entry::Entry;
 use crate::directory::federation::{self, Federation};
 use crate::directory::select;
-use crate::directory::sites::site::Site;
+use crate::directory::sites::site::{Site, Waiting};
 
 /// What the sites need of an AgentDirectory.
 #[derive(Clone, PartialEq)]
@@ -47,6 +47,8 @@ pub struct Listed {
     pub labels: BTreeMap<String, String>,
     /// Its directory entry.
     pub entry: Arc<Entry>,
+    /// The verdicts of directories requiring approval (`status.approvals`).
+    pub approvals: Arc<[ApprovalStatus]>,
 }
 
 /// Every directory's listing, and what changed since the last rebuild.
@@ -119,18 +121,30 @@ impl Sites {
         }
     }
 
-    /// Card `key`'s labels are now `labels`: only the directories whose listing that changes
-    /// are rebuilt (none for a card not listed, or whose labels no selector reads).
-    pub fn relabel(&mut self, key: &str, labels: &BTreeMap<String, String>) {
+    /// Card `key`'s labels are now `labels` and its verdicts `approvals`: only the
+    /// directories whose listing (or waiting list) that changes are rebuilt (none for a card
+    /// not listed, or whose labels no selector reads).
+    pub fn relabel(
+        &mut self,
+        key: &str,
+        labels: &BTreeMap<String, String>,
+        approvals: &[ApprovalStatus],
+    ) {
         let Some(l) = self.listed.as_mut().and_then(|m| m.get_mut(key)) else {
             return;
         };
         let before = std::mem::replace(&mut l.labels, labels.clone());
+        let approvals_before = std::mem::replace(&mut l.approvals, approvals.into());
         let empty = BTreeMap::new();
         let ns_labels = self.namespaces.get(&l.namespace).unwrap_or(&empty);
-        let affected = self.directories.iter().filter(|(_, d)| {
-            select::listed(&d.spec, ns_labels, &before)
-                != select::listed(&d.spec, ns_labels, labels)
+        let mark = |name: &str, d: &DirectoryView, labels, approvals: &[ApprovalStatus]| {
+            select::selected(&d.spec, ns_labels, labels).then(|| {
+                let said = approvals.iter().find(|a| a.directory == name);
+                (select::verdict(name, &d.spec, approvals), said.cloned())
+            })
+        };
+        let affected = self.directories.iter().filter(|(name, d)| {
+            mark(name, d, &before, &approvals_before) != mark(name, d, labels, approvals)
         });
         self.dirty_dirs
             .extend(affected.map(|(name, _)| name.clone()));
@@ -222,14 +236,29 @@ impl Sites {
                     continue;
                 }
             }
-            let local: Vec<Arc<Entry>> = listed
-                .values()
-                .filter(|c| {
-                    let ns_labels = self.namespaces.get(&c.namespace).unwrap_or(&empty);
-                    select::listed(&dir.spec, ns_labels, &c.labels)
-                })
-                .map(|c| c.entry.clone())
-                .collect();
+            let mut local: Vec<Arc<Entry>> = Vec::new();
+            let mut waiting: Vec<Waiting> = Vec::new();
+            for c in listed.values() {
+                let ns_labels = self.namespaces.get(&c.namespace).unwrap_or(&empty);
+                if !select::selected(&dir.spec, ns_labels, &c.labels) {
+                    continue;
+                }
+                match select::verdict(name, &dir.spec, &c.approvals) {
+                    ApprovalState::Approved => local.push(c.entry.clone()),
+                    _ => waiting.push(Waiting {
+                        entry: c.entry.clone(),
+                        approval: c
+                            .approvals
+                            .iter()
+                            .find(|a| &a.directory == name)
+                            .cloned()
+                            .unwrap_or_else(|| ApprovalStatus {
+                                directory: name.clone(),
+                                ..Default::default()
+                            }),
+                    }),
+                }
+            }
             let names: Vec<String> = dir.spec.upstreams.iter().map(|u| u.name.clone()).collect();
             let upstream = self.federation.entries(name, &names);
             let (entries, report) = federation::merge(local, &upstream);
@@ -243,7 +272,8 @@ impl Sites {
                 dir.spec.description.clone(),
                 dir.spec.access.mode,
                 entries,
-            );
+            )
+            .with_waiting(waiting);
             sites.insert(host, Arc::new(site));
         }
         sites
@@ -268,6 +298,7 @@ mod tests {
             namespace: ns.into(),
             labels: [("team".to_string(), team.to_string())].into(),
             entry: Arc::new(Entry::build(placement, Bytes::from(body)).unwrap()),
+            approvals: Arc::from([]),
         }
     }
 
@@ -299,6 +330,48 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_requiring_approval_lists_the_approved_and_keeps_the_rest_waiting() {
+        let mut sites = Sites::new(Arc::default());
+        let gated = {
+            let mut d = (*directory("gated", "gated.example", None)).clone();
+            d.spec.admission = crate::crd::Admission::ApprovalRequired;
+            Arc::new(d)
+        };
+        sites.on_directory_event(Event::Apply(gated));
+        sites.on_directory_event(Event::Apply(directory("open", "open.example", None)));
+        sites.fill([
+            ("t/a".to_string(), listed("t", "a", "x")),
+            ("t/b".to_string(), listed("t", "b", "x")),
+        ]);
+        let built = sites.rebuild(&HashMap::new());
+        assert!(names(&built["gated.example"]).is_empty());
+        assert_eq!(built["gated.example"].waiting.len(), 2);
+        assert_eq!(names(&built["open.example"]), ["a", "b"]);
+        // The lease holder approves a for "gated": only that directory is rebuilt.
+        let approved = [ApprovalStatus {
+            directory: "gated".into(),
+            state: ApprovalState::Approved,
+            ..Default::default()
+        }];
+        sites.relabel("t/a", &[("team".to_string(), "x".to_string())].into(), &approved);
+        assert_eq!(sites.due(), &HashSet::from(["gated".to_string()]));
+        let again = sites.rebuild(&built);
+        assert_eq!(names(&again["gated.example"]), ["a"]);
+        assert_eq!(again["gated.example"].waiting.len(), 1);
+        assert_eq!(again["gated.example"].waiting[0].entry.placement.name, "b");
+        assert!(Arc::ptr_eq(&again["open.example"], &built["open.example"]));
+        // An approval for another directory does not list it here.
+        let elsewhere = [ApprovalStatus {
+            directory: "other".into(),
+            state: ApprovalState::Approved,
+            ..Default::default()
+        }];
+        sites.relabel("t/a", &[("team".to_string(), "x".to_string())].into(), &elsewhere);
+        let third = sites.rebuild(&again);
+        assert!(names(&third["gated.example"]).is_empty());
+    }
+
+    #[test]
     fn entries_come_with_the_first_directory_and_a_relabel_rebuilds_only_whom_it_concerns() {
         let mut sites = Sites::new(Arc::default());
         assert!(!sites.wants_all() && !sites.keeps_entries());
@@ -315,7 +388,7 @@ mod tests {
         assert_eq!(names(&built["x.example"]), ["a"]);
         assert!(!sites.rebuild_due());
         // b joins team x: only the directory selecting by team is rebuilt.
-        sites.relabel("t/b", &[("team".to_string(), "x".to_string())].into());
+        sites.relabel("t/b", &[("team".to_string(), "x".to_string())].into(), &[]);
         assert_eq!(sites.due(), &HashSet::from(["x".to_string()]));
         let again = sites.rebuild(&built);
         assert!(Arc::ptr_eq(&again["all.example"], &built["all.example"]));
@@ -328,6 +401,7 @@ mod tests {
                 ("z".into(), "1".into()),
             ]
             .into(),
+            &[],
         );
         assert!(!sites.rebuild_due());
         sites.on_directory_event(Event::Delete(directory("all", "all.example", None)));

@@ -33,9 +33,21 @@ pub struct Site {
     pub catalog: Catalog,
     /// Namespaces with listed cards (the ones access checks ask about).
     pub namespaces: BTreeSet<String>,
+    /// Cards it selects that wait for an approval (or were rejected), with their verdicts:
+    /// shown to approvers only (`/v1/agents?approval=`, the web page).
+    pub waiting: Vec<Waiting>,
     /// This snapshot's number, unique in the process (never reused, unlike an address): what is
     /// rendered from one snapshot is cached under it and never answers for another.
     pub generation: u64,
+}
+
+/// A selected card a directory requiring approval does not list, and why.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    /// Its entry (as it would be listed).
+    pub entry: Arc<crate::directory::entry::Entry>,
+    /// The verdict its status holds for the directory.
+    pub approval: crate::crd::ApprovalStatus,
 }
 
 /// The next [`Site::generation`].
@@ -68,8 +80,19 @@ impl Site {
             mode,
             catalog: Catalog::build(entries),
             namespaces,
+            waiting: Vec::new(),
             generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// The same site with the cards that wait for an approval (sorted by namespace and name).
+    pub fn with_waiting(mut self, mut waiting: Vec<Waiting>) -> Site {
+        waiting.sort_by(|a, b| {
+            let key = |w: &Waiting| (w.entry.placement.namespace.clone(), w.entry.placement.name.clone());
+            key(a).cmp(&key(b))
+        });
+        self.waiting = waiting;
+        self
     }
 
     /// The registry's own entry in the manifest.
