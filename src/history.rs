@@ -84,7 +84,11 @@ async fn read(ns: &str, name: &str) -> Result<(AgentCard, Vec<Row>)> {
             Some(Row {
                 number: r.revision,
                 data: RevisionData::of(r)?,
-                created: r.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+                created: r
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string()),
             })
         })
         .collect();
@@ -96,10 +100,13 @@ async fn read(ns: &str, name: &str) -> Result<(AgentCard, Vec<Row>)> {
 fn render(args: &RevisionsArgs, card: &AgentCard, rows: &[Row]) -> Result<String> {
     let current = card.status.as_ref().and_then(|s| s.revision);
     if let Some(n) = args.revision {
-        let row = rows
-            .iter()
-            .find(|r| r.number == n)
-            .ok_or_else(|| anyhow!("{} has no revision {n} (kept: {})", args.card, numbers(rows)))?;
+        let row = rows.iter().find(|r| r.number == n).ok_or_else(|| {
+            anyhow!(
+                "{} has no revision {n} (kept: {})",
+                args.card,
+                numbers(rows)
+            )
+        })?;
         if args.document {
             return Ok(row.data.document.clone());
         }
@@ -211,7 +218,10 @@ mod tests {
         let doc = render(&args(Some(2), Output::Table, true), &card(), &rows).unwrap();
         assert_eq!(doc, "{\"n\":2}");
         let table = render(&args(None, Output::Table, false), &card(), &rows).unwrap();
-        assert!(table.lines().nth(2).unwrap().contains("skill s removed"), "{table}");
+        assert!(
+            table.lines().nth(2).unwrap().contains("skill s removed"),
+            "{table}"
+        );
         assert!(render(&args(Some(9), Output::Yaml, false), &card(), &rows).is_err());
     }
 }

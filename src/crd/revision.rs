@@ -43,4 +43,3 @@ impl RevisionData {
         serde_json::from_value(rev.data.as_ref()?.0.clone()).ok()
     }
 }
-

@@ -95,7 +95,7 @@ pub fn waiting(items: &[&Waiting]) -> Value {
             v
         })
         .collect();
-    json!({"items": shown, "total": items.len()})
+    json!({"agents": shown, "total": items.len()})
 }
 
 /// A waiting card's verdict as the APIs show it.
@@ -175,7 +175,7 @@ fn revision_list(base: &str, shown: &[Shown]) -> Value {
             })
         })
         .collect();
-    json!({"items": items, "total": shown.len()})
+    json!({"revisions": items, "total": shown.len()})
 }
 
 /// `GET …/revisions[/{n}]` of the card `namespace`/`name`: the body (the list, or the exact
@@ -189,8 +189,9 @@ pub async fn revisions(
     if site.catalog.get_card(namespace, name, visible).is_none() {
         return Err(ApiError::not_found(format!("no agent {namespace}/{name}")));
     }
-    let authorizer = authorizer
-        .ok_or_else(|| ApiError::unavailable("this server does not read the cluster's revisions"))?;
+    let authorizer = authorizer.ok_or_else(|| {
+        ApiError::unavailable("this server does not read the cluster's revisions")
+    })?;
     let api: Api<ControllerRevision> = Api::namespaced(authorizer.client().clone(), namespace);
     let selector = if name.len() <= 63 {
         format!("{LABEL_CARD}={name}")
@@ -286,14 +287,17 @@ mod tests {
         assert_eq!(shown.iter().map(|s| s.number).collect::<Vec<_>>(), [2, 1]);
         let list = revision_list("/v1/agents/ns/c/revisions", &shown);
         assert_eq!(list["total"], 2);
-        assert_eq!(list["items"][0]["url"], "/v1/agents/ns/c/revisions/2");
-        assert_eq!(list["items"][1]["contentHash"], hash("1"));
+        assert_eq!(list["revisions"][0]["url"], "/v1/agents/ns/c/revisions/2");
+        assert_eq!(list["revisions"][1]["contentHash"], hash("1"));
     }
 
     #[test]
     fn the_approval_parameter_is_checked() {
         let p = |v: &str| crate::directory::tests::params(&[("approval", v)]);
-        assert_eq!(approval_param(&p("pending")).unwrap().as_deref(), Some("pending"));
+        assert_eq!(
+            approval_param(&p("pending")).unwrap().as_deref(),
+            Some("pending")
+        );
         assert_eq!(approval_param(&p("approved")).unwrap_err().status, 400);
         assert!(wanted(ApprovalState::Voided, "pending"));
         assert!(!wanted(ApprovalState::Rejected, "pending"));

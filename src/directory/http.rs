@@ -644,7 +644,12 @@ async fn governance_view(
     Some(match (checked, html) {
         (Ok(state), false) => {
             let items = super::governance::waiting_of(site, &state);
-            response(Answer::ok(&super::governance::waiting(&items)), method, headers, private)
+            response(
+                Answer::ok(&super::governance::waiting(&items)),
+                method,
+                headers,
+                private,
+            )
         }
         (Ok(state), true) => {
             let items = super::governance::waiting_of(site, &state);

@@ -57,7 +57,11 @@ pub fn selected(
 /// `status.approvals`: `Approved` under `Open` admission; otherwise what the status says
 /// (`Pending` when it says nothing of this directory, as for a card the lease holder has not
 /// looked at since the directory began to require approval).
-pub fn verdict(name: &str, spec: &AgentDirectorySpec, approvals: &[ApprovalStatus]) -> ApprovalState {
+pub fn verdict(
+    name: &str,
+    spec: &AgentDirectorySpec,
+    approvals: &[ApprovalStatus],
+) -> ApprovalState {
     match spec.admission {
         Admission::Open => ApprovalState::Approved,
         Admission::ApprovalRequired => approvals
@@ -130,10 +134,20 @@ mod tests {
         // Approved for another directory only: still not listed here.
         let other = [said("other", ApprovalState::Approved)];
         assert!(!listed("d", &spec, &none, &none, &other));
-        for state in [ApprovalState::Pending, ApprovalState::Rejected, ApprovalState::Voided] {
+        for state in [
+            ApprovalState::Pending,
+            ApprovalState::Rejected,
+            ApprovalState::Voided,
+        ] {
             assert!(!listed("d", &spec, &none, &none, &[said("d", state)]));
         }
-        assert!(listed("d", &spec, &none, &none, &[said("d", ApprovalState::Approved)]));
+        assert!(listed(
+            "d",
+            &spec,
+            &none,
+            &none,
+            &[said("d", ApprovalState::Approved)]
+        ));
         // Labels a tenant writes cannot stand in for an approval.
         let forged = labels(&[("agentcard.dev/approved", "true"), (LABEL_LISTED, "true")]);
         assert!(!listed("d", &spec, &none, &forged, &[]));

@@ -126,7 +126,9 @@ impl CardView {
 
     /// The verdicts of directories that require approval, as the operator wrote them.
     fn approvals(&self) -> &[crate::crd::ApprovalStatus] {
-        self.status().map(|s| s.approvals.as_slice()).unwrap_or_default()
+        self.status()
+            .map(|s| s.approvals.as_slice())
+            .unwrap_or_default()
     }
 
     /// `BackendReady` as the operator found it: ready, not ready, or not known.

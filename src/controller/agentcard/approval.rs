@@ -102,7 +102,7 @@ pub fn verdicts(
             let newest = mine
                 .iter()
                 .filter(|a| a.spec.directory == name)
-                .max_by_key(|a| (a.metadata.creation_timestamp.clone(), a.name_any()));
+                .max_by_key(|a| newest_first(a));
             let prev = before.iter().find(|p| p.directory == name);
             judge(
                 &name,
@@ -115,6 +115,20 @@ pub fn verdicts(
             )
         })
         .collect()
+}
+
+/// The order approvals are decided in: by creation time, then (approvals created within the
+/// same second) by the resourceVersion they were created at, which an immutable object keeps.
+fn newest_first(a: &AgentCardApproval) -> (Option<jiff::Timestamp>, u64, String) {
+    (
+        a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        a.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        a.name_any(),
+    )
 }
 
 /// Directory `directory`'s verdict on content `hash`, from its newest approval of the card and
@@ -168,45 +182,41 @@ pub fn judge(
                     next.state = ApprovalState::Approved;
                     next.message = same.and_then(|p| p.message.clone());
                 }
-                (Decision::Approve, Some(ApprovalState::Approved)) => {
-                    match (reapprove_on, edit) {
-                        (ReapproveOn::BreakingChange, Compared::Changed(found))
-                            if found.is_empty() =>
-                        {
-                            next.state = ApprovalState::Approved;
-                            next.message = Some(format!(
-                                "approved as {}; edited since without breaking changes",
-                                short(&a.spec.content_hash)
-                            ));
-                        }
-                        (ReapproveOn::BreakingChange, Compared::Changed(found)) => {
-                            next.state = ApprovalState::Voided;
+                (Decision::Approve, Some(ApprovalState::Approved)) => match (reapprove_on, edit) {
+                    (ReapproveOn::BreakingChange, Compared::Changed(found)) if found.is_empty() => {
+                        next.state = ApprovalState::Approved;
+                        next.message = Some(format!(
+                            "approved as {}; edited since without breaking changes",
+                            short(&a.spec.content_hash)
+                        ));
+                    }
+                    (ReapproveOn::BreakingChange, Compared::Changed(found)) => {
+                        next.state = ApprovalState::Voided;
+                        next.changes = found.iter().map(ToString::to_string).collect();
+                        next.message = Some(format!(
+                            "approval {} voided by a breaking edit: {}",
+                            a.name_any(),
+                            next.changes.join("; ")
+                        ));
+                    }
+                    (ReapproveOn::AnyChange, _) => {
+                        next.state = ApprovalState::Voided;
+                        if let Compared::Changed(found) = edit {
                             next.changes = found.iter().map(ToString::to_string).collect();
-                            next.message = Some(format!(
-                                "approval {} voided by a breaking edit: {}",
-                                a.name_any(),
-                                next.changes.join("; ")
-                            ));
                         }
-                        (ReapproveOn::AnyChange, _) => {
-                            next.state = ApprovalState::Voided;
-                            if let Compared::Changed(found) = edit {
-                                next.changes = found.iter().map(ToString::to_string).collect();
-                            }
-                            next.message = Some(format!(
+                        next.message = Some(format!(
                                 "approval {} voided: the content changed and the directory reapproves on any change",
                                 a.name_any()
                             ));
-                        }
-                        (ReapproveOn::BreakingChange, _) => {
-                            next.state = ApprovalState::Voided;
-                            next.message = Some(format!(
+                    }
+                    (ReapproveOn::BreakingChange, _) => {
+                        next.state = ApprovalState::Voided;
+                        next.message = Some(format!(
                                 "approval {} voided: the content changed and the edit could not be compared with the approved card",
                                 a.name_any()
                             ));
-                        }
                     }
-                }
+                },
                 (Decision::Approve, _) if a.spec.content_hash == hash => {
                     next.state = ApprovalState::Approved;
                     next.message = a.spec.note.clone();
@@ -295,13 +305,25 @@ mod tests {
         assert_eq!(approved.state, ApprovalState::Approved);
         assert_eq!(approved.since.as_deref(), Some(NOW));
         // A descriptive edit: still approved.
-        let kept = judge_with(Some(&a), Some(&approved), H2, &Compared::Changed(vec![]), bc);
+        let kept = judge_with(
+            Some(&a),
+            Some(&approved),
+            H2,
+            &Compared::Changed(vec![]),
+            bc,
+        );
         assert_eq!(kept.state, ApprovalState::Approved);
         // Looked at again with nothing new: the same.
         let again = judge_with(Some(&a), Some(&kept), H2, &Compared::Unchanged, bc);
         assert_eq!(again.state, ApprovalState::Approved);
         // Under AnyChange the same edit voids it.
-        let any = judge_with(Some(&a), Some(&approved), H2, &Compared::Changed(vec![]), ReapproveOn::AnyChange);
+        let any = judge_with(
+            Some(&a),
+            Some(&approved),
+            H2,
+            &Compared::Changed(vec![]),
+            ReapproveOn::AnyChange,
+        );
         assert_eq!(any.state, ApprovalState::Voided);
     }
 
@@ -326,7 +348,13 @@ mod tests {
             ApprovalState::Approved
         );
         // One naming other content waits.
-        let stale = judge_with(Some(&approval("u3", H1, "Approve")), Some(&voided), H2, &Compared::Unchanged, bc);
+        let stale = judge_with(
+            Some(&approval("u3", H1, "Approve")),
+            Some(&voided),
+            H2,
+            &Compared::Unchanged,
+            bc,
+        );
         assert_eq!(stale.state, ApprovalState::Pending);
     }
 
@@ -336,10 +364,22 @@ mod tests {
         let r = approval("u1", H1, "Reject");
         let rejected = judge_with(Some(&r), None, H1, &Compared::Unchanged, bc);
         assert_eq!(rejected.state, ApprovalState::Rejected);
-        assert_eq!(rejected.message.as_deref(), Some("no PII handling described"));
-        let edited = judge_with(Some(&r), Some(&rejected), H2, &Compared::Changed(vec![]), bc);
+        assert_eq!(
+            rejected.message.as_deref(),
+            Some("no PII handling described")
+        );
+        let edited = judge_with(
+            Some(&r),
+            Some(&rejected),
+            H2,
+            &Compared::Changed(vec![]),
+            bc,
+        );
         assert_eq!(edited.state, ApprovalState::Pending);
-        assert!(edited.message.unwrap().contains("no PII handling described"));
+        assert!(edited
+            .message
+            .unwrap()
+            .contains("no PII handling described"));
     }
 
     #[test]
@@ -351,7 +391,11 @@ mod tests {
         };
         assert_eq!(summary(&[]), None);
         assert_eq!(
-            summary(&[v("a", ApprovalState::Approved), v("b", ApprovalState::Pending)]).as_deref(),
+            summary(&[
+                v("a", ApprovalState::Approved),
+                v("b", ApprovalState::Pending)
+            ])
+            .as_deref(),
             Some("a=approved,b=pending")
         );
     }

@@ -91,7 +91,10 @@ async fn a_new_card_is_written_signed_routed_and_reported_ready_once() {
     // The bytes served are kept as revision 1, owned by the card, and the status says so.
     let revision = &requests[3].body;
     assert_eq!(revision["revision"], 1);
-    assert_eq!(revision["metadata"]["ownerReferences"][0]["kind"], "AgentCard");
+    assert_eq!(
+        revision["metadata"]["ownerReferences"][0]["kind"],
+        "AgentCard"
+    );
     assert_eq!(
         revision["data"]["document"], requests[0].body["data"]["agent-card.json"],
         "the revision holds the exact bytes served"

@@ -30,7 +30,6 @@ use crate::crd::AgentCard;
 /// Revisions kept without `spec.publish.revisionHistoryLimit`.
 pub const DEFAULT_HISTORY: i64 = 10;
 
-
 /// The name of the revision of `card_name` with `hash`.
 pub fn revision_name(card_name: &str, hash: &str) -> String {
     let stem: String = card_name.chars().take(240).collect();
@@ -118,7 +117,10 @@ pub fn pruned<'a>(
 }
 
 /// The card's revisions, oldest first.
-pub async fn list(api: &Api<ControllerRevision>, uid: &str) -> Result<Vec<ControllerRevision>, kube::Error> {
+pub async fn list(
+    api: &Api<ControllerRevision>,
+    uid: &str,
+) -> Result<Vec<ControllerRevision>, kube::Error> {
     let mut revs = api
         .list(&ListParams::default().labels(&format!("{LABEL_CARD_UID}={uid}")))
         .await?
@@ -142,18 +144,25 @@ pub async fn record(client: &kube::Client, card: &AgentCard, built: &Built) -> R
     let uid = card.uid().unwrap_or_default();
     let mut revs = list(&api, &uid).await?;
     let hash_of = |r: &ControllerRevision| r.annotations().get(ANN_CONTENT_HASH).cloned();
-    let number = match revs.iter().find(|r| hash_of(r).as_deref() == Some(&built.content_hash)) {
+    let number = match revs
+        .iter()
+        .find(|r| hash_of(r).as_deref() == Some(&built.content_hash))
+    {
         Some(r) => r.revision,
         None => {
             let last = revs.last();
             let next = last.map_or(1, |r| r.revision + 1);
-            let previous = status.and_then(|s| s.content_hash.clone()).or_else(|| last.and_then(hash_of));
+            let previous = status
+                .and_then(|s| s.content_hash.clone())
+                .or_else(|| last.and_then(hash_of));
             let obj = revision_object(card, built, next, previous.as_deref());
             match api.create(&PostParams::default(), &obj).await {
                 Ok(created) => revs.push(created),
                 // Made by an earlier pass that then failed: it holds these bytes.
                 Err(kube::Error::Api(e)) if e.code == 409 => {
-                    let existing = api.get(obj.metadata.name.as_deref().unwrap_or_default()).await?;
+                    let existing = api
+                        .get(obj.metadata.name.as_deref().unwrap_or_default())
+                        .await?;
                     if hash_of(&existing).as_deref() != Some(&built.content_hash) {
                         return Err(Error::Internal(format!(
                             "ControllerRevision {} holds other content",
@@ -173,7 +182,12 @@ pub async fn record(client: &kube::Client, card: &AgentCard, built: &Built) -> R
         .revision_history_limit
         .unwrap_or(DEFAULT_HISTORY);
     let keep: BTreeSet<String> = status
-        .map(|s| s.approvals.iter().filter_map(|a| a.approved_hash.clone()).collect())
+        .map(|s| {
+            s.approvals
+                .iter()
+                .filter_map(|a| a.approved_hash.clone())
+                .collect()
+        })
         .unwrap_or_default();
     for old in pruned(&revs, limit, &keep) {
         match api.delete(&old.name_any(), &DeleteParams::default()).await {

@@ -106,7 +106,9 @@ pub struct Tally {
 impl Tally {
     /// The count of directory `name` (the cards it lists).
     pub fn count(&self, name: &str) -> Option<i64> {
-        self.directories.get(name).map(|(_, c)| c[slot(ApprovalState::Approved)])
+        self.directories
+            .get(name)
+            .map(|(_, c)| c[slot(ApprovalState::Approved)])
     }
 
     /// Directory `name`'s selected cards by verdict, when it requires approval.

@@ -32,7 +32,6 @@ pub use crate::contract::ANN_DIRECTORY;
 pub use build::ingress_name;
 
 use super::context::Context;
-use crate::crd::agentdirectory::ApprovalCounts;
 use super::error::Error;
 use super::finalizers::{self, LEGACY_DIRECTORY};
 use super::metrics::DIRECTORY_CONTROLLER;
@@ -40,6 +39,7 @@ use crate::contract::normalize_prefix;
 use crate::controller::routes::routing::{self, RouteKind};
 use crate::controller::routes::table::Claim;
 use crate::controller::writes::apply_status;
+use crate::crd::agentdirectory::ApprovalCounts;
 use crate::crd::agentdirectory::DirectoryRoute;
 use crate::crd::AgentDirectory;
 

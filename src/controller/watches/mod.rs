@@ -12,8 +12,8 @@
 //! A relist (`Init` … `InitDone`) is held back until `InitDone`: the store swaps in the new list
 //! only then, so a trigger sent earlier could find a new card missing from the store.
 
-pub mod start;
 pub mod approvals;
+pub mod start;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

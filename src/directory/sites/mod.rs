@@ -353,7 +353,11 @@ mod tests {
             state: ApprovalState::Approved,
             ..Default::default()
         }];
-        sites.relabel("t/a", &[("team".to_string(), "x".to_string())].into(), &approved);
+        sites.relabel(
+            "t/a",
+            &[("team".to_string(), "x".to_string())].into(),
+            &approved,
+        );
         assert_eq!(sites.due(), &HashSet::from(["gated".to_string()]));
         let again = sites.rebuild(&built);
         assert_eq!(names(&again["gated.example"]), ["a"]);
@@ -366,7 +370,11 @@ mod tests {
             state: ApprovalState::Approved,
             ..Default::default()
         }];
-        sites.relabel("t/a", &[("team".to_string(), "x".to_string())].into(), &elsewhere);
+        sites.relabel(
+            "t/a",
+            &[("team".to_string(), "x".to_string())].into(),
+            &elsewhere,
+        );
         let third = sites.rebuild(&again);
         assert!(names(&third["gated.example"]).is_empty());
     }

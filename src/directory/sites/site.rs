@@ -88,7 +88,12 @@ impl Site {
     /// The same site with the cards that wait for an approval (sorted by namespace and name).
     pub fn with_waiting(mut self, mut waiting: Vec<Waiting>) -> Site {
         waiting.sort_by(|a, b| {
-            let key = |w: &Waiting| (w.entry.placement.namespace.clone(), w.entry.placement.name.clone());
+            let key = |w: &Waiting| {
+                (
+                    w.entry.placement.namespace.clone(),
+                    w.entry.placement.name.clone(),
+                )
+            };
             key(a).cmp(&key(b))
         });
         self.waiting = waiting;

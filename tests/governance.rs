@@ -1,0 +1,449 @@
+//! Governance on the real control plane, as each party acts: a directory with
+//! `admission: ApprovalRequired`, a tenant publishing (and trying to approve itself or label
+//! its way in), an approver approving and rejecting, the lease holder voiding an approval on a
+//! breaking edit (the change feed says delete, the card stays served at its URL) and keeping
+//! it on a descriptive one, the waiting list only approvers see, and every published revision
+//! kept (up to `revisionHistoryLimit`, the approved one beyond it), byte-identical to what was
+//! served, through the directory's `/revisions` and the CLI. The operator watches every
+//! namespace.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agentcard_operator::crd::{AgentCard, AgentCardApproval, AgentDirectory, ApprovalState};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
+use support::cluster::*;
+use support::directory::*;
+use support::plane::wait_for;
+
+/// The verdict directory `dir` holds in the card's status.
+fn verdict(c: &AgentCard, dir: &str) -> Option<ApprovalState> {
+    c.status
+        .as_ref()?
+        .approvals
+        .iter()
+        .find(|a| a.directory == dir)
+        .map(|a| a.state)
+}
+
+/// The AgentCardApproval of `dir` for `ns/name` and content `hash`.
+fn approval(
+    name: &str,
+    dir: &str,
+    ns: &str,
+    card: &str,
+    hash: &str,
+    reject: Option<&str>,
+) -> Value {
+    let mut a = json!({
+        "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCardApproval",
+        "metadata": {"name": name},
+        "spec": {"directory": dir, "card": {"namespace": ns, "name": card},
+            "contentHash": hash, "approver": "admin", "note": "reviewed"}
+    });
+    if let Some(m) = reject {
+        a["spec"]["decision"] = json!("Reject");
+        a["spec"]["message"] = json!(m);
+    }
+    a
+}
+
+/// The change feed's last change of `name`, from the start (`upsert`, `delete`, or none);
+/// `None` too while the feed is not recorded yet (503).
+fn last_change(p: &Platform, host: &str, name: &str) -> Option<String> {
+    let r = get(p, host, "/v1/changes?limit=500", &[]);
+    if r.status != 200 {
+        return None;
+    }
+    json_of(&r)["changes"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|c| {
+            c["identifier"]
+                .as_str()
+                .is_some_and(|i| i.ends_with(&format!(":{name}")))
+        })
+        .map(|c| c["type"].as_str().unwrap_or_default().to_string())
+}
+
+/// Wait until the change feed's last change of `name` is `want`.
+async fn wait_change(p: &Platform, host: &str, name: &str, want: &str) {
+    let ok = wait_for(Duration::from_secs(15), || {
+        std::future::ready(last_change(p, host, name).as_deref() == Some(want))
+    })
+    .await;
+    assert!(
+        ok.is_ok(),
+        "the feed's last change of {name} is {:?}, not {want}: {}",
+        last_change(p, host, name),
+        String::from_utf8_lossy(&get(p, host, "/v1/changes?limit=500", &[]).body)
+    );
+}
+
+/// A ServiceAccount token of `ns/name`, allowed to approve when `approver`.
+async fn token(p: &Platform, ns: &str, name: &str, approver: bool) -> String {
+    let token = service_account_token(p, ns, name, &[]).await;
+    if approver {
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": {"name": format!("approve-{ns}-{name}")},
+            "rules": [{"apiGroups": ["agentcard.dev"], "resources": ["agentcardapprovals"], "verbs": ["create"]}]
+        }))
+        .unwrap();
+        Api::<ClusterRole>::all(p.admin.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": format!("approve-{ns}-{name}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("approve-{ns}-{name}")},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
+        }))
+        .unwrap();
+        Api::<ClusterRoleBinding>::all(p.admin.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+    token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept() {
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let a = Tenant::new(&p, &format!("gov-a-{t}")).await;
+    let key = format!("gov-{t}");
+    Api::<Namespace>::all(p.admin.clone())
+        .patch(
+            &a.ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {&key: "yes"}}})),
+        )
+        .await
+        .unwrap();
+    let dir = format!("gated-{t}");
+    let dhost = format!("{dir}.dir.test");
+    apply_directory(
+        &p,
+        &directory(
+            &dir,
+            &dhost,
+            json!({"admission": "ApprovalRequired",
+                   "namespaceSelector": {"matchLabels": {&key: "yes"}}}),
+        ),
+    )
+    .await;
+    wait_directory(&p, &dir, "served", |d| {
+        d.status.as_ref().is_some_and(|s| s.served.is_some())
+    })
+    .await;
+
+    // The tenant publishes; the card is served at its URL but waits for an approval.
+    let host = format!("weather-{t}.open.test");
+    let mut manifest = rich_card("weather", &host, "forecast", &["weather"], "Acme");
+    manifest["spec"]["publish"]["revisionHistoryLimit"] = json!(3);
+    a.apply(&manifest).await.unwrap();
+    let c = wait_card(
+        &p,
+        &a.ns,
+        "weather",
+        "pending for the gated directory",
+        |c| verdict(c, &dir) == Some(ApprovalState::Pending),
+    )
+    .await;
+    let status = c.status.clone().unwrap();
+    assert_eq!(
+        status.approval.as_deref(),
+        Some(format!("{dir}=pending").as_str())
+    );
+    assert_eq!(status.revision, Some(1));
+    let h1 = status.content_hash.clone().unwrap();
+    wait_served(&p, &host, "/.well-known/agent-card.json", Some(&h1)).await;
+    let mut served: BTreeMap<i64, Vec<u8>> = BTreeMap::new();
+    served.insert(1, p.get(&host, "/.well-known/agent-card.json").body);
+    wait_directory(&p, &dir, "one pending", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.approvals.as_ref())
+            .is_some_and(|a| a.pending == 1 && a.approved == 0)
+    })
+    .await;
+    assert!(names(&json_of(&get(&p, &dhost, "/v1/agents", &[]))).is_empty());
+
+    // The tenant cannot approve itself, nor label its way into the listing.
+    let own: AgentCardApproval = serde_json::from_value(approval(
+        &format!("self-{t}"),
+        &dir,
+        &a.ns,
+        "weather",
+        &h1,
+        None,
+    ))
+    .unwrap();
+    let refused = Api::<AgentCardApproval>::all(a.client.clone())
+        .create(&PostParams::default(), &own)
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403),
+        "a tenant created an approval: {refused:?}"
+    );
+    let mut labelled = manifest.clone();
+    labelled["metadata"]["labels"] =
+        json!({"agentcard.dev/listed": "true", "agentcard.dev/approved": "true"});
+    a.apply(&labelled).await.unwrap();
+    // Its status is what lists it, and the tenant cannot write it.
+    let forged = Api::<AgentCard>::namespaced(a.client.clone(), &a.ns)
+        .patch_status(
+            "weather",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"approvals": [{"directory": dir, "state": "Approved"}]}}),
+            ),
+        )
+        .await;
+    assert!(forged.is_err(), "a tenant wrote its card's status");
+
+    // The waiting list is for approvers only.
+    let plain = token(&p, &a.ns, "reader", false).await;
+    let approver = token(&p, &a.ns, "approver", true).await;
+    let waiting = |auth: Option<&str>| {
+        let bearer = auth.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .iter()
+            .map(|b| ("Authorization", b.as_str()))
+            .collect();
+        get(&p, &dhost, "/v1/agents?approval=pending", &headers)
+    };
+    assert_eq!(waiting(None).status, 401);
+    assert_eq!(waiting(Some(&plain)).status, 403);
+    let w = json_of(&waiting(Some(&approver)));
+    assert_eq!(names(&w), ["weather"], "{w}");
+    assert_eq!(
+        w["agents"][0]["_meta"]["agentcard.dev/directory"]["approval"]["state"],
+        "pending"
+    );
+
+    // The approver approves what is served: listed, and the feed carries it.
+    let approvals: Api<AgentCardApproval> = Api::all(p.admin.clone());
+    let first: AgentCardApproval = serde_json::from_value(approval(
+        &format!("ok1-{t}"),
+        &dir,
+        &a.ns,
+        "weather",
+        &h1,
+        None,
+    ))
+    .unwrap();
+    approvals
+        .create(&PostParams::default(), &first)
+        .await
+        .unwrap();
+    wait_listed(&p, &dhost, &["weather"]).await;
+    wait_change(&p, &dhost, "weather", "upsert").await;
+
+    // A descriptive edit stays listed.
+    let mut descriptive = labelled.clone();
+    descriptive["spec"]["card"]["description"] = json!("Forecasts, now with more detail.");
+    a.apply(&descriptive).await.unwrap();
+    let c = wait_card(&p, &a.ns, "weather", "revision 2 approved", |c| {
+        c.status.as_ref().and_then(|s| s.revision) == Some(2)
+            && verdict(c, &dir) == Some(ApprovalState::Approved)
+    })
+    .await;
+    let h2 = hash_of(&c).unwrap();
+    wait_served(&p, &host, "/.well-known/agent-card.json", Some(&h2)).await;
+    served.insert(2, p.get(&host, "/.well-known/agent-card.json").body);
+    wait_listed(&p, &dhost, &["weather"]).await;
+    wait_change(&p, &dhost, "weather", "upsert").await;
+    // Its revisions, through the directory, are the bytes served then.
+    let list = json_of(&get(
+        &p,
+        &dhost,
+        &format!("/v1/agents/{}/weather/revisions", a.ns),
+        &[],
+    ));
+    assert_eq!(list["total"], 2, "{list}");
+    assert_eq!(list["revisions"][0]["revision"], 2);
+    for (n, bytes) in &served {
+        let r = get(
+            &p,
+            &dhost,
+            &format!("/v1/agents/{}/weather/revisions/{n}", a.ns),
+            &[],
+        );
+        assert_eq!(r.status, 200);
+        assert_eq!(&r.body, bytes, "revision {n} differs from what was served");
+    }
+
+    // A breaking edit (the skill is gone) delists at once; the card stays served.
+    let mut breaking = descriptive.clone();
+    breaking["spec"]["card"]["skills"][0]["id"] = json!("forecast-v2");
+    a.apply(&breaking).await.unwrap();
+    let c = wait_card(&p, &a.ns, "weather", "the approval voided", |c| {
+        verdict(c, &dir) == Some(ApprovalState::Voided)
+    })
+    .await;
+    let voided = c.status.as_ref().unwrap().approvals[0].clone();
+    assert!(
+        voided.changes.iter().any(|f| f.contains("forecast")),
+        "the findings name the removed skill: {voided:?}"
+    );
+    let h3 = hash_of(&c).unwrap();
+    wait_listed(&p, &dhost, &[]).await;
+    wait_served(&p, &host, "/.well-known/agent-card.json", Some(&h3)).await;
+    served.insert(3, p.get(&host, "/.well-known/agent-card.json").body);
+    wait_change(&p, &dhost, "weather", "delete").await;
+    let w = json_of(&waiting(Some(&approver)));
+    assert_eq!(
+        w["agents"][0]["_meta"]["agentcard.dev/directory"]["approval"]["state"],
+        "voided"
+    );
+
+    // Two more edits: revisions past the limit go, except the one the approval named.
+    for (n, text) in [(4, "Fourth."), (5, "Fifth.")] {
+        let mut e = breaking.clone();
+        e["spec"]["card"]["description"] = json!(text);
+        a.apply(&e).await.unwrap();
+        let c = wait_card(&p, &a.ns, "weather", &format!("revision {n}"), |c| {
+            c.status.as_ref().and_then(|s| s.revision) == Some(n)
+        })
+        .await;
+        // A void approval stays void whatever comes after.
+        assert_eq!(verdict(&c, &dir), Some(ApprovalState::Voided));
+        wait_served(
+            &p,
+            &host,
+            "/.well-known/agent-card.json",
+            hash_of(&c).as_deref(),
+        )
+        .await;
+        served.insert(n, p.get(&host, "/.well-known/agent-card.json").body);
+    }
+    let revs: Api<ControllerRevision> = Api::namespaced(p.admin.clone(), &a.ns);
+    let kept = wait_for(Duration::from_secs(10), || async {
+        let mut n: Vec<i64> = revs
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.iter().map(|r| r.revision).collect())
+            .unwrap_or_default();
+        n.sort();
+        n == [1, 3, 4, 5]
+    })
+    .await;
+    assert!(
+        kept.is_ok(),
+        "kept revisions: {:?}",
+        revs.list(&ListParams::default()).await.map(|l| l
+            .items
+            .iter()
+            .map(|r| r.revision)
+            .collect::<Vec<_>>())
+    );
+
+    // A new approval of what is served lists it again; its revisions are still byte-identical.
+    let h5 = wait_card(&p, &a.ns, "weather", "revision 5", |c| {
+        c.status.as_ref().and_then(|s| s.revision) == Some(5)
+    })
+    .await;
+    let h5 = hash_of(&h5).unwrap();
+    let second: AgentCardApproval = serde_json::from_value(approval(
+        &format!("ok2-{t}"),
+        &dir,
+        &a.ns,
+        "weather",
+        &h5,
+        None,
+    ))
+    .unwrap();
+    approvals
+        .create(&PostParams::default(), &second)
+        .await
+        .unwrap();
+    wait_listed(&p, &dhost, &["weather"]).await;
+    for n in [1, 3, 4, 5] {
+        let r = get(
+            &p,
+            &dhost,
+            &format!("/v1/agents/{}/weather/revisions/{n}", a.ns),
+            &[],
+        );
+        assert_eq!(r.status, 200, "revision {n}");
+        assert_eq!(
+            r.body, served[&n],
+            "revision {n} differs from what was served"
+        );
+    }
+    assert_eq!(
+        get(
+            &p,
+            &dhost,
+            &format!("/v1/agents/{}/weather/revisions/2", a.ns),
+            &[]
+        )
+        .status,
+        404
+    );
+    // The CLI prints the manifest that rolls back to revision 1.
+    let out = support::run(
+        {
+            let mut cmd = support::bin();
+            cmd.env("KUBECONFIG", kubeconfig()).args([
+                "revisions",
+                &format!("{}/weather", a.ns),
+                "1",
+                "-o",
+                "yaml",
+            ]);
+            cmd
+        },
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: Value =
+        agentcard_operator::yaml::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(m["spec"]["card"]["skills"][0]["id"], "forecast");
+    assert_eq!(
+        m["spec"]["card"]["description"],
+        manifest["spec"]["card"]["description"]
+    );
+
+    // A rejection of what is served: delisted, and its message is in the card's status.
+    let no: AgentCardApproval = serde_json::from_value(approval(
+        &format!("no-{t}"),
+        &dir,
+        &a.ns,
+        "weather",
+        &h5,
+        Some("describe how forecasts are sourced"),
+    ))
+    .unwrap();
+    approvals.create(&PostParams::default(), &no).await.unwrap();
+    let c = wait_card(&p, &a.ns, "weather", "rejected", |c| {
+        verdict(c, &dir) == Some(ApprovalState::Rejected)
+    })
+    .await;
+    assert_eq!(
+        c.status.as_ref().unwrap().approvals[0].message.as_deref(),
+        Some("describe how forecasts are sourced")
+    );
+    wait_listed(&p, &dhost, &[]).await;
+    let d = wait_directory(&p, &dir, "one rejected", |d: &AgentDirectory| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.approvals.as_ref())
+            .is_some_and(|a| a.rejected == 1)
+    })
+    .await;
+    assert_eq!(d.status.unwrap().cards, 0);
+}
