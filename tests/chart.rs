@@ -485,6 +485,17 @@ async fn artifact_hub_lists_the_chart_with_the_crds_examples_and_image_it_ships(
     );
 }
 
+/// A client of the dedicated plane acting as `user` (impersonated by its admin).
+async fn as_user(user: &str) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(dedicated_kubeconfig()).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    config.auth_info.impersonate = Some(user.to_string());
+    Client::try_from(config).unwrap()
+}
+
 /// A kubeconfig for the plane that authenticates with `token`.
 fn token_kubeconfig(dir: &Path, token: &str) -> std::path::PathBuf {
     let admin: Value =
@@ -538,6 +549,9 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
         &bad_ns,
         "--set",
         "crds.enabled=false",
+        // The approver ClusterRole is cluster-wide, named once: the first release made it.
+        "--set",
+        "approval.approverRole.create=false",
         "--set",
         "securityContext.allowPrivilegeEscalation=true",
     ]));
@@ -728,6 +742,73 @@ async fn installed_on_a_restricted_namespace_it_runs_with_least_privilege_and_un
     .await
     .expect("edit aggregates the chart's <fullname>-edit role");
     assert!(!tenant_user("patch", "agentcards/status").await);
+
+    // Approvals: alice (edit in her namespace) cannot write one, so she never approves her own
+    // card; bob, bound to the chart's agentcard-approver ClusterRole, can, in his own name only
+    // (the chart's ValidatingAdmissionPolicy), and an approval is never edited.
+    let approval = |approver: &str| -> agentcard_operator::crd::AgentCardApproval {
+        serde_json::from_value(json!({
+            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCardApproval",
+            "metadata": {"name": format!("hello-{t}")},
+            "spec": {"directory": "company", "card": {"namespace": tenant_ns, "name": "hello"},
+                "contentHash": "0123456789abcdef0123456789abcdef", "approver": approver}
+        }))
+        .unwrap()
+    };
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let alice = Api::<agentcard_operator::crd::AgentCardApproval>::all(as_user("alice").await);
+    let refused = alice.create(&dry, &approval("alice")).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403),
+        "a tenant with edit may create approvals: {refused:?}"
+    );
+    let bob_binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("approvers-{t}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "agentcard-approver"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]
+    }))
+    .unwrap();
+    let crbs = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone());
+    crbs.create(&PostParams::default(), &bob_binding)
+        .await
+        .unwrap();
+    let bob = Api::<agentcard_operator::crd::AgentCardApproval>::all(as_user("bob").await);
+    wait_for(Duration::from_secs(15), || async {
+        bob.create(&dry, &approval("bob")).await.is_ok()
+    })
+    .await
+    .expect("the approver role lets bob approve in his own name");
+    let mut impostor = Err(kube::Error::LinesCodecMaxLineLengthExceeded);
+    let refused = wait_for(Duration::from_secs(15), || {
+        let (bob, a, dry) = (bob.clone(), approval("alice"), dry.clone());
+        async move { bob.create(&dry, &a).await.is_err() }
+    })
+    .await;
+    if refused.is_ok() {
+        impostor = bob.create(&dry, &approval("alice")).await;
+    }
+    assert!(
+        matches!(&impostor, Err(kube::Error::Api(e)) if e.message.contains("spec.approver")),
+        "an approval in another's name is refused by the chart's policy: {impostor:?}"
+    );
+    let made = bob
+        .create(&PostParams::default(), &approval("bob"))
+        .await
+        .unwrap();
+    let edited = bob
+        .patch(
+            &made.metadata.name.clone().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"contentHash": "ffffffffffffffffffffffffffffffff"}})),
+        )
+        .await;
+    assert!(edited.is_err(), "an approval was edited: {edited:?}");
+    crbs.delete(&format!("approvers-{t}"), &Default::default())
+        .await
+        .unwrap();
 
     // Upgrade, then uninstall: nothing of the release is left but the CRDs.
     ok(helm(&[
