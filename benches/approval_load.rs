@@ -46,35 +46,48 @@ fn card(name: &str, host: &str, skill: &str) -> Value {
     })
 }
 
-/// The names the directory lists now (empty when it does not answer).
+/// The names the directory lists now, every page (empty when it does not answer).
 async fn listed(
     http: &reqwest::Client,
     addr: std::net::SocketAddr,
     host: &str,
 ) -> BTreeSet<String> {
-    let Ok(r) = http
-        .get(format!("http://{addr}/v1/agents?limit=1000"))
-        .header("Host", host)
-        .send()
-        .await
-    else {
-        return BTreeSet::new();
-    };
-    let Some(v) = r
-        .bytes()
-        .await
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-    else {
-        return BTreeSet::new();
-    };
-    v["agents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a["_meta"]["agentcard.dev/directory"]["name"].as_str())
-        .map(str::to_string)
-        .collect()
+    let mut names = BTreeSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/agents?limit=100&cursor={c}"),
+            None => "/v1/agents?limit=100".to_string(),
+        };
+        let Ok(r) = http
+            .get(format!("http://{addr}{path}"))
+            .header("Host", host)
+            .send()
+            .await
+        else {
+            return names;
+        };
+        let Some(v) = r
+            .bytes()
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        else {
+            return names;
+        };
+        names.extend(
+            v["agents"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a["_meta"]["agentcard.dev/directory"]["name"].as_str())
+                .map(str::to_string),
+        );
+        match v["metadata"]["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return names,
+        }
+    }
 }
 
 /// Poll the listing until every name in `started` is `want_listed`; each one's latency from
@@ -181,7 +194,11 @@ async fn main() -> anyhow::Result<()> {
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // OPERATOR_LOG: a file for the operator's log.
+            .stderr(match std::env::var_os("OPERATOR_LOG") {
+                Some(path) => Stdio::from(std::fs::File::create(path)?),
+                None => Stdio::null(),
+            })
             // A group of its own: stopped with it when the benchmark ends or fails.
             .process_group(0)
             .spawn()?,

@@ -270,6 +270,21 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
         &[],
     ));
     assert_eq!(list["total"], 2, "{list}");
+    // The listing points at them: native `_meta` and ARD metadata (scalars).
+    let one = json_of(&get(
+        &p,
+        &dhost,
+        &format!("/v1/agents/{}/weather", a.ns),
+        &[],
+    ));
+    let meta = &one["_meta"]["agentcard.dev/directory"];
+    assert_eq!(meta["revision"], 2, "{one}");
+    assert_eq!(
+        meta["revisions"],
+        format!("/v1/agents/{}/weather/revisions", a.ns)
+    );
+    let ard = json_of(&get(&p, &dhost, "/agents", &[]));
+    assert_eq!(ard["items"][0]["metadata"]["revision"], 2, "{ard}");
     assert_eq!(list["revisions"][0]["revision"], 2);
     for (n, bytes) in &served {
         let r = get(

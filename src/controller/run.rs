@@ -98,7 +98,8 @@ pub async fn run(
             tracing::info_span!("approval_watch"),
             approval_watch::fan_out(
                 approvals.subscribe(),
-                approvals.store(),
+                hubs.directories.store(),
+                hubs.cards.store(),
                 to_cards.approval_changed.clone(),
             ),
         ),

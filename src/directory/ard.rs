@@ -84,6 +84,15 @@ pub fn catalog_entry(e: &Entry) -> Map<String, Value> {
                     "sourceDigest": e.placement.content_hash}]),
         );
     }
+    if let Some(n) = e.placement.revision.filter(|_| e.origin.is_none()) {
+        // Earlier versions, as far as scalar metadata allows: the served revision's number
+        // and where the list of revisions is (under the registry's base URL).
+        meta.insert("revision".into(), json!(n));
+        meta.insert(
+            "revisions".into(),
+            json!(super::native::revisions_path(&e.placement)),
+        );
+    }
     m.insert("metadata".into(), Value::Object(meta));
     m
 }

@@ -110,6 +110,9 @@ pub struct Placement {
     /// How the published card compares with the card its agent serves itself (the
     /// `Drifted` condition); `None`: not compared.
     pub drift: Option<Box<Drift>>,
+    /// The number of the served revision (`status.revision`; local cards only): its earlier
+    /// revisions are at `/v1/agents/{namespace}/{name}/revisions`.
+    pub revision: Option<i64>,
 }
 
 /// The `Drifted` condition as a directory shows it.

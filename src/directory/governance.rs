@@ -206,12 +206,7 @@ pub async fn revisions(
     let shown = checked(name, revs);
     match n {
         None => {
-            let base = format!(
-                "{}/v1/agents/{}/{}/revisions",
-                site.prefix,
-                urlencode(namespace),
-                urlencode(name)
-            );
+            let base = format!("{}{}", site.prefix, native::revisions_of(namespace, name));
             Ok(serde_json::to_vec(&revision_list(&base, &shown)).unwrap_or_default())
         }
         Some(n) => shown
@@ -220,10 +215,6 @@ pub async fn revisions(
             .map(|s| s.data.document.into_bytes())
             .ok_or_else(|| ApiError::not_found(format!("no revision {n} of {namespace}/{name}"))),
     }
-}
-
-fn urlencode(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 #[cfg(test)]

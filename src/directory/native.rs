@@ -103,11 +103,32 @@ pub fn item(e: &Entry) -> Value {
         v["_meta"]["agentcard.dev/directory"]["drift"] =
             json!({"state": d.state, "message": d.message});
     }
+    if let Some(n) = e.placement.revision.filter(|_| e.origin.is_none()) {
+        v["_meta"]["agentcard.dev/directory"]["revision"] = json!(n);
+        v["_meta"]["agentcard.dev/directory"]["revisions"] = json!(revisions_path(&e.placement));
+    }
     if let Some(o) = &e.origin {
         v["_meta"]["agentcard.dev/directory"]["origin"] =
             crate::directory::feed::changes::origin_json(o);
     }
     v
+}
+
+/// Where a local card's revisions are listed, under the registry's base URL.
+pub fn revisions_path(p: &super::entry::Placement) -> String {
+    revisions_of(&p.namespace, &p.name)
+}
+
+/// `/v1/agents/{namespace}/{name}/revisions`, each segment percent-encoded (DNS names stay as
+/// they are).
+pub fn revisions_of(namespace: &str, name: &str) -> String {
+    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    let enc = |s: &str| percent_encoding::utf8_percent_encode(s, SEGMENT).to_string();
+    format!("/v1/agents/{}/{}/revisions", enc(namespace), enc(name))
 }
 
 /// An entry's lifecycle: `{"state": "Active"}`, or the operator's resolved lifecycle

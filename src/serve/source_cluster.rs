@@ -163,6 +163,7 @@ impl CardView {
             && self.key_id() == other.key_id()
             && self.reachable() == other.reachable()
             && self.drift() == other.drift()
+            && self.status().and_then(|s| s.revision) == other.status().and_then(|s| s.revision)
             && self.deleting() == other.deleting()
     }
 }
@@ -194,6 +195,7 @@ fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<
         reachable: card.reachable(),
         lifecycle: card.route().and_then(|r| r.lifecycle.clone()),
         drift: card.drift(),
+        revision: card.status().and_then(|s| s.revision),
     };
     Entry::build(placement, body).map(Arc::new)
 }

@@ -1,6 +1,7 @@
 //! What the card controller makes of the AgentCardApproval watch and of the directories'
-//! admission: each approval applied or deleted wakes the card it names; the first list wakes
-//! every named card (their verdicts were kept as their status said until then); a directory
+//! admission: each approval applied or deleted wakes the card it names; a (re-)list wakes every
+//! card while a directory requires approval (their verdicts were kept as their status said
+//! until then); a directory
 //! that begins or stops requiring approval, or changes which cards or edits that covers,
 //! wakes every card, each judged again ([`crate::controller::agentcard::approval`]).
 
@@ -21,10 +22,14 @@ fn named(a: &AgentCardApproval) -> ObjectRef<AgentCard> {
     ObjectRef::new(&a.spec.card.name).within(&a.spec.card.namespace)
 }
 
-/// Send the card each approval event names to `to` until `feed` ends.
+/// Send the card each approval event names to `to` until `feed` ends. When the approvals
+/// are (re-)listed and some directory requires approval, every card is judged again: a card
+/// reconciled before the list was in kept the verdicts its status held (or none, if it was
+/// new), and an approval deleted meanwhile sent no event.
 pub async fn fan_out(
     feed: impl Stream<Item = Shared<AgentCardApproval>>,
-    store: Store<AgentCardApproval>,
+    directories: Store<AgentDirectory>,
+    cards: Store<AgentCard>,
     to: UnboundedSender<ObjectRef<AgentCard>>,
 ) {
     futures::pin_mut!(feed);
@@ -34,8 +39,12 @@ pub async fn fan_out(
                 let _ = to.unbounded_send(named(&a));
             }
             Event::InitDone => {
-                for a in store.state() {
-                    let _ = to.unbounded_send(named(&a));
+                let gated = directories
+                    .state()
+                    .iter()
+                    .any(|d| d.spec.admission == Admission::ApprovalRequired);
+                if gated {
+                    wake_all(&cards, &to);
                 }
             }
             Event::Init | Event::InitApply(_) => {}

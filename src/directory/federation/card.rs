@@ -109,6 +109,7 @@ pub(super) fn entry_of(
         lifecycle: said.lifecycle,
         // Drift is the upstream operator's finding about its own agents: not carried over.
         drift: None,
+        revision: None,
     };
     let Some(entry) = Entry::build(placement, bytes) else {
         return Read::Refused(format!("{identifier}: not a JSON object"));
