@@ -116,7 +116,7 @@ async fn token(p: &Platform, ns: &str, name: &str, approver: bool) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept() {
-    let p = Platform::start(&[]).await;
+    let mut p = Platform::start(&[]).await;
     let t = rand_tag();
     let a = Tenant::new(&p, &format!("gov-a-{t}")).await;
     let key = format!("gov-{t}");
@@ -382,6 +382,46 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
         .await
         .unwrap();
     wait_listed(&p, &dhost, &["weather"]).await;
+    // A restart never delists it: the new lead keeps the verdicts until the approvals are
+    // listed, then judges them the same.
+    p.op.kill();
+    p.op = support::operator::Operator::start_on(kubeconfig(), &p.opns, None, OPERATOR_FLAGS);
+    wait_listed(&p, &dhost, &["weather"]).await;
+    // Sampled while the new process waits for the lease (the old one was killed holding it),
+    // and after it leads and has judged the card again.
+    let leads = wait_for(Duration::from_secs(40), || {
+        std::future::ready(p.op.logs().contains("acquired the lease"))
+    });
+    for _ in 0..10 {
+        let c = wait_card(&p, &a.ns, "weather", "read", |_| true).await;
+        assert_eq!(
+            verdict(&c, &dir),
+            Some(ApprovalState::Approved),
+            "after a restart"
+        );
+        assert_eq!(
+            names(&json_of(&get(&p, &dhost, "/v1/agents", &[]))),
+            ["weather"],
+            "delisted after a restart"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(leads.await.is_ok(), "the restarted operator never led");
+    for _ in 0..10 {
+        let c = wait_card(&p, &a.ns, "weather", "read", |_| true).await;
+        assert_eq!(
+            verdict(&c, &dir),
+            Some(ApprovalState::Approved),
+            "after a restart"
+        );
+        assert_eq!(
+            names(&json_of(&get(&p, &dhost, "/v1/agents", &[]))),
+            ["weather"],
+            "delisted after the restarted operator led"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    wait_change(&p, &dhost, "weather", "upsert").await;
     for n in [1, 3, 4, 5] {
         let r = get(
             &p,
