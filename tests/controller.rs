@@ -186,7 +186,7 @@ async fn the_readme_example_is_ready_served_and_verifies_with_the_python_sdk() {
         .collect();
     assert_eq!(
         header,
-        ["NAME", "HOST", "SKILLS", "SIGNED", "SOURCE", "ORIGIN", "READY", "AGE"],
+        ["NAME", "HOST", "SKILLS", "SIGNED", "SOURCE", "ORIGIN", "APPROVAL", "READY", "AGE"],
         "{text}"
     );
     assert!(
