@@ -501,4 +501,25 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
     })
     .await;
     assert_eq!(d.status.unwrap().cards, 0);
+    // The owner was told each time, with the message: Events on the card.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(p.admin.clone(), &a.ns);
+    for (reason, says) in [
+        ("Approved", format!("directory {dir}")),
+        ("ApprovalVoided", "forecast".to_string()),
+        (
+            "ApprovalRejected",
+            "describe how forecasts are sourced".to_string(),
+        ),
+    ] {
+        let found = wait_for(Duration::from_secs(10), || async {
+            events.list(&ListParams::default()).await.is_ok_and(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.message.as_deref().is_some_and(|m| m.contains(&says))
+                })
+            })
+        })
+        .await;
+        assert!(found.is_ok(), "no {reason} Event saying {says:?}");
+    }
 }

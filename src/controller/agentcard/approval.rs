@@ -239,6 +239,50 @@ pub fn judge(
     next
 }
 
+/// The Events a change of verdicts deserves (on transitions only): the card's owner learns
+/// that a directory listed it, rejected it (with the message) or voided its approval (with
+/// what broke). A card no directory requires approval of, or whose verdicts stay, gets none.
+pub fn transitions(
+    before: &[ApprovalStatus],
+    after: &[ApprovalStatus],
+) -> Vec<(kube::runtime::events::EventType, &'static str, String)> {
+    use kube::runtime::events::EventType;
+    after
+        .iter()
+        .filter(|a| {
+            before
+                .iter()
+                .find(|b| b.directory == a.directory)
+                .is_none_or(|b| b.state != a.state)
+        })
+        .filter_map(|a| {
+            let message = a.message.clone().unwrap_or_default();
+            match a.state {
+                ApprovalState::Approved => Some((
+                    EventType::Normal,
+                    "Approved",
+                    format!(
+                        "listed by directory {} (approval {})",
+                        a.directory,
+                        a.approval.as_deref().unwrap_or_default()
+                    ),
+                )),
+                ApprovalState::Rejected => Some((
+                    EventType::Warning,
+                    "ApprovalRejected",
+                    format!("directory {} rejected it: {message}", a.directory),
+                )),
+                ApprovalState::Voided => Some((
+                    EventType::Warning,
+                    "ApprovalVoided",
+                    format!("directory {} no longer lists it: {message}", a.directory),
+                )),
+                ApprovalState::Pending => None,
+            }
+        })
+        .collect()
+}
+
 /// The verdicts in one line for `kubectl get` (`company=approved,public=pending`).
 pub fn summary(verdicts: &[ApprovalStatus]) -> Option<String> {
     (!verdicts.is_empty()).then(|| {
@@ -380,6 +424,29 @@ mod tests {
             .message
             .unwrap()
             .contains("no PII handling described"));
+    }
+
+    #[test]
+    fn events_come_on_transitions_only() {
+        let v = |d: &str, state| ApprovalStatus {
+            directory: d.into(),
+            state,
+            message: Some("why".into()),
+            ..Default::default()
+        };
+        let pending = [v("d", ApprovalState::Pending)];
+        assert!(transitions(&[], &pending).is_empty());
+        let approved = [v("d", ApprovalState::Approved)];
+        let got = transitions(&pending, &approved);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1, "Approved");
+        assert!(transitions(&approved, &approved).is_empty());
+        let voided = [v("d", ApprovalState::Voided)];
+        assert_eq!(transitions(&approved, &voided)[0].1, "ApprovalVoided");
+        let rejected = [v("d", ApprovalState::Rejected)];
+        let got = transitions(&pending, &rejected);
+        assert_eq!(got[0].1, "ApprovalRejected");
+        assert!(got[0].2.contains("why"));
     }
 
     #[test]

@@ -415,6 +415,12 @@ async fn report_outcome(
         let event = event(EventType::Warning, "Drifted", PUBLISH, &drifted.detail);
         ctx.recorder.record(&event, &card.object_ref(&())).await;
     }
+    let before = card.status.as_ref().map(|s| s.approvals.as_slice());
+    for (type_, reason, note) in approval::transitions(before.unwrap_or_default(), &next.approvals)
+    {
+        let event = event(type_, reason, PUBLISH, &note);
+        ctx.recorder.record(&event, &card.object_ref(&())).await;
+    }
     ctx.ownership.recheck_card(&freed, card);
     Ok(())
 }
