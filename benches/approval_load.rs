@@ -192,7 +192,10 @@ async fn main() -> anyhow::Result<()> {
                 &admin.to_string(),
             ])
             .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("OPERATOR_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             // OPERATOR_LOG: a file for the operator's log.
             .stderr(match std::env::var_os("OPERATOR_LOG") {
@@ -218,6 +221,17 @@ async fn main() -> anyhow::Result<()> {
     }))?;
     let dirs: Api<AgentDirectory> = Api::all(client.clone());
     dirs.create(&PostParams::default(), &d).await?;
+    // Served first: what is measured is the approval, not the directory's own start.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dirs
+        .get(&dir)
+        .await?
+        .status
+        .is_none_or(|s| s.served.is_none())
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the directory was never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let cards: Api<AgentCard> = Api::namespaced(client.clone(), &ns);
     let names: Vec<String> = (0..n).map(|i| format!("agent-{i}")).collect();
@@ -263,6 +277,13 @@ async fn main() -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    let answered = http
+        .get(format!("http://{addr}/v1/agents"))
+        .header("Host", &dhost)
+        .send()
+        .await?
+        .status();
+    anyhow::ensure!(answered.is_success(), "the directory answers {answered}");
     anyhow::ensure!(
         listed(&http, addr, &dhost).await.is_empty(),
         "cards listed before approval"
