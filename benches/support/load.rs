@@ -163,7 +163,7 @@ pub fn stop(op: &mut std::process::Child, graceful: bool) {
 /// What the floor writes per card, in order (the old floor patches the finalizer in after the
 /// apply; a card with a backend also gets its backend Ingress).
 pub const FLOOR_CALLS: &str =
-    "apply AgentCard, create ConfigMap, create Ingress, apply status, create Event";
+    "apply AgentCard, create ConfigMap, create Ingress, create ControllerRevision, apply status, create Event";
 
 /// The floor phase's outcome.
 pub struct Floor {
@@ -196,7 +196,8 @@ impl Floor {
 /// The writes the operator makes for `n` new cards, made directly (no watches, no reconcile
 /// logic): each card is applied as the benchmark applies it, then (`finalizer`: as earlier
 /// versions did) gets the finalizer patch, then the ConfigMap and Ingress its build step
-/// makes, its status by server-side apply and its Event. Twice `concurrency` at once: the
+/// makes, its first revision (not the old floor: earlier versions kept none), its status by
+/// server-side apply and its Event. Twice `concurrency` at once: the
 /// client's and the operator's writers.
 pub async fn writes_floor(
     client: &Client,
@@ -208,12 +209,13 @@ pub async fn writes_floor(
 ) -> anyhow::Result<Floor> {
     use agentcard_operator::a2a::keys::{Algorithm, SigningKey};
     use agentcard_operator::controller::agentcard::build::build;
-    use agentcard_operator::controller::agentcard::{outcome_event, status};
+    use agentcard_operator::controller::agentcard::{outcome_event, revisions, status};
     use agentcard_operator::controller::config::Settings;
     use agentcard_operator::controller::events::Events;
     use agentcard_operator::controller::finalizers::LEGACY_CARD;
     use agentcard_operator::controller::routes::policy::IngressPolicy;
     use agentcard_operator::controller::routes::routing::Routing;
+    use k8s_openapi::api::apps::v1::ControllerRevision;
     use k8s_openapi::api::networking::v1::Ingress;
     use kube::runtime::events::Reporter;
     use kube::Resource;
@@ -252,6 +254,7 @@ pub async fn writes_floor(
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &op_namespace);
     let backend_ingresses: Api<Ingress> = Api::namespaced(client.clone(), &namespace);
+    let revs: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
     let finalizer = finalizer.then(|| {
         json!([
             {"op": "test", "path": "/metadata/finalizers", "value": null},
@@ -263,11 +266,12 @@ pub async fn writes_floor(
     let started = Instant::now();
     stream::iter(names.iter().enumerate())
         .for_each_concurrent(2 * concurrency, |(i, name)| {
-            let (cards, cms, ingresses, backend_ingresses) = (
+            let (cards, cms, ingresses, backend_ingresses, revs) = (
                 cards.clone(),
                 cms.clone(),
                 ingresses.clone(),
                 backend_ingresses.clone(),
+                revs.clone(),
             );
             let (keys, settings, events, finalizer, failed) =
                 (&keys, &settings, &events, &finalizer, &failed);
@@ -303,6 +307,11 @@ pub async fn writes_floor(
                         backend_ingresses
                             .create(&PostParams::default(), ingress)
                             .await?;
+                    }
+                    if finalizer.is_none() {
+                        // Its first revision (earlier versions kept none).
+                        let revision = revisions::revision_object(&card, &built, 1, None);
+                        revs.create(&PostParams::default(), &revision).await?;
                     }
                     let stamp = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
                     let outcome: Result<_, agentcard_operator::controller::Error> =

@@ -81,7 +81,6 @@ async fn a_new_card_is_written_signed_routed_and_reported_ready_once() {
         [
             "POST /api/v1/namespaces/team-a/configmaps",
             "POST /apis/networking.k8s.io/v1/namespaces/ops/ingresses",
-            "GET /apis/apps/v1/namespaces/team-a/controllerrevisions",
             "POST /apis/apps/v1/namespaces/team-a/controllerrevisions",
             "PATCH /apis/agentcard.dev/v1alpha1/namespaces/team-a/agentcards/weather/status",
         ],
@@ -89,7 +88,7 @@ async fn a_new_card_is_written_signed_routed_and_reported_ready_once() {
     );
     assert_eq!(events(&requests), ["Published"]);
     // The bytes served are kept as revision 1, owned by the card, and the status says so.
-    let revision = &requests[3].body;
+    let revision = &requests[2].body;
     assert_eq!(revision["revision"], 1);
     assert_eq!(
         revision["metadata"]["ownerReferences"][0]["kind"],
@@ -99,7 +98,7 @@ async fn a_new_card_is_written_signed_routed_and_reported_ready_once() {
         revision["data"]["document"], requests[0].body["data"]["agent-card.json"],
         "the revision holds the exact bytes served"
     );
-    assert_eq!(requests[4].body["status"]["revision"], 1);
+    assert_eq!(requests[3].body["status"]["revision"], 1);
 
     // The ConfigMap holds the card, signed with the published key over its canonical form.
     let cm = &requests[0].body;
@@ -113,7 +112,7 @@ async fn a_new_card_is_written_signed_routed_and_reported_ready_once() {
     let ingress = &requests[1].body;
     assert_eq!(ingress["spec"]["rules"][0]["host"], "weather.example.com");
     // The status says Ready and what is served, for the generation it saw.
-    let status = &requests[4].body["status"];
+    let status = &requests[3].body["status"];
     assert_eq!(ready(status).0, "True", "{status:#}");
     assert_eq!(status["served"]["host"], "weather.example.com");
     assert_eq!(status["observedGeneration"], 1);

@@ -3,7 +3,8 @@
 //! order published.
 //!
 //! Data flow: after [`super::apply`] wrote new bytes (the status does not report this hash as
-//! a revision yet), the card's revisions are listed by its uid label; the hash's revision is
+//! a revision yet), a card's first revision is created as number 1; for a later one the card's
+//! revisions are listed by its uid label, and the hash's revision is
 //! the existing one (a retry after a failed status write) or a new one ([`revision_object`]:
 //! pure) holding the exact bytes served, with their signatures, the spec that made them, when
 //! they were published and the breaking-change findings against the revision before. Past
@@ -141,6 +142,19 @@ pub async fn record(client: &kube::Client, card: &AgentCard, built: &Built) -> R
     }
     let api: Api<ControllerRevision> =
         Api::namespaced(client.clone(), &card.namespace().unwrap_or_default());
+    // A card that never published has no revisions to number after or prune: its first is
+    // created without listing (a bulk publish pays one call per card, not two). One an
+    // earlier pass made before its status write failed is found by name.
+    if status.is_none_or(|s| s.revision.is_none() && s.content_hash.is_none()) {
+        let obj = revision_object(card, built, 1, None);
+        return match api.create(&PostParams::default(), &obj).await {
+            Ok(created) => Ok(created.revision),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                existing(&api, &obj, &built.content_hash).await
+            }
+            Err(e) => Err(e.into()),
+        };
+    }
     let uid = card.uid().unwrap_or_default();
     let mut revs = list(&api, &uid).await?;
     let hash_of = |r: &ControllerRevision| r.annotations().get(ANN_CONTENT_HASH).cloned();
@@ -160,16 +174,7 @@ pub async fn record(client: &kube::Client, card: &AgentCard, built: &Built) -> R
                 Ok(created) => revs.push(created),
                 // Made by an earlier pass that then failed: it holds these bytes.
                 Err(kube::Error::Api(e)) if e.code == 409 => {
-                    let existing = api
-                        .get(obj.metadata.name.as_deref().unwrap_or_default())
-                        .await?;
-                    if hash_of(&existing).as_deref() != Some(&built.content_hash) {
-                        return Err(Error::Internal(format!(
-                            "ControllerRevision {} holds other content",
-                            existing.name_any()
-                        )));
-                    }
-                    return Ok(existing.revision);
+                    return existing(&api, &obj, &built.content_hash).await;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -197,6 +202,29 @@ pub async fn record(client: &kube::Client, card: &AgentCard, built: &Built) -> R
         }
     }
     Ok(number)
+}
+
+/// The revision named as `obj` that already exists: its number, when it holds `hash`.
+async fn existing(
+    api: &Api<ControllerRevision>,
+    obj: &ControllerRevision,
+    hash: &str,
+) -> Result<i64, Error> {
+    let found = api
+        .get(obj.metadata.name.as_deref().unwrap_or_default())
+        .await?;
+    if found
+        .annotations()
+        .get(ANN_CONTENT_HASH)
+        .map(String::as_str)
+        != Some(hash)
+    {
+        return Err(Error::Internal(format!(
+            "ControllerRevision {} holds other content",
+            found.name_any()
+        )));
+    }
+    Ok(found.revision)
 }
 
 #[cfg(test)]
