@@ -116,7 +116,8 @@ async fn token(p: &Platform, ns: &str, name: &str, approver: bool) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept() {
-    let mut p = Platform::start(&[]).await;
+    // A short JWKS max-age: a key rotation (at the end) signs with the new key in seconds.
+    let mut p = Platform::start(&["--jwks-max-age", "4"]).await;
     let t = rand_tag();
     let a = Tenant::new(&p, &format!("gov-a-{t}")).await;
     let key = format!("gov-{t}");
@@ -263,6 +264,13 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
     wait_listed(&p, &dhost, &["weather"]).await;
     wait_change(&p, &dhost, "weather", "upsert").await;
     // Its revisions, through the directory, are the bytes served then.
+    let lists = |p: &Platform| {
+        agentcard_operator::controller::api_calls::read_counts(&p.op.metrics())
+            .get(&("list".to_string(), "controllerrevisions".to_string()))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let first_read = lists(&p);
     let list = json_of(&get(
         &p,
         &dhost,
@@ -296,6 +304,19 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
         assert_eq!(r.status, 200);
         assert_eq!(&r.body, bytes, "revision {n} differs from what was served");
     }
+    // The server read them from the API server (the operator's own request counts)...
+    assert!(
+        lists(&p) - first_read >= 1.0,
+        "no LIST counted for the revisions"
+    );
+    // ...and, asked again and again, does not again (per directory snapshot).
+    let before = lists(&p);
+    for _ in 0..20 {
+        let path = format!("/v1/agents/{}/weather/revisions/1", a.ns);
+        assert_eq!(get(&p, &dhost, &path, &[]).status, 200);
+    }
+    let asked = lists(&p) - before;
+    assert!(asked <= 1.0, "{asked} LISTs for 20 requests");
 
     // A breaking edit (the skill is gone) delists at once; the card stays served.
     let mut breaking = descriptive.clone();
@@ -305,7 +326,15 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
         verdict(c, &dir) == Some(ApprovalState::Voided)
     })
     .await;
-    let voided = c.status.as_ref().unwrap().approvals[0].clone();
+    let voided = c
+        .status
+        .as_ref()
+        .unwrap()
+        .approvals
+        .iter()
+        .find(|a| a.directory == dir)
+        .unwrap()
+        .clone();
     assert!(
         voided.changes.iter().any(|f| f.contains("forecast")),
         "the findings name the removed skill: {voided:?}"
@@ -385,7 +414,8 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
     // A restart never delists it: the new lead keeps the verdicts until the approvals are
     // listed, then judges them the same.
     p.op.kill();
-    p.op = support::operator::Operator::start_on(kubeconfig(), &p.opns, None, OPERATOR_FLAGS);
+    let flags: Vec<&str> = [OPERATOR_FLAGS, &["--jwks-max-age", "4"]].concat();
+    p.op = support::operator::Operator::start_on(kubeconfig(), &p.opns, None, &flags);
     wait_listed(&p, &dhost, &["weather"]).await;
     // Sampled while the new process waits for the lease (the old one was killed holding it),
     // and after it leads and has judged the card again.
@@ -489,7 +519,13 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
     })
     .await;
     assert_eq!(
-        c.status.as_ref().unwrap().approvals[0].message.as_deref(),
+        c.status
+            .as_ref()
+            .unwrap()
+            .approvals
+            .iter()
+            .find(|a| a.directory == dir)
+            .and_then(|a| a.message.as_deref()),
         Some("describe how forecasts are sourced")
     );
     wait_listed(&p, &dhost, &[]).await;
@@ -522,4 +558,86 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
         .await;
         assert!(found.is_ok(), "no {reason} Event saying {says:?}");
     }
+
+    // A directory that reapproves on any change: a key rotation (the same card signed with
+    // another key) keeps its approval; a descriptive edit voids it.
+    let any = format!("any-{t}");
+    apply_directory(
+        &p,
+        &directory(
+            &any,
+            &format!("{any}.dir.test"),
+            json!({"admission": "ApprovalRequired", "reapproveOn": "AnyChange",
+                   "namespaceSelector": {"matchLabels": {&key: "yes"}}}),
+        ),
+    )
+    .await;
+    let c = wait_card(
+        &p,
+        &a.ns,
+        "weather",
+        "pending for the AnyChange directory",
+        |c| verdict(c, &any) == Some(ApprovalState::Pending),
+    )
+    .await;
+    let served_hash = hash_of(&c).unwrap();
+    let ok: AgentCardApproval = serde_json::from_value(approval(
+        &format!("any-{t}"),
+        &any,
+        &a.ns,
+        "weather",
+        &served_hash,
+        None,
+    ))
+    .unwrap();
+    approvals.create(&PostParams::default(), &ok).await.unwrap();
+    wait_card(&p, &a.ns, "weather", "approved for AnyChange", |c| {
+        verdict(c, &any) == Some(ApprovalState::Approved)
+    })
+    .await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(p.admin.clone(), &p.opns);
+    let kid = format!("rotated-{t}");
+    let key = agentcard_operator::a2a::SigningKey::generate(
+        agentcard_operator::a2a::Algorithm::EdDSA,
+        Some(&kid),
+    )
+    .unwrap();
+    secrets
+        .patch(
+            "agentcard-signing-keys",
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"agentcard.dev/active-key": kid}},
+                "stringData": {format!("{kid}.jwk.json"): key.private_jwk_json()},
+            })),
+        )
+        .await
+        .unwrap();
+    let c = wait_card(&p, &a.ns, "weather", "signed with the rotated key", |c| {
+        c.status.as_ref().and_then(|s| s.key_id.as_deref()) == Some(kid.as_str())
+    })
+    .await;
+    assert_ne!(
+        hash_of(&c).as_deref(),
+        Some(served_hash.as_str()),
+        "not signed again"
+    );
+    assert_eq!(
+        verdict(&c, &any),
+        Some(ApprovalState::Approved),
+        "a re-sign voided the approval"
+    );
+    let mut reworded = descriptive.clone();
+    reworded["spec"]["card"]["skills"][0]["id"] = json!("forecast-v2");
+    reworded["spec"]["card"]["description"] = json!("Fifth, reworded.");
+    a.apply(&reworded).await.unwrap();
+    wait_card(
+        &p,
+        &a.ns,
+        "weather",
+        "AnyChange voids on a descriptive edit",
+        |c| verdict(c, &any) == Some(ApprovalState::Voided),
+    )
+    .await;
 }

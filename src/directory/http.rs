@@ -554,7 +554,8 @@ where
         return (Route::Directory, resp);
     }
     if get {
-        if let Some(resp) = governance_view(&site, authorizer.as_deref(), &parts, rest).await {
+        let view = governance_view(&site, authorizer.as_deref(), cache, &parts, (path, rest));
+        if let Some(resp) = view.await {
             return (Route::Directory, resp);
         }
     }
@@ -601,29 +602,50 @@ where
     (Route::Directory, with_manifest_link(resp))
 }
 
-/// The governance views ([`super::governance`]), answered afresh each time: a card's
-/// revisions, and for approvers the cards waiting for an approval (`?approval=` on
-/// `/v1/agents` or the web page). `None` for any other request.
+/// The governance views ([`super::governance`]): a card's revisions (read from the API server
+/// once per site snapshot and caller class, then from the response cache, so a flood of
+/// requests costs the API server nothing more), and for approvers the cards waiting for an
+/// approval (`?approval=` on `/v1/agents` or the web page, answered afresh). `None` for any
+/// other request.
 async fn governance_view(
     site: &Site,
     authorizer: Option<&Authorizer>,
+    cache: &ResponseCache,
     parts: &http::request::Parts,
-    rest: &str,
+    (path, rest): (&str, &str),
 ) -> Option<Response<Body>> {
     let (method, headers) = (&parts.method, &parts.headers);
     if let Some((ns, name, n)) = super::governance::revisions_path(rest) {
-        let body = match caller_visibility(site, authorizer, headers).await {
-            Ok(visible) => {
-                super::governance::revisions(site, authorizer, visible.as_ref(), (&ns, &name, n))
-                    .await
+        let visible = match caller_visibility(site, authorizer, headers).await {
+            Ok(v) => v,
+            Err(e) => return Some(response(Answer::error(&e), method, headers, site.mode)),
+        };
+        let query = parts.uri.query();
+        let key = cache
+            .is_enabled()
+            .then(|| Key::new(site, method, path, query, &Bytes::new(), visible.as_ref()))
+            .flatten();
+        if let Some(hit) = key.as_ref().and_then(|k| cache.get(k)) {
+            return Some(rendered_response(
+                &hit,
+                StatusCode::OK,
+                method,
+                headers,
+                site.mode,
+            ));
+        }
+        let found =
+            super::governance::revisions(site, authorizer, visible.as_ref(), (&ns, &name, n)).await;
+        return Some(match found {
+            Ok(body) => {
+                let rendered = Rendered::new(Bytes::from(body));
+                if let Some(key) = key {
+                    cache.insert(key, rendered.clone());
+                }
+                rendered_response(&rendered, StatusCode::OK, method, headers, site.mode)
             }
-            Err(e) => Err(e),
-        };
-        let answer = match body {
-            Ok(body) => Answer { status: 200, body },
-            Err(e) => Answer::error(&e),
-        };
-        return Some(response(answer, method, headers, site.mode));
+            Err(e) => response(Answer::error(&e), method, headers, site.mode),
+        });
     }
     let top = rest == "/v1/agents" || rest == "/" || rest.is_empty();
     let params = params(parts.uri.query());

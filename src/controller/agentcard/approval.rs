@@ -183,6 +183,11 @@ pub fn judge(
                     next.message = same.and_then(|p| p.message.clone());
                 }
                 (Decision::Approve, Some(ApprovalState::Approved)) => match (reapprove_on, edit) {
+                    // Signed again with other keys: no caller sees a change.
+                    (_, Compared::Resigned) => {
+                        next.state = ApprovalState::Approved;
+                        next.message = same.and_then(|p| p.message.clone());
+                    }
                     (ReapproveOn::BreakingChange, Compared::Changed(found)) if found.is_empty() => {
                         next.state = ApprovalState::Approved;
                         next.message = Some(format!(
@@ -360,6 +365,11 @@ mod tests {
         // Looked at again with nothing new: the same.
         let again = judge_with(Some(&a), Some(&kept), H2, &Compared::Unchanged, bc);
         assert_eq!(again.state, ApprovalState::Approved);
+        // Signed again with new keys: approved whatever the directory reapproves on.
+        for on in [bc, ReapproveOn::AnyChange] {
+            let resigned = judge_with(Some(&a), Some(&approved), H2, &Compared::Resigned, on);
+            assert_eq!(resigned.state, ApprovalState::Approved);
+        }
         // Under AnyChange the same edit voids it.
         let any = judge_with(
             Some(&a),

@@ -3,7 +3,8 @@
 //! apply, so a refused edit writes nothing and the last good card stays served).
 //!
 //! Data flow: the served ConfigMap's bytes (the last published card) and the built bytes,
-//! when they differ, are read back as cards → [`crate::a2a::breaking::findings`] → `Warn`
+//! when they differ, are read back as cards (the same card signed with other keys is only
+//! re-signed: nothing to compare) → [`crate::a2a::breaking::findings`] → `Warn`
 //! passes them on for the `Compatible` condition, `Block` refuses any, `RequireMajorVersion`
 //! refuses them unless `card.version` bumps its semver major. What a comparison found is held
 //! in [`Verdicts`] until a status reporting those bytes lands: a pass that wrote the ConfigMap
@@ -34,6 +35,9 @@ pub enum Compared {
     /// The served bytes change (in this pass, or in an earlier one whose status did not land):
     /// what that breaks for callers, nothing when the edit is compatible.
     Changed(Vec<Finding>),
+    /// The served bytes change only in their signatures (the signing keys changed): nothing
+    /// a caller sees changes, so the condition stays and no approval is voided.
+    Resigned,
     /// The bytes served were published by an earlier pass whose status did not land, and its
     /// comparison is not held here (the operator restarted, or another replica led then):
     /// the card they replaced is gone, so what they broke cannot be said.
@@ -113,6 +117,15 @@ pub fn check(
     ) else {
         return Ok(Compared::Unchanged);
     };
+    let unsigned = |c: &A2aCard| A2aCard {
+        signatures: Vec::new(),
+        ..c.clone()
+    };
+    if unsigned(&old) == unsigned(&new) {
+        // Held as an edit that broke nothing, should the status not land.
+        verdicts.record(&uid(), hash, &[]);
+        return Ok(Compared::Resigned);
+    }
     let found = findings(&old, &new);
     let list = || found.iter().map(ToString::to_string).collect();
     match card.spec.publish.compatibility.unwrap_or_default() {
@@ -252,6 +265,21 @@ mod tests {
             })
         ));
         assert!(verdicts.lock().is_empty());
+    }
+
+    #[test]
+    fn the_same_card_signed_with_other_keys_is_only_resigned() {
+        let verdicts = Verdicts::default();
+        let (first, served) = built(&card(&["a"], None), None);
+        let same = card(&["a"], Some(&first.content_hash));
+        let other = SigningKey::generate(Algorithm::EdDSA, Some("k2")).unwrap();
+        let now = "2026-01-01T00:00:00Z".parse().unwrap();
+        let resigned = build(&same, &[other], &settings(), Some(&served), now, now).unwrap();
+        assert_ne!(resigned.content_hash, first.content_hash);
+        assert_eq!(
+            check(&same, Some(&served), &resigned, &verdicts).unwrap(),
+            Compared::Resigned
+        );
     }
 
     #[test]

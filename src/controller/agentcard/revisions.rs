@@ -53,6 +53,7 @@ pub fn revision_object(
         .unwrap_or_default();
     let (findings, compared) = match &built.breaking {
         Compared::Changed(found) => (found.iter().map(ToString::to_string).collect(), true),
+        Compared::Resigned => (Vec::new(), true),
         Compared::Unchanged => (Vec::new(), previous.is_none()),
         Compared::Unknown => (Vec::new(), false),
     };

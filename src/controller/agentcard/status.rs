@@ -374,7 +374,7 @@ fn set_compatible(status: &mut AgentCardStatus, found: &Found<'_>) {
                 "NotCompared",
                 "the card served was published while the operator restarted or its leader changed, before its status was written; the card it replaced is no longer known, so what it broke cannot be said. The next edit is compared again".to_string(),
             )),
-            Compared::Unchanged => None,
+            Compared::Unchanged | Compared::Resigned => None,
         },
         Err(_) => None,
     };
