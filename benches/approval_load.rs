@@ -46,6 +46,32 @@ fn card(name: &str, host: &str, skill: &str) -> Value {
     })
 }
 
+/// Apply every card of `names` (on `host(name)`, its skill `skill`), `concurrency` at once:
+/// when each apply call started.
+async fn apply_all(
+    cards: &Api<AgentCard>,
+    names: &[String],
+    host: &dyn Fn(&str) -> String,
+    skill: &str,
+    concurrency: usize,
+) -> BTreeMap<String, Instant> {
+    stream::iter(names.iter().cloned())
+        .map(|name| {
+            let (cards, c) = (cards.clone(), card(&name, &host(&name), skill));
+            async move {
+                let at = Instant::now();
+                let params = PatchParams::apply("bench").force();
+                if let Err(e) = cards.patch(&name, &params, &Patch::Apply(&c)).await {
+                    eprintln!("apply of {name} failed: {e}");
+                }
+                (name, at)
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await
+}
+
 /// The names the directory lists now, every page (empty when it does not answer).
 async fn listed(
     http: &reqwest::Client,
@@ -236,25 +262,7 @@ async fn main() -> anyhow::Result<()> {
     let cards: Api<AgentCard> = Api::namespaced(client.clone(), &ns);
     let names: Vec<String> = (0..n).map(|i| format!("agent-{i}")).collect();
     let host = |name: &str| format!("{name}-{run_id}.gov.test");
-    stream::iter(names.clone())
-        .for_each_concurrent(concurrency, |name| {
-            let cards = cards.clone();
-            let h = host(&name);
-            async move {
-                let c = card(&name, &h, "work");
-                if let Err(e) = cards
-                    .patch(
-                        &name,
-                        &PatchParams::apply("bench").force(),
-                        &Patch::Apply(&c),
-                    )
-                    .await
-                {
-                    eprintln!("apply failed: {e}");
-                }
-            }
-        })
-        .await;
+    apply_all(&cards, &names, &host, "work", concurrency).await;
     // Every card published and waiting.
     let deadline = Instant::now() + Duration::from_secs(300);
     let hashes: BTreeMap<String, String> = loop {
@@ -315,29 +323,7 @@ async fn main() -> anyhow::Result<()> {
     let to_listed = measure(&http, addr, &dhost, &started, true).await?;
 
     // Breaking edits, each timed from its apply call.
-    let started: BTreeMap<String, Instant> = stream::iter(names.clone())
-        .map(|name| {
-            let cards = cards.clone();
-            let h = host(&name);
-            async move {
-                let c = card(&name, &h, "work-v2");
-                let at = Instant::now();
-                if let Err(e) = cards
-                    .patch(
-                        &name,
-                        &PatchParams::apply("bench").force(),
-                        &Patch::Apply(&c),
-                    )
-                    .await
-                {
-                    eprintln!("edit failed: {e}");
-                }
-                (name, at)
-            }
-        })
-        .buffer_unordered(concurrency)
-        .collect()
-        .await;
+    let started = apply_all(&cards, &names, &host, "work-v2", concurrency).await;
     let to_delisted = measure(&http, addr, &dhost, &started, false).await?;
 
     println!("approval_load: {n} cards, {concurrency} concurrent writers");

@@ -114,6 +114,25 @@ async fn token(p: &Platform, ns: &str, name: &str, approver: bool) -> String {
     token
 }
 
+/// Sampled ten times over 3 s: card `ns/weather` stays `Approved` for `dir` and listed on
+/// `dhost` (`when`: what just happened).
+async fn still_approved(p: &Platform, ns: &str, dir: &str, dhost: &str, when: &str) {
+    for _ in 0..10 {
+        let c = wait_card(p, ns, "weather", "read", |_| true).await;
+        assert_eq!(
+            verdict(&c, dir),
+            Some(ApprovalState::Approved),
+            "after {when}"
+        );
+        assert_eq!(
+            names(&json_of(&get(p, dhost, "/v1/agents", &[]))),
+            ["weather"],
+            "delisted after {when}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept() {
     // A short JWKS max-age: a key rotation (at the end) signs with the new key in seconds.
@@ -422,35 +441,9 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
     let leads = wait_for(Duration::from_secs(40), || {
         std::future::ready(p.op.logs().contains("acquired the lease"))
     });
-    for _ in 0..10 {
-        let c = wait_card(&p, &a.ns, "weather", "read", |_| true).await;
-        assert_eq!(
-            verdict(&c, &dir),
-            Some(ApprovalState::Approved),
-            "after a restart"
-        );
-        assert_eq!(
-            names(&json_of(&get(&p, &dhost, "/v1/agents", &[]))),
-            ["weather"],
-            "delisted after a restart"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    still_approved(&p, &a.ns, &dir, &dhost, "a restart").await;
     assert!(leads.await.is_ok(), "the restarted operator never led");
-    for _ in 0..10 {
-        let c = wait_card(&p, &a.ns, "weather", "read", |_| true).await;
-        assert_eq!(
-            verdict(&c, &dir),
-            Some(ApprovalState::Approved),
-            "after a restart"
-        );
-        assert_eq!(
-            names(&json_of(&get(&p, &dhost, "/v1/agents", &[]))),
-            ["weather"],
-            "delisted after the restarted operator led"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    still_approved(&p, &a.ns, &dir, &dhost, "the restarted operator led").await;
     wait_change(&p, &dhost, "weather", "upsert").await;
     for n in [1, 3, 4, 5] {
         let r = get(
