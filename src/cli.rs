@@ -80,9 +80,14 @@ struct RenderArgs {
 struct VerifyArgs {
     /// Signed card: a file, `-` for stdin, or an http(s) URL.
     card: String,
-    /// JWKS: a file or an https URL (http only with --allow-http-jwks).
+    /// JWKS: a file or an https URL (http only with --allow-http-jwks). With --trust-root,
+    /// optional: when given, the key its `kid` names must verify the same signature.
+    #[arg(long, required_unless_present = "trust_root")]
+    jwks: Option<String>,
+    /// Verify by the certificate chain the signatures carry (`x5c`) against these trust roots
+    /// (a PEM file of CA certificates): expired, untrusted or mismatched chains are refused.
     #[arg(long)]
-    jwks: String,
+    trust_root: Option<PathBuf>,
     /// Accept a JWKS fetched over plain http (anyone on the path could swap the keys).
     #[arg(long)]
     allow_http_jwks: bool,
@@ -363,19 +368,37 @@ fn fetch(source: &str, limits: &FetchLimits) -> Result<Vec<u8>> {
 
 fn verify(args: VerifyArgs) -> Result<ExitCode> {
     let outcome = (|| -> Result<String> {
-        if args.jwks.starts_with("http://") && !args.allow_http_jwks {
-            return Err(anyhow!(
-                "the JWKS URL {} is plain http: anyone on the path could swap the keys (use https, or --allow-http-jwks)",
-                args.jwks
-            ));
+        if let Some(url) = args.jwks.as_deref().filter(|j| j.starts_with("http://")) {
+            if !args.allow_http_jwks {
+                return Err(anyhow!(
+                    "the JWKS URL {url} is plain http: anyone on the path could swap the keys (use https, or --allow-http-jwks)"
+                ));
+            }
         }
         let limits = FetchLimits {
             timeout: std::time::Duration::from_secs(args.timeout.max(1)),
             max_bytes: args.max_bytes,
         };
-        let jwks = Jwks::from_slice(&fetch(&args.jwks, &limits)?)?;
+        let jwks = match &args.jwks {
+            Some(source) => Some(Jwks::from_slice(&fetch(source, &limits)?)?),
+            None => None,
+        };
         let card = AgentCard::from_json_lenient(&fetch(&args.card, &limits)?)
             .map_err(|p| anyhow!("not an Agent Card: {p}"))?;
+        if let Some(path) = &args.trust_root {
+            let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let roots = crate::a2a::x5c::certificates(&pem)
+                .with_context(|| format!("--trust-root {}", path.display()))?;
+            let v = crate::a2a::x5c::verify_card_with_roots(&card, &roots, jwks.as_ref())?;
+            return Ok(format!(
+                "valid: signatures[{}] (key {:?}) verifies by its certificate chain to {}: {}",
+                v.index,
+                v.kid,
+                path.display(),
+                v.subject
+            ));
+        }
+        let jwks = jwks.ok_or_else(|| anyhow!("--jwks or --trust-root is required"))?;
         let v = verify_card(&card, &jwks)?;
         Ok(format!(
             "valid: signatures[{}] verifies with key {:?} ({})",
@@ -398,14 +421,14 @@ fn keygen(args: KeygenArgs) -> Result<()> {
     let alg: Algorithm = args.alg.parse()?;
     let key = SigningKey::generate(alg, args.kid.as_deref())?;
     match args.format {
-        KeyFormat::Jwk => println!("{}", key.private_jwk_json()),
+        KeyFormat::Jwk => println!("{}", key.private_jwk_json()?),
         KeyFormat::Pem => print!("{}", key.private_pem()?),
         KeyFormat::Secret => {
             let secret = crate::controller::keys::secret_for(
                 &key,
                 &args.secret_name,
                 args.namespace.as_deref(),
-            );
+            )?;
             let mut value = serde_json::to_value(&secret)?;
             value["apiVersion"] = "v1".into();
             value["kind"] = "Secret".into();

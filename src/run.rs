@@ -36,9 +36,17 @@ pub struct RunArgs {
     /// Admin address (/metrics, /healthz, /readyz).
     #[arg(long, default_value = "0.0.0.0:8081")]
     admin_listen: SocketAddr,
-    /// Secret with the signing keys, in the operator's namespace.
+    /// Secret with the signing keys, in the operator's namespace (`--signer secret:<name>`).
     #[arg(long, default_value = "agentcard-signing-keys")]
     signing_secret: String,
+    /// Where the signing keys are: `secret:<name>` (the default, `--signing-secret`),
+    /// `tls-secret:<name>` (a cert-manager Certificate's Secret: signatures carry its chain as
+    /// `x5c`) or `pkcs11:token=…;object=…?pin-source=…` (an HSM; RFC 7512).
+    #[arg(long, env = "AGENTCARD_SIGNER")]
+    signer: Option<String>,
+    /// The PKCS#11 module (`.so`) for a `pkcs11:` signer whose URI has no `module-path`.
+    #[arg(long, env = "AGENTCARD_PKCS11_MODULE")]
+    pkcs11_module: Option<String>,
     /// Do not create the signing Secret when it is absent.
     #[arg(long)]
     no_create_signing_secret: bool,
@@ -204,7 +212,13 @@ fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Confi
             },
             retired_retention_seconds: args.retired_retention_seconds,
         },
-        signing_secret: args.signing_secret.clone(),
+        signer: crate::controller::keys::source::SignerUri::parse(
+            args.signer
+                .clone()
+                .unwrap_or_else(|| format!("secret:{}", args.signing_secret))
+                .as_str(),
+        )?,
+        pkcs11_module: args.pkcs11_module.clone(),
         create_signing_secret: !args.no_create_signing_secret,
         allowed_hosts: patterns(&args.allowed_hosts),
         shared_hosts: patterns(&args.shared_hosts),

@@ -586,7 +586,7 @@ async fn key_rotation_resigns_every_card_and_a_broken_secret_changes_nothing() {
     .unwrap();
     let patch = json!({
         "metadata": {"annotations": {"agentcard.dev/active-key": "rotated-1"}},
-        "stringData": {"rotated-1.jwk.json": key.private_jwk_json()},
+        "stringData": {"rotated-1.jwk.json": key.private_jwk_json().unwrap()},
     });
     merge_secret(&secrets, &patch).await;
     // Published at once; the cards say when it will sign, and keep the old key until then.
@@ -763,7 +763,7 @@ async fn a_removed_key_stays_published_while_an_invalid_card_is_still_signed_wit
         &secrets,
         &json!({
             "metadata": {"annotations": {"agentcard.dev/active-key": "next-1"}},
-            "stringData": {"next-1.jwk.json": key.private_jwk_json()},
+            "stringData": {"next-1.jwk.json": key.private_jwk_json().unwrap()},
         }),
     )
     .await;
@@ -1152,7 +1152,7 @@ async fn the_jwks_is_repaired_and_its_last_modified_follows_its_bytes() {
         &secrets,
         &json!({
             "metadata": {"annotations": {"agentcard.dev/active-key": old_kid}},
-            "stringData": {"added-1.jwk.json": key.private_jwk_json()},
+            "stringData": {"added-1.jwk.json": key.private_jwk_json().unwrap()},
         }),
     )
     .await;

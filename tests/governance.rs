@@ -602,7 +602,7 @@ async fn a_gated_directory_lists_only_approved_cards_and_every_revision_is_kept(
             &PatchParams::default(),
             &Patch::Merge(json!({
                 "metadata": {"annotations": {"agentcard.dev/active-key": kid}},
-                "stringData": {format!("{kid}.jwk.json"): key.private_jwk_json()},
+                "stringData": {format!("{kid}.jwk.json"): key.private_jwk_json().unwrap()},
             })),
         )
         .await

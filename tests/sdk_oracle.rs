@@ -25,7 +25,7 @@ fn render_all() -> Rendered {
             let key = SigningKey::generate(alg, Some(&kid)).unwrap();
             let path = dir.path().join(format!("{kid}.{format}"));
             let body = match format {
-                "jwk" => key.private_jwk_json(),
+                "jwk" => key.private_jwk_json().unwrap(),
                 _ => key.private_pem().unwrap(),
             };
             std::fs::write(&path, body).unwrap();
@@ -115,7 +115,7 @@ fn v03_compat_cards_still_verify_with_both_sdks() {
     let dir = tempfile::tempdir().unwrap();
     let key = SigningKey::generate(Algorithm::ES256, Some("compat")).unwrap();
     let key_path = dir.path().join("k.jwk");
-    std::fs::write(&key_path, key.private_jwk_json()).unwrap();
+    std::fs::write(&key_path, key.private_jwk_json().unwrap()).unwrap();
     let mut cmd = bin();
     cmd.arg("render")
         .arg(support::vectors().join("cards/v1-full.card.json"))

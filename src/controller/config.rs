@@ -27,9 +27,11 @@ pub struct Settings {
 pub struct Config {
     /// The operator's namespace, Service and port name.
     pub settings: Settings,
-    /// The Secret holding the signing keys (in the operator's namespace).
-    pub signing_secret: String,
-    /// Create the Secret with a fresh ES256 key when it is absent.
+    /// Where the signing keys are (`--signer`).
+    pub signer: crate::controller::keys::source::SignerUri,
+    /// The PKCS#11 module for a `pkcs11:` signer whose URI names none.
+    pub pkcs11_module: Option<String>,
+    /// Create the signing Secret (`secret:` signers) with a fresh ES256 key when it is absent.
     pub create_signing_secret: bool,
     /// Host patterns every namespace may publish on.
     pub allowed_hosts: Vec<String>,

@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::Client;
 use tokio::sync::watch;
@@ -23,6 +22,7 @@ use super::config::Config;
 use super::context::{Context, Parts};
 use super::error::Error;
 use super::events::Events;
+use super::keys::signing::KeySource;
 use super::keys::watch::{self as key_watch, PublisherInputs};
 use super::metrics::ControllerMetrics;
 use super::routes::ownership::{Ownership, OwnershipInputs};
@@ -183,7 +183,7 @@ pub async fn run(
             to_cards.backend_changed.clone(),
         ),
     ]);
-    wait_for_stores(&ctx, &ctx.signing.secrets, cards.configmaps_listed).await;
+    wait_for_stores(&ctx, &ctx.signing.source, cards.configmaps_listed).await;
     let _ = stores_listed.send(true);
     // The controllers hold the receiving ends only: a sender dropped here is one no watch uses.
     drop((to_cards, to_dirs));
@@ -221,13 +221,15 @@ pub async fn run(
 /// latest waiter.
 async fn wait_for_stores(
     ctx: &Context,
-    secrets: &Store<Secret>,
+    source: &KeySource,
     mut configmaps_listed: watch::Receiver<bool>,
 ) {
     tracing::debug!("waiting for the stores to be listed");
     let bound = Duration::from_secs(30);
     let _ = ctx.namespaces.wait_until_ready().await;
-    let _ = tokio::time::timeout(bound, secrets.wait_until_ready()).await;
+    if let KeySource::Secret { secrets, .. } = source {
+        let _ = tokio::time::timeout(bound, secrets.wait_until_ready()).await;
+    }
     let _ = tokio::time::timeout(bound, ctx.written.ingresses.wait_until_ready()).await;
     let _ = tokio::time::timeout(bound, configmaps_listed.wait_for(|l| *l)).await;
     tracing::debug!("the stores are listed: reconciling");

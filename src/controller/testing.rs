@@ -27,8 +27,13 @@ use tokio::sync::watch;
 use super::config::Config;
 use super::context::{Context, Parts};
 use super::events::Events;
+use super::keys::signing::KeySource;
 use super::keys::signing::{PublishedKeys, Signing};
+use super::keys::source::SignerUri;
 use super::keys::{secret_for, KeyCache, Rotation};
+
+/// The signing Secret of the fake API's operator namespace.
+const SIGNING_SECRET: &str = "agentcard-signing-key";
 use super::metrics::ControllerMetrics;
 use super::routes::ownership::{Ownership, OwnershipInputs};
 use super::watches::CardsByHost;
@@ -275,7 +280,8 @@ pub fn config() -> Config {
     settings.operator_namespace = OPERATOR_NS.into();
     Config {
         settings,
-        signing_secret: "agentcard-signing-key".into(),
+        signer: SignerUri::Secret(SIGNING_SECRET.into()),
+        pkcs11_module: None,
         create_signing_secret: false,
         allowed_hosts: vec!["*.example.com".into()],
         shared_hosts: vec![],
@@ -302,7 +308,7 @@ impl Context {
         let opns = config.settings.operator_namespace.clone();
 
         let key = SigningKey::generate(Algorithm::ES256, Some("test-key")).expect("a key");
-        let mut secret = secret_for(&key, &config.signing_secret, Some(&opns));
+        let mut secret = secret_for(&key, SIGNING_SECRET, Some(&opns)).expect("a Secret");
         // As the API server holds it: `data`, with a resourceVersion.
         secret.data = secret.string_data.take().map(|d| {
             d.into_iter()
@@ -360,10 +366,12 @@ impl Context {
                     cards_listed: watch::channel(true).1,
                 }),
                 signing: Signing {
-                    namespace: opns.clone(),
-                    secret: config.signing_secret.clone(),
-                    secrets: secrets.as_reader(),
-                    cache: Arc::new(KeyCache::default()),
+                    source: KeySource::Secret {
+                        uri: config.signer.to_string(),
+                        key: kube::runtime::reflector::ObjectRef::new(SIGNING_SECRET).within(&opns),
+                        secrets: secrets.as_reader(),
+                        cache: Arc::new(KeyCache::default()),
+                    },
                     published,
                 },
                 written: Written {

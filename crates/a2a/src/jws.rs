@@ -43,8 +43,9 @@ pub enum VerifyError {
     NoValidSignature(Vec<String>),
 }
 
-/// The protected header of a signature, base64url encoded.
-pub fn protected_header(alg: Algorithm, kid: &str, jku: Option<&str>) -> String {
+/// The protected header of a signature, base64url encoded; `x5c` (the signing key's
+/// certificate chain, base64 DER, leaf first) only when the key has one.
+pub fn protected_header(alg: Algorithm, kid: &str, jku: Option<&str>, x5c: &[String]) -> String {
     let mut header = Map::new();
     header.insert("alg".into(), Value::String(alg.name().into()));
     if let Some(jku) = jku {
@@ -52,11 +53,17 @@ pub fn protected_header(alg: Algorithm, kid: &str, jku: Option<&str>) -> String 
     }
     header.insert("kid".into(), Value::String(kid.into()));
     header.insert("typ".into(), Value::String(TYP.into()));
+    if !x5c.is_empty() {
+        header.insert(
+            "x5c".into(),
+            Value::Array(x5c.iter().cloned().map(Value::String).collect()),
+        );
+    }
     // JCS sorts keys and drops whitespace: for ASCII values this is exactly what PyJWT writes.
     URL_SAFE_NO_PAD.encode(jcs(&Value::Object(header)))
 }
 
-fn signing_input(protected: &str, payload_b64: &str) -> Vec<u8> {
+pub(crate) fn signing_input(protected: &str, payload_b64: &str) -> Vec<u8> {
     let mut input = Vec::with_capacity(protected.len() + 1 + payload_b64.len());
     input.extend_from_slice(protected.as_bytes());
     input.push(b'.');
@@ -86,7 +93,7 @@ pub fn sign_card_reusing(
     let payload_b64 = URL_SAFE_NO_PAD.encode(canonical_bytes(card));
     let mut signatures = Vec::with_capacity(keys.len());
     for key in keys {
-        let protected = protected_header(key.alg(), key.kid(), jku);
+        let protected = protected_header(key.alg(), key.kid(), jku, key.x5c());
         let input = signing_input(&protected, &payload_b64);
         let reused = previous.iter().find(|s| {
             s.protected == protected

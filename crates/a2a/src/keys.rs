@@ -39,6 +39,58 @@ pub enum KeyError {
     /// The crypto library refused the key or the operation.
     #[error("{0}")]
     Crypto(#[from] josekit::JoseError),
+    /// The key is held by an HSM or a key service, which failed or refused to sign.
+    #[error("{backend}: {reason}")]
+    Backend {
+        /// Which backend (`pkcs11`, `hashivault`).
+        backend: &'static str,
+        /// What it said.
+        reason: String,
+    },
+    /// The private key is held elsewhere (an HSM, a key service) and cannot be exported.
+    #[error("the private key of {0:?} is held by its backend and cannot be exported")]
+    NotExportable(String),
+}
+
+/// A private key held where it cannot be read (an HSM through PKCS#11, Vault's transit
+/// engine): it only signs. Implemented by the operator's signer backends.
+pub trait HeldKey: fmt::Debug + Send + Sync {
+    /// Sign `message` with the key's algorithm: the raw JWS signature (ECDSA as `r || s`,
+    /// see [`ecdsa_der_to_jose`] for backends that answer in DER).
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, KeyError>;
+}
+
+/// An ECDSA signature in ASN.1 DER (`SEQUENCE { r INTEGER, s INTEGER }`, as PKCS#11 modules,
+/// cloud KMSs and OpenSSL return it) in the fixed-width `r || s` form JWS uses (RFC 7518
+/// §3.4): each integer left-padded to the curve's size. Other algorithms pass unchanged.
+pub fn ecdsa_der_to_jose(alg: Algorithm, der: &[u8]) -> Result<Vec<u8>, KeyError> {
+    let width = match alg {
+        Algorithm::ES256 => 32,
+        Algorithm::ES384 => 48,
+        _ => return Ok(der.to_vec()),
+    };
+    let sig = openssl::ecdsa::EcdsaSig::from_der(der)
+        .map_err(|e| KeyError::Format(format!("not a DER ECDSA signature: {e}")))?;
+    let mut out = Vec::with_capacity(2 * width);
+    for n in [sig.r(), sig.s()] {
+        let bytes = n.to_vec_padded(width as i32).map_err(|_| {
+            KeyError::Format(format!("an ECDSA integer is longer than {width} bytes"))
+        })?;
+        out.extend_from_slice(&bytes);
+    }
+    Ok(out)
+}
+
+/// How a [`SigningKey`] signs.
+#[derive(Clone)]
+enum Signer {
+    /// With the private key in memory.
+    Local {
+        private: Jwk,
+        signer: Box<dyn JwsSigner>,
+    },
+    /// Through the backend that holds it.
+    Held(std::sync::Arc<dyn HeldKey>),
 }
 
 /// The JWS algorithms cards are signed with.
@@ -154,9 +206,11 @@ fn describe(kty: &str, crv: Option<&str>) -> String {
 pub struct SigningKey {
     alg: Algorithm,
     kid: String,
-    private: Jwk,
     public: Map<String, Value>,
-    signer: Box<dyn JwsSigner>,
+    signer: Signer,
+    /// The certificate chain (base64 DER, leaf first) written as `x5c` into each signature's
+    /// protected header and the public JWK; empty for a bare key.
+    x5c: Vec<String>,
     /// Built once from the public JWK: re-signing checks each card's previous signature with
     /// it, and building a verifier (OpenSSL decoding the key) costs more than the check.
     verifier: Box<dyn JwsVerifier>,
@@ -270,11 +324,75 @@ impl SigningKey {
         Ok(SigningKey {
             alg,
             kid,
-            private: jwk,
             public,
-            signer,
+            signer: Signer::Local {
+                private: jwk,
+                signer,
+            },
+            x5c: Vec::new(),
             verifier,
         })
+    }
+
+    /// A key held by a backend that only signs (an HSM, a key service): `public` is its public
+    /// JWK (its `kid` and `alg` members are set here); the key id is `kid` or the thumbprint.
+    pub fn held(
+        alg: Algorithm,
+        kid: Option<&str>,
+        public: &Map<String, Value>,
+        key: std::sync::Arc<dyn HeldKey>,
+    ) -> Result<Self, KeyError> {
+        let kty = public
+            .get("kty")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let crv = public.get("crv").and_then(Value::as_str);
+        if !alg.fits(kty, crv) {
+            return Err(KeyError::AlgMismatch {
+                alg: alg.name().into(),
+                kty: describe(kty, crv),
+            });
+        }
+        let kid = match kid {
+            Some(k) => k.to_string(),
+            None => thumbprint(public)?,
+        };
+        let jwk = Jwk::from_map(public.clone())?;
+        let public = public_members(&jwk, alg, &kid);
+        let verifier = alg.verifier(&Jwk::from_map(public.clone())?)?;
+        Ok(SigningKey {
+            alg,
+            kid,
+            public,
+            signer: Signer::Held(key),
+            x5c: Vec::new(),
+            verifier,
+        })
+    }
+
+    /// This key with its certificate chain (base64 DER, leaf first): signatures carry it as
+    /// `x5c` in their protected header, and the published JWK carries it too.
+    pub fn with_x5c(mut self, chain: Vec<String>) -> Self {
+        if chain.is_empty() {
+            self.public.remove("x5c");
+        } else {
+            self.public.insert(
+                "x5c".into(),
+                Value::Array(chain.iter().cloned().map(Value::String).collect()),
+            );
+        }
+        self.x5c = chain;
+        self
+    }
+
+    /// The certificate chain signatures carry (`x5c`), leaf first; empty for a bare key.
+    pub fn x5c(&self) -> &[String] {
+        &self.x5c
+    }
+
+    /// Whether the private key is held by a backend rather than in memory.
+    pub fn is_held(&self) -> bool {
+        matches!(self.signer, Signer::Held(_))
     }
 
     /// A fresh key for `alg` (RSA keys are 2048 bits).
@@ -305,24 +423,35 @@ impl SigningKey {
         &self.public
     }
 
-    /// The private JWK as JSON text (for `keygen` and Secrets).
-    pub fn private_jwk_json(&self) -> String {
-        self.private.to_string()
+    fn private(&self) -> Result<&Jwk, KeyError> {
+        match &self.signer {
+            Signer::Local { private, .. } => Ok(private),
+            Signer::Held(_) => Err(KeyError::NotExportable(self.kid.clone())),
+        }
     }
 
-    /// The private key as PKCS#8 PEM.
+    /// The private JWK as JSON text (for `keygen` and Secrets); refused for a held key.
+    pub fn private_jwk_json(&self) -> Result<String, KeyError> {
+        Ok(self.private()?.to_string())
+    }
+
+    /// The private key as PKCS#8 PEM; refused for a held key.
     pub fn private_pem(&self) -> Result<String, KeyError> {
-        let pem = match self.private.key_type() {
-            "EC" => EcKeyPair::from_jwk(&self.private)?.to_pem_private_key(),
-            "OKP" => EdKeyPair::from_jwk(&self.private)?.to_pem_private_key(),
-            _ => RsaKeyPair::from_jwk(&self.private)?.to_pem_private_key(),
+        let private = self.private()?;
+        let pem = match private.key_type() {
+            "EC" => EcKeyPair::from_jwk(private)?.to_pem_private_key(),
+            "OKP" => EdKeyPair::from_jwk(private)?.to_pem_private_key(),
+            _ => RsaKeyPair::from_jwk(private)?.to_pem_private_key(),
         };
         String::from_utf8(pem).map_err(|e| KeyError::Format(e.to_string()))
     }
 
     /// Sign `message`, returning the raw JWS signature bytes.
     pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, KeyError> {
-        Ok(self.signer.sign(message)?)
+        match &self.signer {
+            Signer::Local { signer, .. } => Ok(signer.sign(message)?),
+            Signer::Held(key) => key.sign(message),
+        }
     }
 
     /// Whether `signature` (raw JWS signature bytes) is this key's over `message`.
@@ -333,6 +462,7 @@ impl SigningKey {
 
 /// The public members of a JWK, by key type.
 fn public_members(jwk: &Jwk, alg: Algorithm, kid: &str) -> Map<String, Value> {
+    // `x5c` is set by [`SigningKey::with_x5c`] only.
     let wanted: &[&str] = match jwk.key_type() {
         "EC" => &["kty", "crv", "x", "y"],
         "OKP" => &["kty", "crv", "x"],

@@ -22,6 +22,7 @@ pub mod parse;
 pub mod publish;
 pub mod report;
 pub mod validate;
+pub mod x5c;
 
 pub use card::AgentCard;
 pub use keys::{Algorithm, Jwks, SigningKey};

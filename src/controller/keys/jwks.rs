@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Client;
@@ -20,8 +19,8 @@ use tokio::time::Instant;
 
 use crate::controller::backoff::backoff_delay;
 use crate::controller::events::Events;
-use crate::controller::keys::signing::PublishedKeys;
-use crate::controller::keys::{self, KeyCache, Keys};
+use crate::controller::keys::signing::{KeySource, PublishedKeys};
+use crate::controller::keys::{self, Keys};
 use crate::crd::AgentCard;
 use crate::store::SeenConfigMap;
 
@@ -38,12 +37,8 @@ pub struct Publisher {
     pub client: Client,
     /// The operator's namespace (the Secret's and the JWKS ConfigMap's).
     pub namespace: String,
-    /// The signing Secret.
-    pub secret: ObjectRef<Secret>,
-    /// The signing Secret, watched by name.
-    pub secrets: Store<Secret>,
-    /// The parsed keys of each Secret version (shared with the reconciles).
-    pub cache: Arc<KeyCache>,
+    /// Where the keys come from (shared with the reconciles).
+    pub source: KeySource,
     /// `Cache-Control: max-age` of the JWKS, in seconds.
     pub max_age: u32,
     /// Every AgentCard (which ConfigMap each serves).
@@ -93,11 +88,9 @@ impl Publisher {
         }
     }
 
-    /// The Secret and its parsed keys, when it exists and is usable.
-    fn current_keys(&self) -> Option<(Arc<Secret>, Arc<Keys>)> {
-        let secret = self.secrets.get(&self.secret)?;
-        let keys = self.cache.get(&secret).ok()?;
-        Some((secret, keys))
+    /// The current keys, when the backend has usable ones.
+    fn current_keys(&self) -> Option<Arc<Keys>> {
+        self.source.keys().ok()
     }
 
     /// Publish the current keys' JWKS, retrying with backoff until it is written.
@@ -108,8 +101,8 @@ impl Publisher {
     ) -> Outcome {
         let mut failures = 0u32;
         loop {
-            let Some((secret, keys)) = self.current_keys() else {
-                tracing::debug!("no usable signing Secret yet: the JWKS waits for it");
+            let Some(keys) = self.current_keys() else {
+                tracing::debug!("no usable signing key yet: the JWKS waits for it");
                 return Outcome::NoKeys;
             };
             let (cards, configmaps) = (&self.cards, &self.configmaps);
@@ -133,9 +126,7 @@ impl Publisher {
             });
             match written {
                 Ok((rotation, retained)) => {
-                    return Outcome::Published(
-                        self.published(&secret, &keys, rotation, retained).await,
-                    )
+                    return Outcome::Published(self.published(&keys, rotation, retained).await)
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);
@@ -154,7 +145,6 @@ impl Publisher {
     /// changed, and an Event on a rotation step. When to look again by itself.
     async fn published(
         &self,
-        secret: &Secret,
         keys: &Keys,
         rotation: keys::Rotation,
         retained: usize,
@@ -180,7 +170,7 @@ impl Publisher {
             let _ = self.resign_all.unbounded_send(());
         }
         if let Some((reason, note)) = note {
-            self.record(secret, reason, note).await;
+            self.record(reason, note).await;
         }
         wake
     }
@@ -202,14 +192,23 @@ impl Publisher {
         wake
     }
 
-    /// A rotation step's Event on the Secret.
-    async fn record(&self, secret: &Secret, reason: &'static str, note: String) {
+    /// A rotation step's Event on the signing Secret (on the JWKS ConfigMap for a key held
+    /// by an HSM).
+    async fn record(&self, reason: &'static str, note: String) {
         tracing::info!(reason, "{note}");
         let event =
             crate::controller::events::event(EventType::Normal, reason, "RotateKeys", &note);
-        self.recorder
-            .record(&event, &kube::Resource::object_ref(secret, &()))
-            .await;
+        let regarding = match self.source.secret() {
+            Some(secret) => kube::Resource::object_ref(secret.as_ref(), &()),
+            None => k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("ConfigMap".into()),
+                name: Some(keys::JWKS_CONFIGMAP.into()),
+                namespace: Some(self.namespace.clone()),
+                ..Default::default()
+            },
+        };
+        self.recorder.record(&event, &regarding).await;
     }
 }
 

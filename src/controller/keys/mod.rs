@@ -16,7 +16,9 @@
 //! survives restarts and lease hand-overs.
 
 pub mod jwks;
+pub mod pkcs11;
 pub mod signing;
+pub mod source;
 pub mod watch;
 
 use std::collections::{BTreeMap, HashSet};
@@ -50,6 +52,9 @@ pub struct Keys {
     pub jwks: Jwks,
     /// resourceVersion of the Secret they came from.
     pub version: String,
+    /// When the certificate of a TLS Secret's key expires (seconds since the epoch): past it,
+    /// the Secret is parsed again, and refused until renewed.
+    pub not_after: Option<i64>,
 }
 
 /// What is wrong with a signing Secret (said in the cards' conditions, naming the entry).
@@ -128,6 +133,7 @@ pub fn keys_from_secret(secret: &Secret) -> Result<Keys, SecretError> {
         all,
         active,
         version: secret.resource_version().unwrap_or_default(),
+        not_after: None,
     })
 }
 
@@ -251,12 +257,16 @@ pub fn secret_entry_name(kid: &str) -> String {
 
 /// A signing Secret holding `key` as its active key: what the operator creates on first start
 /// and what `keygen --format secret` prints.
-pub fn secret_for(key: &SigningKey, name: &str, namespace: Option<&str>) -> Secret {
+pub fn secret_for(
+    key: &SigningKey,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<Secret, crate::a2a::keys::KeyError> {
     let mut secret = Secret {
         type_: Some("Opaque".into()),
         string_data: Some(BTreeMap::from([(
             secret_entry_name(key.kid()),
-            key.private_jwk_json(),
+            key.private_jwk_json()?,
         )])),
         ..Default::default()
     };
@@ -270,7 +280,7 @@ pub fn secret_for(key: &SigningKey, name: &str, namespace: Option<&str>) -> Secr
         ANN_ACTIVE_KEY.to_string(),
         key.kid().to_string(),
     )]));
-    secret
+    Ok(secret)
 }
 
 /// Create the signing Secret with a fresh ES256 key when it does not exist.
@@ -284,7 +294,8 @@ pub async fn ensure_secret(
     }
     let key =
         SigningKey::generate(Algorithm::ES256, None).map_err(|e| kube::Error::Service(e.into()))?;
-    let secret = secret_for(&key, name, Some(namespace));
+    let secret =
+        secret_for(&key, name, Some(namespace)).map_err(|e| kube::Error::Service(e.into()))?;
     match api.create(&PostParams::default(), &secret).await {
         Ok(_) => Ok(true),
         // Another process created it first: fine.
@@ -468,21 +479,30 @@ pub async fn publish_jwks(
 /// Cache of parsed keys, keyed by the Secret's resourceVersion.
 #[derive(Default)]
 pub struct KeyCache {
+    kind: source::SecretKind,
     cached: std::sync::Mutex<Option<Arc<Keys>>>,
 }
 
 impl KeyCache {
+    /// A cache for Secrets of `kind`.
+    pub fn new(kind: source::SecretKind) -> KeyCache {
+        KeyCache {
+            kind,
+            cached: std::sync::Mutex::default(),
+        }
+    }
+
     /// The keys of `secret`, parsed once per resourceVersion.
-    pub fn get(&self, secret: &Secret) -> Result<Arc<Keys>, SecretError> {
+    pub fn get(&self, secret: &Secret) -> Result<Arc<Keys>, source::KeySourceError> {
         let version = secret.resource_version().unwrap_or_default();
         let mut guard = crate::locks::lock(&self.cached);
-        if let Some(k) = guard
-            .as_ref()
-            .filter(|k| k.version == version && !version.is_empty())
-        {
+        let now = jiff::Timestamp::now().as_second();
+        if let Some(k) = guard.as_ref().filter(|k| {
+            k.version == version && !version.is_empty() && k.not_after.is_none_or(|t| now < t)
+        }) {
             return Ok(k.clone());
         }
-        let keys = Arc::new(keys_from_secret(secret)?);
+        let keys = Arc::new(source::keys_from(self.kind, secret)?);
         *guard = Some(keys.clone());
         Ok(keys)
     }
@@ -502,6 +522,7 @@ mod tests {
             active: all.iter().find(|k| k.kid() == active).unwrap().clone(),
             all,
             version: "1".into(),
+            not_after: None,
         }
     }
 
@@ -607,8 +628,8 @@ mod tests {
         let a = SigningKey::generate(Algorithm::ES256, Some("old")).unwrap();
         let b = SigningKey::generate(Algorithm::ES256, Some("new")).unwrap();
         let entries = [
-            ("old.jwk.json", a.private_jwk_json()),
-            ("new.jwk.json", b.private_jwk_json()),
+            ("old.jwk.json", a.private_jwk_json().unwrap()),
+            ("new.jwk.json", b.private_jwk_json().unwrap()),
         ];
         let err = keys_from_secret(&secret(&entries, None))
             .unwrap_err()

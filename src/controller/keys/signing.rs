@@ -1,7 +1,8 @@
-//! The keys cards are signed with, as the reconciles ask for them: the signing Secret's keys
-//! (parsed once per Secret version), and which of them sign now, once the JWKS publisher
-//! ([`crate::controller::keys::jwks`]) has published them. A card is never signed with a key clients cannot
-//! fetch yet.
+//! The keys cards are signed with, as the reconciles ask for them: the keys of the signer
+//! backend ([`KeySource`]: a signing Secret parsed once per version, or a key held by an HSM),
+//! and which of them sign now, once the JWKS publisher
+//! ([`crate::controller::keys::jwks`]) has published them. A card is never signed with a key
+//! clients cannot fetch yet.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,33 +41,80 @@ pub struct Pending {
     pub at: jiff::Timestamp,
 }
 
-/// The signing Secret as the stores hold it, and the JWKS publisher's word on which keys sign.
+/// What a held key's opener last said: the keys, or why they could not be opened (`None`
+/// before the first try).
+pub type HeldKeys = watch::Receiver<Option<Result<Arc<Keys>, String>>>;
+
+/// Where the keys come from: one backend per installation (`--signer`).
+#[derive(Clone)]
+pub enum KeySource {
+    /// A signing Secret or TLS Secret of the operator's namespace, watched by name.
+    Secret {
+        /// The `--signer` URI (`secret:<name>`, `tls-secret:<name>`).
+        uri: String,
+        /// The Secret.
+        key: ObjectRef<Secret>,
+        /// The Secret, watched by name.
+        secrets: Store<Secret>,
+        /// The parsed keys of each Secret version.
+        cache: Arc<KeyCache>,
+    },
+    /// A key held by a backend that only signs (an HSM): opened in the background, retried
+    /// with backoff until it opens.
+    Held {
+        /// The `--signer` URI (PIN hidden).
+        uri: String,
+        /// The opened keys, or why they could not be opened.
+        keys: HeldKeys,
+    },
+}
+
+impl KeySource {
+    /// The keys, or why there are none now (naming the backend).
+    pub fn keys(&self) -> Result<Arc<Keys>, Error> {
+        match self {
+            KeySource::Secret {
+                uri,
+                key,
+                secrets,
+                cache,
+            } => {
+                let secret = secrets.get(key).ok_or_else(|| {
+                    Error::KeyUnavailable(format!("{uri}: Secret {key} not found"))
+                })?;
+                cache
+                    .get(&secret)
+                    .map_err(|e| Error::KeyUnavailable(format!("{uri}: Secret {key}: {e}")))
+            }
+            KeySource::Held { uri, keys } => match keys.borrow().as_ref() {
+                Some(Ok(k)) => Ok(k.clone()),
+                Some(Err(e)) => Err(Error::KeyUnavailable(format!("{uri}: {e}"))),
+                None => Err(Error::KeyUnavailable(format!("{uri}: not opened yet"))),
+            },
+        }
+    }
+
+    /// The signing Secret as stored, for the Secret kinds (rotation Events go on it).
+    pub fn secret(&self) -> Option<Arc<Secret>> {
+        match self {
+            KeySource::Secret { key, secrets, .. } => secrets.get(key),
+            KeySource::Held { .. } => None,
+        }
+    }
+}
+
+/// The signer backend's keys, and the JWKS publisher's word on which keys sign.
 pub struct Signing {
-    /// The operator's namespace (the Secret's).
-    pub namespace: String,
-    /// The Secret's name.
-    pub secret: String,
-    /// The Secret, watched by name.
-    pub secrets: Store<Secret>,
-    /// The parsed keys of each Secret version.
-    pub cache: Arc<KeyCache>,
+    /// Where the keys come from.
+    pub source: KeySource,
     /// What the JWKS publisher last published.
     pub published: watch::Receiver<Option<PublishedKeys>>,
 }
 
 impl Signing {
-    /// The signing keys, parsed once per Secret version.
+    /// The signing keys (a Secret's parsed once per version).
     pub fn keys(&self) -> Result<Arc<Keys>, Error> {
-        let key = ObjectRef::<Secret>::new(&self.secret).within(&self.namespace);
-        let secret = self.secrets.get(&key).ok_or_else(|| {
-            Error::KeyUnavailable(format!(
-                "Secret {}/{} not found",
-                self.namespace, self.secret
-            ))
-        })?;
-        self.cache.get(&secret).map_err(|e| {
-            Error::KeyUnavailable(format!("Secret {}/{}: {e}", self.namespace, self.secret))
-        })
+        self.source.keys()
     }
 
     /// The keys that sign now (see [`keys::rotate`]), once the JWKS of `keys` is published:
@@ -85,8 +133,7 @@ impl Signing {
             }
             Err(_) => {
                 return Err(Error::JwksPending(format!(
-                    "ConfigMap {}/{} does not hold the current keys after 10 s",
-                    self.namespace,
+                    "ConfigMap {} does not hold the current keys after 10 s",
                     keys::JWKS_CONFIGMAP
                 )))
             }

@@ -1,5 +1,6 @@
-//! The watches of the signing keys: the signing Secret and the JWKS ConfigMap, each by name,
-//! and the JWKS publisher ([`super::jwks::Publisher`]) they trigger.
+//! The watches of the signing keys: the signing Secret (or the HSM key's opener, for a
+//! `pkcs11:` signer) and the JWKS ConfigMap, each by name, and the JWKS publisher
+//! ([`super::jwks::Publisher`]) they trigger.
 //!
 //! Data flow: any change of either (or a relist) asks the publisher to publish again; a change
 //! of the keys or of the active key (or the Secret coming or going) also asks for every card
@@ -19,7 +20,9 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use super::jwks::Publisher;
-use super::signing::{PublishedKeys, Signing};
+use super::pkcs11::{self, Pkcs11Uri};
+use super::signing::{HeldKeys, KeySource, PublishedKeys, Signing};
+use super::source::{SecretKind, SignerUri};
 use super::{KeyCache, ANN_ACTIVE_KEY, JWKS_CONFIGMAP};
 use crate::controller::backoff::backoff_delay;
 use crate::controller::config::Config;
@@ -46,8 +49,9 @@ pub struct PublisherInputs {
     pub gauges: crate::controller::metrics::SigningGauges,
 }
 
-/// Start the Secret and JWKS ConfigMap watches and the publisher; their tasks go to `tasks`.
-/// The returned [`Signing`] is how the reconciles ask for keys.
+/// Start the signer backend (the Secret watch, or the HSM key's opener), the JWKS ConfigMap
+/// watch and the publisher; their tasks go to `tasks`. The returned [`Signing`] is how the
+/// reconciles ask for keys.
 pub fn start(
     client: &Client,
     config: &Config,
@@ -56,17 +60,39 @@ pub fn start(
 ) -> Signing {
     let opns = &config.settings.operator_namespace;
     let (publish, publish_rx) = unbounded::<()>();
-    let cache = Arc::new(KeyCache::default());
-    let (secret_task, secrets) =
-        signing_secret(client, config, &cache, &publish, &inputs.resign_all);
-    tasks.extend([secret_task, jwks_configmap(client, opns, publish)]);
+    let uri = config.signer.to_string();
+    let source = match &config.signer {
+        SignerUri::Pkcs11(token) => {
+            let (task, keys) = held_key(
+                token.clone(),
+                config.pkcs11_module.clone(),
+                &publish,
+                &inputs.resign_all,
+            );
+            tasks.push(task);
+            KeySource::Held { uri, keys }
+        }
+        other => {
+            let (name, kind) = other.secret().unwrap_or(("", SecretKind::Keys));
+            let cache = Arc::new(KeyCache::new(kind));
+            let key = ObjectRef::<Secret>::new(name).within(opns);
+            let (secret_task, secrets) =
+                signing_secret(client, &key, &cache, &publish, &inputs.resign_all);
+            tasks.push(secret_task);
+            KeySource::Secret {
+                uri,
+                key,
+                secrets,
+                cache,
+            }
+        }
+    };
+    tasks.push(jwks_configmap(client, opns, publish));
     let (published_tx, published) = watch::channel(None::<PublishedKeys>);
     let publisher = Publisher {
         client: client.clone(),
         namespace: opns.clone(),
-        secret: ObjectRef::new(&config.signing_secret).within(opns),
-        secrets: secrets.clone(),
-        cache: cache.clone(),
+        source: source.clone(),
         max_age: config.jwks_max_age,
         cards: inputs.cards,
         configmaps: inputs.configmaps,
@@ -80,13 +106,54 @@ pub fn start(
         tracing::info_span!("jwks_publisher", configmap = JWKS_CONFIGMAP),
         publisher.run(publish_rx),
     ));
-    Signing {
-        namespace: opns.clone(),
-        secret: config.signing_secret.clone(),
-        secrets,
-        cache,
-        published,
-    }
+    Signing { source, published }
+}
+
+/// Open the HSM key in the background (module calls block: on the blocking pool), retrying
+/// with backoff until it opens; each outcome goes to the returned receiver, and the opened
+/// key asks for the JWKS to be published and every card to be signed.
+fn held_key(
+    uri: Pkcs11Uri,
+    module: Option<String>,
+    publish: &UnboundedSender<()>,
+    resign_all: &UnboundedSender<()>,
+) -> (AbortOnDrop, HeldKeys) {
+    let (tx, rx) = watch::channel(None);
+    let (publish, mut resign_all) = (publish.clone(), resign_all.clone());
+    let span = tracing::info_span!("pkcs11_key", uri = %uri);
+    let task = AbortOnDrop::spawn(span, async move {
+        let mut failures = 0u32;
+        let mut said = String::new();
+        loop {
+            let (u, m) = (uri.clone(), module.clone());
+            let opened = tokio::task::spawn_blocking(move || pkcs11::open(&u, m.as_deref()))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            match opened {
+                Ok(keys) => {
+                    tracing::info!(kid = keys.active.kid(), "the HSM key is open");
+                    tx.send_replace(Some(Ok(Arc::new(keys))));
+                    let _ = publish.unbounded_send(());
+                    let _ = resign_all.send(()).await;
+                    return;
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let delay = backoff_delay(failures, 0.5);
+                    tracing::warn!(error = %e, retry_in = ?delay, "could not open the HSM key");
+                    if e != said {
+                        said.clone_from(&e);
+                        tx.send_replace(Some(Err(e)));
+                        // The cards say why they are not signed (once per reason).
+                        let _ = resign_all.send(()).await;
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    });
+    (task, rx)
 }
 
 /// Read the signing Secret, or create it with a fresh ES256 key when asked to. An API server
@@ -94,6 +161,10 @@ pub fn start(
 /// the controllers and the process with them. A refusal (invalid name, no rights) does not
 /// pass by waiting: it fails.
 pub async fn ensure_signing_secret(client: &Client, config: &Config) -> Result<(), Error> {
+    let SignerUri::Secret(name) = &config.signer else {
+        // A TLS Secret is cert-manager's to write; an HSM key is made in the HSM.
+        return Ok(());
+    };
     if !config.create_signing_secret {
         return Ok(());
     }
@@ -101,10 +172,10 @@ pub async fn ensure_signing_secret(client: &Client, config: &Config) -> Result<(
     let api: Api<Secret> = Api::namespaced(client.clone(), opns);
     let mut failures = 0u32;
     loop {
-        match super::ensure_secret(&api, &config.signing_secret, opns).await {
+        match super::ensure_secret(&api, name, opns).await {
             Ok(created) => {
                 if created {
-                    tracing::info!(secret = %config.signing_secret, "created the signing Secret with a fresh ES256 key");
+                    tracing::info!(secret = %name, "created the signing Secret with a fresh ES256 key");
                 }
                 return Ok(());
             }
@@ -127,20 +198,19 @@ pub async fn ensure_signing_secret(client: &Client, config: &Config) -> Result<(
 /// at its end, so a trigger at `InitApply` would find the Secret missing there.
 fn signing_secret(
     client: &Client,
-    config: &Config,
+    key: &ObjectRef<Secret>,
     cache: &Arc<KeyCache>,
     publish: &UnboundedSender<()>,
     resign_all: &UnboundedSender<()>,
 ) -> (AbortOnDrop, Store<Secret>) {
-    let opns = &config.settings.operator_namespace;
     let (store, writer) = reflector::store();
     let feed = watcher(
-        Api::<Secret>::namespaced(client.clone(), opns),
-        watcher::Config::default().fields(&format!("metadata.name={}", config.signing_secret)),
+        Api::<Secret>::namespaced(client.clone(), key.namespace.as_deref().unwrap_or_default()),
+        watcher::Config::default().fields(&format!("metadata.name={}", key.name)),
     )
     .default_backoff()
     .reflect(writer);
-    let key = ObjectRef::<Secret>::new(&config.signing_secret).within(opns);
+    let key = key.clone();
     let (keys_store, cache, publish, mut resign_all) = (
         store.clone(),
         cache.clone(),

@@ -1,0 +1,486 @@
+//! The signer backends on the real control plane, each ending with both official SDKs
+//! verifying a served card by the published JWKS:
+//!
+//! - `tls-secret:` — a `kubernetes.io/tls` Secret of the exact shape cert-manager writes for a
+//!   Certificate issued by a CA Issuer (`tls.crt`, `tls.key` in SEC1, `ca.crt`, its
+//!   annotations), made here with OpenSSL: the served card's signature carries the chain as
+//!   `x5c`, `agentcard-operator verify --trust-root` verifies it by the CA and refuses another
+//!   root, a renewal with a new key re-signs, and an expired certificate or an RSA-1024 key is
+//!   a `Signed=False` condition naming the entry while the last good card stays served.
+//! - `pkcs11:` — a SoftHSM2 token initialised here with `softhsm2-util` and a key generated
+//!   in it with `pkcs11-tool` (the private key never leaves the token); a wrong PIN and a URI
+//!   naming no key are conditions naming the backend, and nothing served changes.
+//!
+//! Cert-manager itself is not run: the Secrets have the shape its CA Issuer writes, which is
+//! what the operator reads; running it would add a controller build to CI for no extra read.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agentcard_operator::crd::AgentCard;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use openssl::asn1::Asn1Time;
+use openssl::bn::BigNum;
+use openssl::ec::{EcGroup, EcKey};
+use openssl::hash::MessageDigest;
+use openssl::nid::Nid;
+use openssl::pkey::{PKey, Private};
+use openssl::x509::extension::BasicConstraints;
+use openssl::x509::{X509NameBuilder, X509};
+use serde_json::{json, Value};
+use support::cluster::*;
+use support::condition;
+use support::operator::Operator;
+
+/// Where the JWKS of the cards at path prefix `/a` is served (beside the card).
+const PATH_JWKS: &str = "/a/.well-known/jwks.json";
+
+fn ec_key() -> PKey<Private> {
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+    PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
+}
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// A certificate for `key` named `cn`, issued by `issuer` (self-signed when None), valid
+/// from `from` to `to` days from now.
+fn certificate(
+    cn: &str,
+    key: &PKey<Private>,
+    issuer: Option<(&X509, &PKey<Private>)>,
+    from: i64,
+    to: i64,
+) -> X509 {
+    let mut name = X509NameBuilder::new().unwrap();
+    name.append_entry_by_text("CN", cn).unwrap();
+    let name = name.build();
+    let mut b = X509::builder().unwrap();
+    b.set_version(2).unwrap();
+    let serial = BigNum::from_u32(support::plane::rand_u32()).unwrap();
+    b.set_serial_number(&serial.to_asn1_integer().unwrap())
+        .unwrap();
+    b.set_subject_name(&name).unwrap();
+    b.set_pubkey(key).unwrap();
+    b.set_not_before(&Asn1Time::from_unix(now() + from * 86_400).unwrap())
+        .unwrap();
+    b.set_not_after(&Asn1Time::from_unix(now() + to * 86_400).unwrap())
+        .unwrap();
+    match issuer {
+        Some((ca, ca_key)) => {
+            b.set_issuer_name(ca.subject_name()).unwrap();
+            b.sign(ca_key, MessageDigest::sha256()).unwrap();
+        }
+        None => {
+            b.append_extension(BasicConstraints::new().critical().ca().build().unwrap())
+                .unwrap();
+            b.set_issuer_name(&name).unwrap();
+            b.sign(key, MessageDigest::sha256()).unwrap();
+        }
+    }
+    b.build()
+}
+
+/// The Secret cert-manager's CA Issuer writes for Certificate `name`: `tls.crt` (the leaf),
+/// `tls.key` (SEC1 for ECDSA, cert-manager's default PKCS1 encoding; PKCS#8 otherwise),
+/// `ca.crt`, and its annotations.
+fn tls_secret(name: &str, leaf: &X509, key: &PKey<Private>, ca: &X509) -> Value {
+    let key_pem = match key.ec_key() {
+        Ok(ec) => ec.private_key_to_pem().unwrap(),
+        Err(_) => key.private_key_to_pem_pkcs8().unwrap(),
+    };
+    let b64 = |b: Vec<u8>| STANDARD.encode(b);
+    json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "annotations": {
+            "cert-manager.io/certificate-name": name,
+            "cert-manager.io/issuer-name": "company-ca",
+            "cert-manager.io/issuer-kind": "Issuer",
+            "cert-manager.io/issuer-group": "cert-manager.io",
+            "cert-manager.io/common-name": "cards.open.test",
+            "cert-manager.io/alt-names": "",
+            "cert-manager.io/ip-sans": "",
+            "cert-manager.io/uri-sans": ""
+        }},
+        "data": {
+            "tls.crt": b64(leaf.to_pem().unwrap()),
+            "tls.key": b64(key_pem),
+            "ca.crt": b64(ca.to_pem().unwrap())
+        }
+    })
+}
+
+async fn put_secret(p: &Platform, manifest: &Value) {
+    let name = manifest["metadata"]["name"].as_str().unwrap();
+    Api::<Secret>::namespaced(p.admin.clone(), &p.opns)
+        .patch(
+            name,
+            &PatchParams::apply("cert-manager-certificates-issuing").force(),
+            &Patch::Apply(manifest),
+        )
+        .await
+        .unwrap();
+}
+
+/// The decoded protected header of the served card's first signature.
+fn header(card: &[u8]) -> Value {
+    let card: Value = serde_json::from_slice(card).unwrap();
+    let protected = card["signatures"][0]["protected"].as_str().unwrap();
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(protected).unwrap()).unwrap()
+}
+
+/// Both official SDKs verify `card` by `jwks`, and name `kid`.
+fn both_sdks_verify(card: &[u8], jwks: &[u8], kid: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (card_file, jwks_file) = (dir.path().join("card.json"), dir.path().join("jwks.json"));
+    std::fs::write(&card_file, card).unwrap();
+    std::fs::write(&jwks_file, jwks).unwrap();
+    for sdk in [support::Sdk::Python, support::Sdk::Js] {
+        let v = &support::sdk_verify(sdk, &jwks_file, std::slice::from_ref(&card_file))[0];
+        assert!(
+            v.valid,
+            "{sdk:?} SDK rejects the served card: {:?}",
+            v.error
+        );
+        if let Some(k) = &v.kid {
+            assert_eq!(k, kid, "{sdk:?} SDK verified with another key");
+        }
+    }
+}
+
+/// `agentcard-operator verify` of `card` (file) with `args`: (exit success, stdout).
+fn cli_verify(card: &Path, args: &[&str]) -> (bool, String) {
+    let out = support::bin()
+        .arg("verify")
+        .arg(card)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The `Signed` condition of a card: (status, reason, message).
+fn signed(c: &AgentCard) -> Option<(String, String, String)> {
+    condition(c, "Signed")
+}
+
+/// Wait until the card is Ready with content hash other than `not`, and served with it.
+async fn wait_signed_again(p: &Platform, t: &Tenant, host: &str, not: &str) -> AgentCard {
+    let c = wait_card(p, &t.ns, "a", "signed again", |c| {
+        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+            && hash_of(c).is_some_and(|h| h != not)
+    })
+    .await;
+    wait_served(p, host, &card_path("/a"), hash_of(&c).as_deref()).await;
+    c
+}
+
+#[tokio::test]
+async fn cards_signed_with_a_cert_manager_certificate_carry_its_chain_and_verify_by_its_ca() {
+    let p = Platform::start(&["--signer", "tls-secret:card-signer"]).await;
+    let ca_key = ec_key();
+    let ca = certificate("Company CA", &ca_key, None, -1, 3650);
+    let leaf_key = ec_key();
+    let leaf = certificate("cards.open.test", &leaf_key, Some((&ca, &ca_key)), -1, 90);
+    put_secret(&p, &tls_secret("card-signer", &leaf, &leaf_key, &ca)).await;
+
+    let t = Tenant::new(&p, &format!("tls-{}", rand_tag())).await;
+    let host = format!("tls-{}.open.test", rand_tag());
+    t.apply(&card("a", &host, "/a")).await.unwrap();
+    let c = wait_card(&p, &t.ns, "a", "Ready", |c| {
+        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    wait_served(&p, &host, &card_path("/a"), hash_of(&c).as_deref()).await;
+    let served = p.get(&host, &card_path("/a")).body;
+    let jwks = p.get(&host, PATH_JWKS).body;
+    let h = header(&served);
+    let kid = h["kid"].as_str().unwrap().to_string();
+    assert_eq!(
+        h["x5c"],
+        json!([STANDARD.encode(leaf.to_der().unwrap())]),
+        "the signature carries the certificate as x5c"
+    );
+    let published: Value = serde_json::from_slice(&jwks).unwrap();
+    assert_eq!(published["keys"].as_array().unwrap().len(), 1);
+    assert_eq!(published["keys"][0]["kid"], kid.as_str());
+    assert_eq!(published["keys"][0]["x5c"], h["x5c"]);
+    both_sdks_verify(&served, &jwks, &kid);
+
+    // Verified by the CA alone, by the CA and the JWKS, and refused by another root.
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, bytes: &[u8]| -> PathBuf {
+        let f = dir.path().join(name);
+        std::fs::write(&f, bytes).unwrap();
+        f
+    };
+    let card_file = file("card.json", &served);
+    let ca_file = file("ca.pem", &ca.to_pem().unwrap());
+    let jwks_file = file("jwks.json", &jwks);
+    let stranger = certificate("Stranger CA", &ec_key(), None, -1, 3650);
+    let stranger_file = file("stranger.pem", &stranger.to_pem().unwrap());
+    let (ok, out) = cli_verify(&card_file, &["--trust-root", ca_file.to_str().unwrap()]);
+    assert!(ok && out.contains("cards.open.test"), "{out}");
+    let (ok, out) = cli_verify(
+        &card_file,
+        &[
+            "--trust-root",
+            ca_file.to_str().unwrap(),
+            "--jwks",
+            jwks_file.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = cli_verify(
+        &card_file,
+        &["--trust-root", stranger_file.to_str().unwrap()],
+    );
+    assert!(!ok && out.contains("does not verify"), "{out}");
+
+    // Renewal with a new key (cert-manager's rotationPolicy: Always): a new key id signs.
+    let before = hash_of(&c).unwrap();
+    let next_key = ec_key();
+    let next = certificate("cards.open.test", &next_key, Some((&ca, &ca_key)), -1, 90);
+    put_secret(&p, &tls_secret("card-signer", &next, &next_key, &ca)).await;
+    let c2 = wait_signed_again(&p, &t, &host, &before).await;
+    let renewed = p.get(&host, &card_path("/a")).body;
+    let h2 = header(&renewed);
+    assert_ne!(h2["kid"], h["kid"], "a new key is a new key id");
+    assert_eq!(h2["x5c"], json!([STANDARD.encode(next.to_der().unwrap())]));
+    let jwks2 = p.get(&host, PATH_JWKS).body;
+    both_sdks_verify(&renewed, &jwks2, h2["kid"].as_str().unwrap());
+    let card2 = file("renewed.json", &renewed);
+    let (ok, out) = cli_verify(&card2, &["--trust-root", ca_file.to_str().unwrap()]);
+    assert!(ok, "{out}");
+
+    // An expired certificate, then an RSA-1024 key: the condition names the entry and why;
+    // the last good card stays served, byte for byte.
+    let served_hash = hash_of(&c2).unwrap();
+    let expired_key = ec_key();
+    let expired = certificate(
+        "cards.open.test",
+        &expired_key,
+        Some((&ca, &ca_key)),
+        -30,
+        -1,
+    );
+    put_secret(&p, &tls_secret("card-signer", &expired, &expired_key, &ca)).await;
+    let mut edit = card("a", &host, "/a");
+    edit["spec"]["card"]["description"] = json!("Edited while the certificate is expired.");
+    t.apply(&edit).await.unwrap();
+    let refused = wait_card(&p, &t.ns, "a", "Signed=False (expired)", |c| {
+        signed(c)
+            .is_some_and(|(s, _, m)| s == "False" && m.contains("tls.crt") && m.contains("expired"))
+    })
+    .await;
+    assert_eq!(signed(&refused).unwrap().1, "KeyUnavailable");
+    assert_eq!(hash_of(&refused).as_deref(), Some(served_hash.as_str()));
+    wait_served(&p, &host, &card_path("/a"), Some(&served_hash)).await;
+    assert_eq!(p.get(&host, &card_path("/a")).body, renewed);
+
+    let rsa = PKey::from_rsa(openssl::rsa::Rsa::generate(1024).unwrap()).unwrap();
+    let weak = certificate("cards.open.test", &rsa, Some((&ca, &ca_key)), -1, 90);
+    put_secret(&p, &tls_secret("card-signer", &weak, &rsa, &ca)).await;
+    wait_card(&p, &t.ns, "a", "Signed=False (RSA-1024)", |c| {
+        signed(c).is_some_and(|(s, _, m)| {
+            s == "False" && m.contains("tls.key") && m.contains("1024 bits")
+        })
+    })
+    .await;
+    assert_eq!(p.get(&host, &card_path("/a")).body, renewed);
+
+    // Renewed properly: the edit is published, signed with the new certificate's key.
+    let good_key = ec_key();
+    let good = certificate("cards.open.test", &good_key, Some((&ca, &ca_key)), -1, 90);
+    put_secret(&p, &tls_secret("card-signer", &good, &good_key, &ca)).await;
+    wait_signed_again(&p, &t, &host, &served_hash).await;
+    let last = p.get(&host, &card_path("/a")).body;
+    assert!(String::from_utf8_lossy(&last).contains("certificate is expired"));
+    both_sdks_verify(
+        &last,
+        &p.get(&host, PATH_JWKS).body,
+        header(&last)["kid"].as_str().unwrap(),
+    );
+}
+
+const SOFTHSM_MODULE: &str = "/usr/lib/softhsm/libsofthsm2.so";
+
+/// A SoftHSM2 token `label` with user PIN `pin` and an EC P-256 key pair `key` in it, in a
+/// token directory of its own (the returned guard); `SOFTHSM2_CONF` points at it.
+fn softhsm_token(label: &str, pin: &str, key: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::create_dir(&tokens).unwrap();
+    let conf = dir.path().join("softhsm2.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "directories.tokendir = {}\nobjectstore.backend = file\nlog.level = ERROR\n",
+            tokens.display()
+        ),
+    )
+    .unwrap();
+    // The operator this test starts inherits it.
+    std::env::set_var("SOFTHSM2_CONF", &conf);
+    let run = |cmd: &mut Command| {
+        let out = cmd.env("SOFTHSM2_CONF", &conf).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(Command::new("softhsm2-util").args([
+        "--init-token",
+        "--free",
+        "--label",
+        label,
+        "--pin",
+        pin,
+        "--so-pin",
+        "so-secret",
+    ]));
+    run(Command::new("pkcs11-tool").args([
+        "--module",
+        SOFTHSM_MODULE,
+        "--token-label",
+        label,
+        "--login",
+        "--pin",
+        pin,
+        "--keypairgen",
+        "--key-type",
+        "EC:prime256v1",
+        "--label",
+        key,
+        "--id",
+        "01",
+    ]));
+    dir
+}
+
+#[tokio::test]
+async fn cards_signed_by_a_key_in_a_softhsm2_token_verify_and_token_failures_are_conditions() {
+    let token = softhsm_token("cards", "1234", "card-key");
+    let pin = token.path().join("pin");
+    std::fs::write(&pin, "1234\n").unwrap();
+    let uri = format!(
+        "pkcs11:token=cards;object=card-key?pin-source={}",
+        pin.display()
+    );
+    let p = Platform::start(&["--signer", &uri, "--pkcs11-module", SOFTHSM_MODULE]).await;
+    let t = Tenant::new(&p, &format!("hsm-{}", rand_tag())).await;
+    let host = format!("hsm-{}.open.test", rand_tag());
+    t.apply(&card("a", &host, "/a")).await.unwrap();
+    let c = wait_card(&p, &t.ns, "a", "Ready", |c| {
+        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    wait_served(&p, &host, &card_path("/a"), hash_of(&c).as_deref()).await;
+    let served = p.get(&host, &card_path("/a")).body;
+    let jwks = p.get(&host, PATH_JWKS).body;
+    let kid = header(&served)["kid"].as_str().unwrap().to_string();
+    assert_eq!(
+        c.status.as_ref().unwrap().key_id.as_deref(),
+        Some(kid.as_str())
+    );
+    both_sdks_verify(&served, &jwks, &kid);
+    // The published key is the token's public key, read back with pkcs11-tool.
+    let out = Command::new("pkcs11-tool")
+        .args([
+            "--module",
+            SOFTHSM_MODULE,
+            "--token-label",
+            "cards",
+            "--read-object",
+        ])
+        .args(["--type", "pubkey", "--label", "card-key"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let public = PKey::public_key_from_der(&out.stdout).unwrap();
+    let point = public
+        .ec_key()
+        .unwrap()
+        .public_key()
+        .to_bytes(
+            &EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap(),
+            openssl::ec::PointConversionForm::UNCOMPRESSED,
+            &mut openssl::bn::BigNumContext::new().unwrap(),
+        )
+        .unwrap();
+    let jwk = &serde_json::from_slice::<Value>(&jwks).unwrap()["keys"][0];
+    assert_eq!(jwk["x"], URL_SAFE_NO_PAD.encode(&point[1..33]));
+    assert_eq!(jwk["y"], URL_SAFE_NO_PAD.encode(&point[33..]));
+
+    // A wrong PIN, then a URI that names no key: the operator restarts on each; the card says
+    // why it is not signed (naming the backend), and the last good card stays served.
+    let served_hash = hash_of(&c).unwrap();
+    std::fs::write(&pin, "9999\n").unwrap();
+    let mut p = p;
+    p.op.kill();
+    let restart = |signer: String| {
+        let mut flags: Vec<String> = OPERATOR_FLAGS.iter().map(|s| s.to_string()).collect();
+        flags.extend([
+            "--signer".into(),
+            signer,
+            "--pkcs11-module".into(),
+            SOFTHSM_MODULE.into(),
+        ]);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Operator::start_on(kubeconfig(), &p.opns, None, &flags)
+    };
+    p.op = restart(uri.clone());
+    let mut edit = card("a", &host, "/a");
+    edit["spec"]["card"]["description"] = json!("Edited while the token refuses.");
+    t.apply(&edit).await.unwrap();
+    let refused = wait_card(&p, &t.ns, "a", "Signed=False (wrong PIN)", |c| {
+        signed(c).is_some_and(|(s, _, m)| {
+            s == "False"
+                && m.contains("pkcs11:")
+                && m.contains("login refused")
+                && m.contains("CKR_PIN_INCORRECT")
+        })
+    })
+    .await;
+    assert!(!signed(&refused).unwrap().2.contains("1234"));
+    assert_eq!(p.get(&host, &card_path("/a")).body, served);
+
+    std::fs::write(&pin, "1234\n").unwrap();
+    p.op.kill();
+    p.op = restart(format!(
+        "pkcs11:token=cards;object=no-such-key?pin-source={}",
+        pin.display()
+    ));
+    wait_card(&p, &t.ns, "a", "Signed=False (no key)", |c| {
+        signed(c).is_some_and(|(s, _, m)| {
+            s == "False" && m.contains("no private key with label \"no-such-key\"")
+        })
+    })
+    .await;
+    assert_eq!(p.get(&host, &card_path("/a")).body, served);
+    wait_served(&p, &host, &card_path("/a"), Some(&served_hash)).await;
+
+    // The right key again: the edit is published, signed by the token.
+    p.op.kill();
+    p.op = restart(uri);
+    wait_signed_again(&p, &t, &host, &served_hash).await;
+    let last = p.get(&host, &card_path("/a")).body;
+    assert!(String::from_utf8_lossy(&last).contains("the token refuses"));
+    both_sdks_verify(&last, &p.get(&host, PATH_JWKS).body, &kid);
+    drop(token);
+}
