@@ -44,6 +44,9 @@ enum Command {
     /// List a card's published revisions, or print one (`-o yaml`: the AgentCard manifest
     /// that rolls back to it; `--document`: the exact bytes served then).
     Revisions(crate::history::RevisionsArgs),
+    /// The operator's signing keys, with the caller's kubeconfig: `keys list`, and `keys
+    /// revoke <kid>` to take a leaked key out of the JWKS and every card at once.
+    Keys(crate::revoke::KeysArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -146,6 +149,7 @@ pub fn main() -> ExitCode {
         Command::Serve(a) => crate::serve::cmd::serve(a).map(|()| ExitCode::SUCCESS),
         Command::Run(a) => crate::run::run(a).map(|()| ExitCode::SUCCESS),
         Command::Revisions(a) => crate::history::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Keys(a) => crate::revoke::run(a).map(|()| ExitCode::SUCCESS),
         Command::Crds => crate::crd::crds_yaml()
             .map(|y| print!("{y}"))
             .map(|()| ExitCode::SUCCESS)

@@ -28,6 +28,7 @@ pub mod input;
 pub mod locks;
 pub mod net;
 pub mod process;
+pub mod revoke;
 pub mod run;
 pub mod serve;
 pub mod store;

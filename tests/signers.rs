@@ -173,14 +173,27 @@ fn signed(c: &AgentCard) -> Option<(String, String, String)> {
     condition(c, "Signed")
 }
 
-/// Wait until the card is Ready with content hash other than `not`, and served with it.
-async fn wait_signed_again(p: &Platform, t: &Tenant, host: &str, not: &str) -> AgentCard {
-    let c = wait_card(p, &t.ns, "a", "signed again", |c| {
+/// Wait until card `name` (served at `/<name>`) is Ready with a content hash other than
+/// `not`, and served with it.
+async fn wait_signed_again(
+    p: &Platform,
+    t: &Tenant,
+    host: &str,
+    not: &str,
+    name: &str,
+) -> AgentCard {
+    let c = wait_card(p, &t.ns, name, "signed again", |c| {
         condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
             && hash_of(c).is_some_and(|h| h != not)
     })
     .await;
-    wait_served(p, host, &card_path("/a"), hash_of(&c).as_deref()).await;
+    wait_served(
+        p,
+        host,
+        &card_path(&format!("/{name}")),
+        hash_of(&c).as_deref(),
+    )
+    .await;
     c
 }
 
@@ -251,7 +264,7 @@ async fn cards_signed_with_a_cert_manager_certificate_carry_its_chain_and_verify
     let next_key = ec_key();
     let next = certificate("cards.open.test", &next_key, Some((&ca, &ca_key)), -1, 90);
     put_secret(&p, &tls_secret("card-signer", &next, &next_key, &ca)).await;
-    let c2 = wait_signed_again(&p, &t, &host, &before).await;
+    let c2 = wait_signed_again(&p, &t, &host, &before, "a").await;
     let renewed = p.get(&host, &card_path("/a")).body;
     let h2 = header(&renewed);
     assert_ne!(h2["kid"], h["kid"], "a new key is a new key id");
@@ -302,7 +315,7 @@ async fn cards_signed_with_a_cert_manager_certificate_carry_its_chain_and_verify
     let good_key = ec_key();
     let good = certificate("cards.open.test", &good_key, Some((&ca, &ca_key)), -1, 90);
     put_secret(&p, &tls_secret("card-signer", &good, &good_key, &ca)).await;
-    wait_signed_again(&p, &t, &host, &served_hash).await;
+    wait_signed_again(&p, &t, &host, &served_hash, "a").await;
     let last = p.get(&host, &card_path("/a")).body;
     assert!(String::from_utf8_lossy(&last).contains("certificate is expired"));
     both_sdks_verify(
@@ -478,9 +491,140 @@ async fn cards_signed_by_a_key_in_a_softhsm2_token_verify_and_token_failures_are
     // The right key again: the edit is published, signed by the token.
     p.op.kill();
     p.op = restart(uri);
-    wait_signed_again(&p, &t, &host, &served_hash).await;
+    wait_signed_again(&p, &t, &host, &served_hash, "a").await;
     let last = p.get(&host, &card_path("/a")).body;
     assert!(String::from_utf8_lossy(&last).contains("the token refuses"));
     both_sdks_verify(&last, &p.get(&host, PATH_JWKS).body, &kid);
     drop(token);
+}
+
+/// `agentcard-operator keys ARGS` against the test plane: (success, stdout + stderr).
+fn keys_cli(args: &[&str]) -> (bool, String) {
+    let out = support::bin()
+        .arg("keys")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn a_revoked_key_leaves_the_jwks_at_once_and_every_card_it_signed_is_signed_again() {
+    let p = Platform::start(&[]).await;
+    let t = Tenant::new(&p, &format!("rev-{}", rand_tag())).await;
+    let host = format!("rev-{}.open.test", rand_tag());
+    let names = ["a", "b", "c"];
+    for n in names {
+        t.apply(&card(n, &host, &format!("/{n}"))).await.unwrap();
+    }
+    let mut before = Vec::new();
+    for n in names {
+        let c = wait_card(&p, &t.ns, n, "Ready", |c| {
+            condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+        })
+        .await;
+        wait_served(
+            &p,
+            &host,
+            &card_path(&format!("/{n}")),
+            hash_of(&c).as_deref(),
+        )
+        .await;
+        before.push(c);
+    }
+    let leaked = before[0].status.as_ref().unwrap().key_id.clone().unwrap();
+    let old_card = p.get(&host, &card_path("/a")).body;
+
+    // A spare key beside the active one (not active: it would wait a JWKS max-age).
+    let spare = agentcard_operator::a2a::SigningKey::generate(
+        agentcard_operator::a2a::Algorithm::ES256,
+        Some("spare-1"),
+    )
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(p.admin.clone(), &p.opns);
+    secrets
+        .patch(
+            "agentcard-signing-keys",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"stringData": {"spare-1.jwk.json": spare.private_jwk_json().unwrap()}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let jwks_path = "/a/.well-known/jwks.json";
+    support::plane::wait_for(std::time::Duration::from_secs(20), || {
+        let j = p.get(&host, jwks_path).body;
+        std::future::ready(String::from_utf8_lossy(&j).contains("spare-1"))
+    })
+    .await
+    .expect("the spare key is published");
+
+    // A kid the Secret does not hold is refused, naming the keys there.
+    let (ok, out) = keys_cli(&["revoke", "nope", "-n", &p.opns]);
+    assert!(!ok && out.contains("holds no key \"nope\""), "{out}");
+    let (ok, out) = keys_cli(&["revoke", &leaked, "-n", &p.opns]);
+    assert!(ok, "{out}");
+    assert!(out.contains("spare-1"), "{out}");
+
+    // Out of the JWKS at once (no stage), every card signed again with the spare key.
+    support::plane::wait_for(std::time::Duration::from_secs(20), || {
+        let j = p.get(&host, jwks_path).body;
+        std::future::ready(!String::from_utf8_lossy(&j).contains(&leaked))
+    })
+    .await
+    .expect("the revoked key leaves the JWKS");
+    let jwks = p.get(&host, jwks_path).body;
+    for (n, c) in names.iter().zip(&before) {
+        let again = wait_signed_again(&p, &t, &host, &hash_of(c).unwrap(), n).await;
+        let status = again.status.as_ref().unwrap();
+        assert_eq!(status.key_id.as_deref(), Some("spare-1"));
+        let (_, _, message) = signed(&again).unwrap();
+        assert!(
+            message.contains(&format!("not with revoked key {leaked}")),
+            "{message}"
+        );
+        let served = p.get(&host, &card_path(&format!("/{n}"))).body;
+        both_sdks_verify(&served, &jwks, "spare-1");
+    }
+    // The card signed with the revoked key no longer verifies with the published keys.
+    let v = support::python_sdk_verdict(&old_card, &jwks);
+    assert!(
+        !v.valid,
+        "a card signed with the revoked key still verifies"
+    );
+    // The Secret says so in an Event; `keys list` too.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(p.admin.clone(), &p.opns);
+    let revoked_event = support::plane::wait_for(std::time::Duration::from_secs(20), || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("KeyRevoked")
+                    && e.message.as_deref().is_some_and(|m| m.contains(&leaked))
+            })
+    })
+    .await;
+    assert!(revoked_event.is_ok(), "no KeyRevoked Event");
+    let (ok, out) = keys_cli(&["list", "-n", &p.opns]);
+    assert!(ok, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with(&leaked) && l.ends_with("revoked")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("spare-1") && l.ends_with("active")),
+        "{out}"
+    );
 }

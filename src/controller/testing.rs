@@ -319,6 +319,7 @@ impl Context {
         let mut secrets = Writer::<Secret>::default();
         secrets.apply_watcher_event(&watcher::Event::Apply(secret));
         let (published_tx, published) = watch::channel(Some(PublishedKeys {
+            revoked: Default::default(),
             version: "1".into(),
             rotation: Rotation {
                 signing: vec![key.kid().to_string()],

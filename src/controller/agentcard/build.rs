@@ -48,6 +48,9 @@ pub struct Built {
     pub key_ids: Vec<String>,
     /// The active key and when it starts signing, while it waits (filled by the reconciler).
     pub pending_key: Option<crate::controller::keys::signing::Pending>,
+    /// The installation's revoked keys (filled by the reconciler): the Signed condition says
+    /// the card is not signed with them.
+    pub revoked_keys: Vec<String>,
     /// Public URL of the card.
     pub url: String,
     /// The route the card server serves it on.
@@ -116,6 +119,7 @@ pub fn build(
         key_id: signed.key_id,
         key_ids: signers.iter().map(|k| k.kid().to_string()).collect(),
         pending_key: None,
+        revoked_keys: Vec::new(),
         url: card_url(card),
         served,
         breaking: super::compatibility::Compared::Unchanged,

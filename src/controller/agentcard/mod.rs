@@ -333,6 +333,7 @@ async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Ou
     .await?;
     built.revision = Some(revisions::record(&ctx.client, card, &built).await?);
     built.pending_key = signers.pending;
+    built.revoked_keys = keys.revoked.iter().cloned().collect();
     Ok((built, warnings))
 }
 

@@ -116,11 +116,17 @@ fn carried(card: &AgentCard) -> AgentCardStatus {
 /// The Signed condition's message: which keys signed, and when the active key will while a
 /// rotation waits for every cached JWKS to hold it.
 fn signed_message(built: &Built) -> String {
-    let keys = if built.key_ids.len() > 1 {
+    let mut keys = if built.key_ids.len() > 1 {
         format!("signed with keys {}", built.key_ids.join(", "))
     } else {
         format!("signed with key {}", built.key_id)
     };
+    if !built.revoked_keys.is_empty() {
+        keys.push_str(&format!(
+            ", not with revoked key {}",
+            built.revoked_keys.join(", ")
+        ));
+    }
     match &built.pending_key {
         Some(p) => format!(
             "{keys}; key {} is published and signs from {} (one JWKS max-age after it was published)",

@@ -150,8 +150,17 @@ impl Publisher {
         retained: usize,
     ) -> Option<Instant> {
         tracing::debug!(signing = ?rotation.signing, retained, "JWKS published");
-        let before = self.published.borrow().as_ref().map(|p| p.rotation.clone());
+        let (before, revoked_before) = match self.published.borrow().as_ref() {
+            Some(p) => (Some(p.rotation.clone()), Some(p.revoked.clone())),
+            None => (None, None),
+        };
         let note = rotation_note(before.as_ref(), &rotation, keys.active.kid());
+        let newly_revoked: Vec<&str> = keys
+            .revoked
+            .iter()
+            .filter(|k| revoked_before.as_ref().is_some_and(|b| !b.contains(*k)))
+            .map(String::as_str)
+            .collect();
         let wake = self.next_look(&rotation, retained);
         self.gauges.set(
             rotation.signing.len(),
@@ -161,6 +170,7 @@ impl Publisher {
         self.published.send_replace(Some(PublishedKeys {
             version: keys.version.clone(),
             rotation: rotation.clone(),
+            revoked: keys.revoked.clone(),
         }));
         if before
             .as_ref()
@@ -168,6 +178,14 @@ impl Publisher {
         {
             // Other keys sign now: every card is signed again.
             let _ = self.resign_all.unbounded_send(());
+        }
+        if !newly_revoked.is_empty() {
+            let note = format!(
+                "key {} revoked: removed from the JWKS at once; every card signed with it is signed again with key {}",
+                newly_revoked.join(", "),
+                rotation.signing.join(", ")
+            );
+            self.record_as(EventType::Warning, "KeyRevoked", note).await;
         }
         if let Some((reason, note)) = note {
             self.record(reason, note).await;
@@ -195,9 +213,13 @@ impl Publisher {
     /// A rotation step's Event on the signing Secret (on the JWKS ConfigMap for a key held
     /// by an HSM).
     async fn record(&self, reason: &'static str, note: String) {
+        self.record_as(EventType::Normal, reason, note).await;
+    }
+
+    /// An Event of `kind` on the signing Secret (see [`Self::record`]).
+    async fn record_as(&self, kind: EventType, reason: &'static str, note: String) {
         tracing::info!(reason, "{note}");
-        let event =
-            crate::controller::events::event(EventType::Normal, reason, "RotateKeys", &note);
+        let event = crate::controller::events::event(kind, reason, "RotateKeys", &note);
         let regarding = match self.source.secret() {
             Some(secret) => kube::Resource::object_ref(secret.as_ref(), &()),
             None => k8s_openapi::api::core::v1::ObjectReference {

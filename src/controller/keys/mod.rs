@@ -21,7 +21,7 @@ pub mod signing;
 pub mod source;
 pub mod watch;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -34,6 +34,9 @@ use crate::contract::*;
 
 /// Annotation of the signing Secret naming the active key id.
 pub const ANN_ACTIVE_KEY: &str = "agentcard.dev/active-key";
+/// Annotation of the signing Secret listing revoked key ids (comma-separated): a revoked key
+/// leaves the JWKS at once, signs nothing, and every card it signed is signed again.
+pub const ANN_REVOKED_KEYS: &str = "agentcard.dev/revoked-keys";
 /// Name of the JWKS ConfigMap in the operator's namespace.
 pub const JWKS_CONFIGMAP: &str = "agentcard-jwks";
 /// JWKS ConfigMap annotation: the key ids that sign, newest first, comma-separated.
@@ -55,6 +58,23 @@ pub struct Keys {
     /// When the certificate of a TLS Secret's key expires (seconds since the epoch): past it,
     /// the Secret is parsed again, and refused until renewed.
     pub not_after: Option<i64>,
+    /// Key ids revoked (`agentcard.dev/revoked-keys`): never published, never signing.
+    pub revoked: BTreeSet<String>,
+}
+
+/// The key ids a Secret's `agentcard.dev/revoked-keys` annotation lists.
+pub fn revoked_kids(secret: &Secret) -> BTreeSet<String> {
+    secret
+        .annotations()
+        .get(ANN_REVOKED_KEYS)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What is wrong with a signing Secret (said in the cards' conditions, naming the entry).
@@ -79,6 +99,12 @@ pub enum SecretError {
     /// No entry holds a key.
     #[error("the signing Secret holds no key (entries named *.json, *.jwk or *.pem)")]
     NoKey,
+    /// Every key of the Secret is revoked.
+    #[error("every key of the signing Secret is revoked ({ann}: {0}): add a new key", ann = ANN_REVOKED_KEYS)]
+    AllRevoked(String),
+    /// The active key is revoked and several keys remain.
+    #[error("the active key {0:?} is revoked and {1} keys remain: name the active one in the {ann} annotation", ann = ANN_ACTIVE_KEY)]
+    ActiveRevoked(String, usize),
     /// The active-key annotation names a key that is not there.
     #[error("{ann} names {0:?}, which is not among the keys", ann = ANN_ACTIVE_KEY)]
     ActiveMissing(String),
@@ -119,7 +145,18 @@ pub fn keys_from_secret(secret: &Secret) -> Result<Keys, SecretError> {
     if all.is_empty() {
         return Err(SecretError::NoKey);
     }
+    let revoked = revoked_kids(secret);
+    all.retain(|k| !revoked.contains(k.kid()));
+    if all.is_empty() {
+        let list: Vec<&str> = revoked.iter().map(String::as_str).collect();
+        return Err(SecretError::AllRevoked(list.join(", ")));
+    }
     let active = match secret.annotations().get(ANN_ACTIVE_KEY) {
+        // A revoked active key gives way at once to the one key left.
+        Some(kid) if revoked.contains(kid) && all.len() == 1 => all[0].clone(),
+        Some(kid) if revoked.contains(kid) => {
+            return Err(SecretError::ActiveRevoked(kid.clone(), all.len()))
+        }
         Some(kid) => all
             .iter()
             .find(|k| k.kid() == kid)
@@ -134,6 +171,7 @@ pub fn keys_from_secret(secret: &Secret) -> Result<Keys, SecretError> {
         active,
         version: secret.resource_version().unwrap_or_default(),
         not_after: None,
+        revoked,
     })
 }
 
@@ -358,7 +396,7 @@ pub fn signature_kids(card_json: &str) -> Vec<String> {
 /// The JWKS to publish: every key of the Secret, then the keys of the JWKS published before
 /// (`previous`) that left the Secret while a served card is still signed with them (`in_use`,
 /// asked only when such a key exists: it reads every served card), so that card keeps
-/// verifying until it is signed again. Pure.
+/// verifying until it is signed again. A revoked key is never kept. Pure.
 pub fn published_jwks(
     keys: &Keys,
     previous: Option<&str>,
@@ -374,7 +412,7 @@ pub fn published_jwks(
         .map(|p| p.keys)
         .unwrap_or_default()
         .into_iter()
-        .filter(|k| kid(k).is_some_and(|id| !current.contains(&id)))
+        .filter(|k| kid(k).is_some_and(|id| !current.contains(&id) && !keys.revoked.contains(&id)))
         .collect();
     if !left.is_empty() {
         let in_use = in_use();
@@ -523,6 +561,7 @@ mod tests {
             all,
             version: "1".into(),
             not_after: None,
+            revoked: BTreeSet::new(),
         }
     }
 
@@ -645,6 +684,57 @@ mod tests {
             .collect();
         assert_eq!(kids, ["new", "old"]);
         assert!(keys_from_secret(&secret(&entries, Some("gone"))).is_err());
+    }
+
+    #[test]
+    fn a_revoked_key_is_dropped_its_stand_in_signs_at_once_and_it_is_never_kept_published() {
+        let a = SigningKey::generate(Algorithm::ES256, Some("leaked")).unwrap();
+        let b = SigningKey::generate(Algorithm::ES256, Some("spare")).unwrap();
+        let entries = [
+            ("leaked.jwk.json", a.private_jwk_json().unwrap()),
+            ("spare.jwk.json", b.private_jwk_json().unwrap()),
+        ];
+        let before = keys_from_secret(&secret(&entries, Some("leaked"))).unwrap();
+        let mut revoked = secret(&entries, Some("leaked"));
+        revoked
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANN_REVOKED_KEYS.into(), "leaked".into());
+        let after = keys_from_secret(&revoked).unwrap();
+        assert_eq!(after.active.kid(), "spare");
+        assert_eq!(after.all.len(), 1);
+        assert!(after.jwks.find("leaked").is_none());
+        // The spare key signs at once, although the leaked one signed before.
+        let delay = std::time::Duration::from_secs(300);
+        let r0 = rotate(
+            &before,
+            &Rotation::default(),
+            t("2026-01-01T00:00:00Z"),
+            delay,
+        );
+        assert_eq!(r0.signing, ["leaked"]);
+        let r1 = rotate(&after, &r0, t("2026-01-01T00:00:01Z"), delay);
+        assert_eq!(
+            (r1.signing.clone(), r1.activates_at),
+            (vec!["spare".to_string()], None)
+        );
+        // Served cards still signed with it do not keep it in the JWKS.
+        let published = jwks_body(&before.jwks);
+        let kept = published_jwks(&after, Some(&published), || {
+            HashSet::from(["leaked".to_string()])
+        });
+        assert!(kept.find("leaked").is_none());
+        // Everything revoked: refused, naming the annotation.
+        revoked
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANN_REVOKED_KEYS.into(), "leaked, spare".into());
+        let err = keys_from_secret(&revoked).unwrap_err().to_string();
+        assert!(err.contains(ANN_REVOKED_KEYS), "{err}");
     }
 
     #[test]

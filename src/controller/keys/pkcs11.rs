@@ -452,6 +452,7 @@ pub fn open(uri: &Pkcs11Uri, module: Option<&str>) -> Result<Keys, OpenError> {
         all: vec![key.clone()],
         active: key,
         not_after: None,
+        revoked: std::collections::BTreeSet::new(),
     })
 }
 

@@ -21,6 +21,8 @@ pub struct PublishedKeys {
     pub version: String,
     /// Which keys sign, and when the active key will.
     pub rotation: keys::Rotation,
+    /// The key ids revoked.
+    pub revoked: std::collections::BTreeSet<String>,
 }
 
 /// The keys a card is signed with now.

@@ -131,6 +131,9 @@ pub enum SecretKind {
 /// What is wrong with a TLS Secret (said in the cards' conditions, naming the entry).
 #[derive(Debug, thiserror::Error)]
 pub enum TlsSecretError {
+    /// The certificate's key is revoked: the Certificate must be renewed with a new key.
+    #[error("tls.key: key {0:?} is revoked ({ann}): renew the Certificate with a new private key", ann = super::ANN_REVOKED_KEYS)]
+    Revoked(String),
     /// An entry is missing.
     #[error("{0}: missing")]
     Missing(&'static str),
@@ -174,7 +177,12 @@ pub fn keys_from_tls_secret(secret: &Secret, now: i64) -> Result<Keys, TlsSecret
         };
         TlsSecretError::Unusable { entry, source }
     })?;
+    let revoked = super::revoked_kids(secret);
+    if revoked.contains(signing.kid()) {
+        return Err(TlsSecretError::Revoked(signing.kid().to_string()));
+    }
     Ok(Keys {
+        revoked,
         jwks: Jwks::from_signing_keys([&signing]),
         all: vec![signing.clone()],
         active: signing,

@@ -235,7 +235,7 @@ fn signing_secret(
             let _ = publish.unbounded_send(());
             let keys = Some(secret.map(|s| {
                 let active = s.annotations().get(ANN_ACTIVE_KEY).cloned();
-                (s.data.clone(), active)
+                (s.data.clone(), active, super::revoked_kids(&s))
             }));
             if keys != last_keys {
                 last_keys = keys;
