@@ -82,6 +82,8 @@ pub const PATH_CARD: &str = "/.well-known/agent-card.json";
 pub const PATH_LEGACY: &str = "/.well-known/agent.json";
 /// The path of the JWKS named by signatures' `jku`.
 pub const PATH_JWKS: &str = "/.well-known/jwks.json";
+/// Path of a host's did:web document (the ES256 signing keys), at the host's root only.
+pub const PATH_DID: &str = "/.well-known/did.json";
 
 /// Namespace annotation (set by cluster admins): more host patterns the namespace's cards may
 /// publish on, comma-separated.

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::HeaderValue;
 
-use crate::contract::{content_hash, PATH_CARD, PATH_JWKS, PATH_LEGACY};
+use crate::contract::{content_hash, PATH_CARD, PATH_DID, PATH_JWKS, PATH_LEGACY};
 
 /// One version of a served document with everything its responses need, computed once.
 #[derive(Debug)]
@@ -166,6 +166,8 @@ pub enum Hit {
     Card(Arc<Published>),
     /// The JWKS.
     Jwks(Arc<Published>),
+    /// The host's did:web document.
+    Did(Arc<Published>),
 }
 
 #[derive(Default)]
@@ -295,8 +297,28 @@ impl Index {
         self.ready.load(Ordering::Acquire)
     }
 
+    /// The did:web document of `host`: its ES256 signing keys, from the JWKS, with the JWKS's
+    /// caching headers; `None` when no ES256 key is published.
+    pub fn did(&self, host: &str) -> Option<Published> {
+        let jwks = self.jwks()?;
+        let keys = crate::a2a::Jwks::from_slice(&jwks.body).ok()?;
+        let doc = crate::a2a::did::did_document(host, &keys)?;
+        let body = serde_json::to_vec(&doc).ok()?;
+        let mut published = Published::new(body, jwks.last_modified, 0);
+        published.cache_control = jwks.cache_control.clone();
+        Some(published)
+    }
+
     /// Resolve a request for `host` (lower case, no port) and `path`.
     pub fn lookup(&self, host: &str, path: &str) -> Option<Hit> {
+        if path == PATH_DID {
+            // At the root of every host that serves a card.
+            let serves = self.read().by_host.contains_key(host);
+            return serves
+                .then(|| self.did(host))
+                .flatten()
+                .map(|d| Hit::Did(Arc::new(d)));
+        }
         let st = self.read();
         let entries = st.by_host.get(host).or_else(|| {
             let fallback = self.fallback_host.as_deref()?;
@@ -341,7 +363,9 @@ mod tests {
 
     fn body(hit: Option<Hit>) -> Option<String> {
         match hit? {
-            Hit::Card(p) | Hit::Jwks(p) => Some(String::from_utf8_lossy(&p.body).into_owned()),
+            Hit::Card(p) | Hit::Jwks(p) | Hit::Did(p) => {
+                Some(String::from_utf8_lossy(&p.body).into_owned())
+            }
         }
     }
 

@@ -79,6 +79,8 @@ pub enum Route {
     Card,
     /// The JWKS.
     Jwks,
+    /// A host's did:web document.
+    Did,
     /// A CORS preflight.
     Preflight,
     /// Nothing at that host and path.
@@ -101,6 +103,7 @@ impl Route {
         match self {
             Route::Card => "card",
             Route::Jwks => "jwks",
+            Route::Did => "did",
             Route::Preflight => "preflight",
             Route::NotFound => "not_found",
             Route::MethodNotAllowed => "method_not_allowed",

@@ -111,6 +111,17 @@ async fn a_directory_lists_the_served_cards_its_selectors_pick_and_speaks_ard() 
     );
     wait_listed(&p, &dhost, &["travel", "weather"]).await;
 
+    // The directory host's did:web document lists the signing key (ES256), as card hosts do.
+    let jwks = get(&p, &host("weather"), "/.well-known/jwks.json", &[]).body;
+    let did = get(&p, &dhost, "/.well-known/did.json", &[]);
+    assert_eq!(did.status, 200);
+    assert_eq!(
+        support::assert_did_document(&did.body, &dhost, &jwks).len(),
+        1
+    );
+    let card_did = get(&p, &host("weather"), "/.well-known/did.json", &[]);
+    support::assert_did_document(&card_did.body, &host("weather"), &jwks);
+
     // The manifest, at both well-known paths, valid against the AI Catalog schema.
     let m1 = get(&p, &dhost, "/.well-known/ai-catalog.json", &[]);
     let m2 = get(&p, &dhost, "/.well-known/ard.json", &[]);

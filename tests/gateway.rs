@@ -368,7 +368,8 @@ async fn inside_a_private_network_namespace() {
         matches_of(&public),
         [
             ("Exact", "/.well-known/agent-card.json"),
-            ("Exact", "/.well-known/jwks.json")
+            ("Exact", "/.well-known/jwks.json"),
+            ("Exact", "/.well-known/did.json")
         ]
         .map(|(t, p)| (t.to_string(), p.to_string()))
     );

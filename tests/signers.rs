@@ -228,6 +228,13 @@ async fn cards_signed_with_a_cert_manager_certificate_carry_its_chain_and_verify
     assert_eq!(published["keys"][0]["kid"], kid.as_str());
     assert_eq!(published["keys"][0]["x5c"], h["x5c"]);
     both_sdks_verify(&served, &jwks, &kid);
+    // The host's did:web document lists the ES256 key as an assertion method.
+    let did = p.get(&host, "/.well-known/did.json");
+    assert_eq!(did.status, 200);
+    assert_eq!(
+        support::assert_did_document(&did.body, &host, &jwks),
+        [kid.clone()]
+    );
 
     // Verified by the CA alone, by the CA and the JWKS, and refused by another root.
     let dir = tempfile::tempdir().unwrap();

@@ -323,6 +323,7 @@ pub async fn writes_floor(
                         outcome: &outcome,
                         source: None,
                         retired: &[],
+                        revoked: &[],
                         routing: settings.routing.kind,
                         routed: None,
                         now: stamp,

@@ -34,6 +34,7 @@ pub fn respond(
             let (route, doc) = match hit {
                 Hit::Card(p) => (Route::Card, p),
                 Hit::Jwks(p) => (Route::Jwks, p),
+                Hit::Did(p) => (Route::Did, p),
             };
             let head = method == Method::HEAD;
             match doc.lifecycle.as_deref() {
@@ -55,6 +56,21 @@ pub fn respond(
         ),
         _ => (Route::MethodNotAllowed, method_not_allowed()),
     }
+}
+
+/// A directory host's did:web document (its signing keys, as on card hosts), or `None` when
+/// no ES256 key is published.
+pub fn did_document(
+    index: &Index,
+    host: &str,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Option<(Route, Response<Body>)> {
+    if !matches!(*method, Method::GET | Method::HEAD) {
+        return None;
+    }
+    let doc = index.did(host)?;
+    Some((Route::Did, document(&doc, method == Method::HEAD, headers)))
 }
 
 fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {

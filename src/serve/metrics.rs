@@ -16,6 +16,8 @@ pub enum RouteLabel {
     card,
     /// The JWKS.
     jwks,
+    /// A host's did:web document.
+    did,
     /// A CORS preflight.
     preflight,
     /// Nothing at that host and path.
@@ -37,6 +39,7 @@ impl From<Route> for RouteLabel {
         match r {
             Route::Card => RouteLabel::card,
             Route::Jwks => RouteLabel::jwks,
+            Route::Did => RouteLabel::did,
             Route::Preflight => RouteLabel::preflight,
             Route::NotFound => RouteLabel::not_found,
             Route::MethodNotAllowed => RouteLabel::method_not_allowed,

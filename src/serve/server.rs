@@ -564,6 +564,14 @@ async fn dispatch(
     let limits = &shared.limits;
     let host = target.host.as_deref();
     if let Some(site) = host.and_then(|h| shared.content.directories.site(h)) {
+        if target.path == crate::contract::PATH_DID {
+            let did = host.and_then(|h| {
+                super::http::did_document(&shared.content.cards, h, req.method(), req.headers())
+            });
+            if let Some(answer) = did {
+                return answer;
+            }
+        }
         let max = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
         let cards = &shared.content.cards;
         let jwks = || cards.jwks().map(|j| j.body.clone());

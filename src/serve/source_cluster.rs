@@ -646,7 +646,7 @@ mod tests {
     fn served(f: &ClusterView, host: &str) -> Option<String> {
         match f.index.lookup(host, PATH_CARD)? {
             crate::index::Hit::Card(p) => Some(String::from_utf8_lossy(&p.body).into_owned()),
-            crate::index::Hit::Jwks(_) => None,
+            crate::index::Hit::Jwks(_) | crate::index::Hit::Did(_) => None,
         }
     }
 

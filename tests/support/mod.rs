@@ -345,3 +345,61 @@ pub fn sdk_resolve(base_url: &str, host: &str, jwks: &Path) -> (bool, serde_json
         });
     (out.status.success() && verdict["valid"] == true, verdict)
 }
+
+/// Assert that `body` (a served `/.well-known/did.json`) is the did:web document of `host`:
+/// valid by the DID Core JSON Schema (tests/data/did-core, validated by
+/// tests/oracle/json_schema.py), its DID `did:web:<host>`, and every key of `jwks` that is
+/// ES256 (and only those) a `JsonWebKey2020` assertion method `did:web:<host>#<kid>` with the
+/// same public key. Returns the listed key ids.
+pub fn assert_did_document(body: &[u8], host: &str, jwks: &[u8]) -> Vec<String> {
+    let doc: serde_json::Value = serde_json::from_slice(body).unwrap_or_else(|e| {
+        panic!(
+            "did.json is not JSON ({e}): {}",
+            String::from_utf8_lossy(body)
+        )
+    });
+    let mut cmd = Command::new(oracle().join("venv/bin/python"));
+    cmd.arg(root().join("tests/oracle/json_schema.py"))
+        .arg(root().join("tests/data/did-core/did-core.json"));
+    let out = run(cmd, Some(format!("{doc}\n").as_bytes()));
+    let verdict = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        verdict.contains("\"ok\": true"),
+        "DID Core schema: {verdict}\n{doc:#}"
+    );
+    let did = format!("did:web:{host}");
+    assert_eq!(doc["id"], did.as_str());
+    let jwks: serde_json::Value = serde_json::from_slice(jwks).unwrap();
+    let es256: Vec<&serde_json::Value> = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["kty"] == "EC" && k["crv"] == "P-256")
+        .collect();
+    let methods = doc["verificationMethod"].as_array().unwrap();
+    assert_eq!(methods.len(), es256.len(), "{doc:#}");
+    let mut kids = Vec::new();
+    for key in es256 {
+        let kid = key["kid"].as_str().unwrap();
+        let id = format!("{did}#{kid}");
+        let m = methods
+            .iter()
+            .find(|m| m["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no verification method {id}: {doc:#}"));
+        assert_eq!(m["type"], "JsonWebKey2020");
+        assert_eq!(m["controller"], did.as_str());
+        for member in ["kty", "crv", "x", "y"] {
+            assert_eq!(m["publicKeyJwk"][member], key[member], "{member} of {id}");
+        }
+        assert!(m["publicKeyJwk"].get("d").is_none());
+        assert!(
+            doc["assertionMethod"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!(id)),
+            "{id} is not an assertion method"
+        );
+        kids.push(kid.to_string());
+    }
+    kids
+}

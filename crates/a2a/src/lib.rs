@@ -14,6 +14,7 @@ pub mod breaking;
 pub mod canonical;
 pub mod card;
 pub mod compat;
+pub mod did;
 pub mod drift;
 pub mod import;
 pub mod jws;

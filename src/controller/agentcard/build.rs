@@ -277,12 +277,15 @@ struct Routes {
     backend_route: Option<DynamicObject>,
 }
 
-/// The card's well-known paths: the card, the JWKS and, when asked, the legacy card path.
+/// The card's well-known paths: the card, the JWKS, the host's did:web document (at the
+/// host's root: one DID per host, the same document whichever card routes it) and, when
+/// asked, the legacy card path.
 fn well_known_paths(card: &AgentCard) -> Vec<String> {
     let prefix = prefix(card);
     let mut paths = vec![
         format!("{prefix}{PATH_CARD}"),
         format!("{prefix}{PATH_JWKS}"),
+        PATH_DID.to_string(),
     ];
     if card.spec.publish.legacy_path {
         paths.push(format!("{prefix}{PATH_LEGACY}"));
@@ -549,6 +552,7 @@ pub(crate) mod tests {
                     "/team/.well-known/jwks.json".to_string(),
                     "Exact".to_string()
                 ),
+                ("/.well-known/did.json".to_string(), "Exact".to_string()),
                 (
                     "/team/.well-known/agent.json".to_string(),
                     "Exact".to_string()

@@ -170,6 +170,14 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         Err(_) => None,
     };
     let retired = retired_keys(&outcome, previous.as_deref(), ctx);
+    let revoked: Vec<String> = match ctx.signing.keys() {
+        Ok(keys) => retired
+            .iter()
+            .filter(|k| keys.revoked.contains(*k))
+            .cloned()
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     let backend =
         crate::controller::agentcard::backends::state(&ctx.client, &ctx.backends, &card).await;
     let mut next = status::next(&status::Found {
@@ -178,6 +186,7 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
         outcome: &outcome,
         source: report.as_ref(),
         retired: &retired,
+        revoked: &revoked,
         routing: ctx.settings.routing.kind,
         routed,
         now: Time(jiff::Timestamp::now()),

@@ -43,6 +43,8 @@ pub struct Found<'a> {
     pub source: Option<&'a source::Report>,
     /// Keys that signed the card still served and no longer sign (after a failed edit).
     pub retired: &'a [String],
+    /// Of those, the revoked ones (out of the JWKS: the served card no longer verifies).
+    pub revoked: &'a [String],
     /// What routes cards.
     pub routing: RouteKind,
     /// The Gateways' verdict on the card's HTTPRoutes, `(status, reason, message)`.
@@ -307,15 +309,31 @@ fn set_retired_signature(status: &mut AgentCardStatus, found: &Found<'_>) {
     }
     let prev = previous_conditions(found.card);
     status.conditions.retain(|c| c.type_ != SIGNED);
+    let (ok, reason, message) = if found.revoked.is_empty() {
+        (
+            true,
+            "SignedWithRetiredKey",
+            format!(
+                "the served card is signed with key {}, which no longer signs; it is signed again with the current keys once its spec is valid (the key stays in the JWKS until then)",
+                found.retired.join(", ")
+            ),
+        )
+    } else {
+        (
+            false,
+            "SignedWithRevokedKey",
+            format!(
+                "the served card is signed with revoked key {}, which left the JWKS: clients cannot verify it until it is signed again, once its spec is valid",
+                found.revoked.join(", ")
+            ),
+        )
+    };
     status.conditions.push(condition(
         &prev,
         SIGNED,
-        true,
-        "SignedWithRetiredKey",
-        format!(
-            "the served card is signed with key {}, which no longer signs; it is signed again with the current keys once its spec is valid (the key stays in the JWKS until then)",
-            found.retired.join(", ")
-        ),
+        ok,
+        reason,
+        message,
         found.card.metadata.generation,
         &found.now,
     ));
@@ -604,6 +622,7 @@ mod tests {
             outcome,
             source: None,
             retired: &[],
+            revoked: &[],
             routing: RouteKind::Ingress,
             routed: None,
             now: Time("2026-12-02T00:00:00Z".parse().unwrap()),
@@ -678,6 +697,17 @@ mod tests {
         };
         let s = next(&f);
         assert_eq!(condition_of(&s, SIGNED).reason, "SignedWithRetiredKey");
+        let revoked = Found {
+            retired: &retired,
+            revoked: &retired,
+            ..found(&c, &outcome)
+        };
+        let status = next(&revoked);
+        let signed = condition_of(&status, SIGNED);
+        assert_eq!(
+            (signed.status.as_str(), signed.reason.as_str()),
+            ("False", "SignedWithRevokedKey")
+        );
         let unserved = card(json!({}));
         let f = Found {
             retired: &retired,
