@@ -233,7 +233,7 @@ async fn cards_signed_with_a_cert_manager_certificate_carry_its_chain_and_verify
     assert_eq!(did.status, 200);
     assert_eq!(
         support::assert_did_document(&did.body, &host, &jwks),
-        [kid.clone()]
+        std::slice::from_ref(&kid)
     );
 
     // Verified by the CA alone, by the CA and the JWKS, and refused by another root.
