@@ -10,6 +10,7 @@
 //! of a holder that reconciles nothing.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +48,28 @@ pub struct RunArgs {
     /// The PKCS#11 module (`.so`) for a `pkcs11:` signer whose URI has no `module-path`.
     #[arg(long, env = "AGENTCARD_PKCS11_MODULE")]
     pkcs11_module: Option<String>,
+    /// Vault's address, for a `hashivault://` signer.
+    #[arg(long, env = "VAULT_ADDR")]
+    vault_addr: Option<String>,
+    /// A file holding the Vault token (re-read at each login); without it, `VAULT_TOKEN`, or
+    /// Vault's Kubernetes auth with --vault-k8s-role.
+    #[arg(long)]
+    vault_token_file: Option<PathBuf>,
+    /// Log in with Vault's Kubernetes auth as this role, with the ServiceAccount token.
+    #[arg(long)]
+    vault_k8s_role: Option<String>,
+    /// The mount of Vault's Kubernetes auth method.
+    #[arg(long, default_value = "kubernetes")]
+    vault_k8s_mount: String,
+    /// The ServiceAccount token file for Vault's Kubernetes auth.
+    #[arg(
+        long,
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )]
+    vault_k8s_token_file: PathBuf,
+    /// A CA bundle (PEM) Vault's certificate chains to.
+    #[arg(long, env = "VAULT_CACERT")]
+    vault_ca_file: Option<PathBuf>,
     /// Do not create the signing Secret when it is absent.
     #[arg(long)]
     no_create_signing_secret: bool,
@@ -183,6 +206,29 @@ pub fn run(args: RunArgs) -> Result<()> {
 }
 
 /// The controllers' configuration from the flags.
+/// Where Vault is and how to log in, when an address is given: Kubernetes auth when a role is
+/// named, else the token file, else `VAULT_TOKEN`.
+fn vault_config(args: &RunArgs) -> Option<crate::controller::keys::vault::VaultConfig> {
+    use crate::controller::keys::vault::{TokenSource, VaultAuth, VaultConfig};
+    let addr = args.vault_addr.clone()?;
+    let auth = match (&args.vault_k8s_role, &args.vault_token_file) {
+        (Some(role), _) => VaultAuth::Kubernetes {
+            role: role.clone(),
+            mount: args.vault_k8s_mount.clone(),
+            jwt_file: args.vault_k8s_token_file.clone(),
+        },
+        (None, Some(file)) => VaultAuth::Token(TokenSource::File(file.clone())),
+        (None, None) => VaultAuth::Token(TokenSource::Value(
+            std::env::var("VAULT_TOKEN").unwrap_or_default(),
+        )),
+    };
+    Some(VaultConfig {
+        addr,
+        auth,
+        ca_file: args.vault_ca_file.clone(),
+    })
+}
+
 fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Config> {
     if args.route_kind == RouteKind::HttpRoute && args.gateway.trim().is_empty() {
         anyhow::bail!("--route-kind HTTPRoute needs --gateway namespace/name[/sectionName]");
@@ -219,6 +265,7 @@ fn controller_config(args: &RunArgs, identity: &str) -> Result<controller::Confi
                 .as_str(),
         )?,
         pkcs11_module: args.pkcs11_module.clone(),
+        vault: vault_config(args),
         create_signing_secret: !args.no_create_signing_secret,
         allowed_hosts: patterns(&args.allowed_hosts),
         shared_hosts: patterns(&args.shared_hosts),

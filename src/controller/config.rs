@@ -31,6 +31,8 @@ pub struct Config {
     pub signer: crate::controller::keys::source::SignerUri,
     /// The PKCS#11 module for a `pkcs11:` signer whose URI names none.
     pub pkcs11_module: Option<String>,
+    /// Where Vault is and how to log in, for a `hashivault://` signer.
+    pub vault: Option<crate::controller::keys::vault::VaultConfig>,
     /// Create the signing Secret (`secret:` signers) with a fresh ES256 key when it is absent.
     pub create_signing_secret: bool,
     /// Host patterns every namespace may publish on.

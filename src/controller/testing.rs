@@ -282,6 +282,7 @@ pub fn config() -> Config {
         settings,
         signer: SignerUri::Secret(SIGNING_SECRET.into()),
         pkcs11_module: None,
+        vault: None,
         create_signing_secret: false,
         allowed_hosts: vec!["*.example.com".into()],
         shared_hosts: vec![],

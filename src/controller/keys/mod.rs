@@ -19,6 +19,7 @@ pub mod jwks;
 pub mod pkcs11;
 pub mod signing;
 pub mod source;
+pub mod vault;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};

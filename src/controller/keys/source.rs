@@ -6,7 +6,8 @@
 //! - `tls-secret:<name>`: a `kubernetes.io/tls` Secret such as cert-manager writes for a
 //!   Certificate: its key signs, and every signature carries the certificate chain as `x5c`;
 //! - `pkcs11:token=…;object=…` (RFC 7512): a key in an HSM, reached through the PKCS#11 module
-//!   `--pkcs11-module` names (see [`super::pkcs11`]); the private key never leaves the token.
+//!   `--pkcs11-module` names (see [`super::pkcs11`]); the private key never leaves the token;
+//! - `hashivault://<key>`: a key of Vault's transit engine (see [`super::vault`]); Vault signs.
 //!
 //! Data flow: the URI is parsed once at start ([`SignerUri::parse`]); the Secret kinds are
 //! watched by name and parsed per resourceVersion ([`keys_from`]) into the same [`Keys`] the
@@ -36,17 +37,27 @@ pub enum SignerUri {
     TlsSecret(String),
     /// A key in a PKCS#11 token.
     Pkcs11(super::pkcs11::Pkcs11Uri),
+    /// A key of Vault's transit engine.
+    Vault(super::vault::VaultUri),
 }
 
 /// Why a `--signer` URI names no key.
 #[derive(Debug, thiserror::Error)]
 pub enum SignerUriError {
     /// The scheme is not one of ours.
-    #[error("--signer {0:?}: unknown scheme (secret:<name>, tls-secret:<name> or pkcs11:token=…;object=…)")]
+    #[error("--signer {0:?}: unknown scheme (secret:<name>, tls-secret:<name>, pkcs11:token=…;object=… or hashivault://<key>)")]
     Scheme(String),
     /// A Secret scheme without a valid Secret name.
     #[error("--signer {0:?}: the Secret name must be a DNS subdomain (lowercase letters, digits, '-' and '.')")]
     SecretName(String),
+    /// A Vault URI that names no key.
+    #[error("--signer {uri:?}: {reason}")]
+    Vault {
+        /// The URI.
+        uri: String,
+        /// What is missing or wrong.
+        reason: String,
+    },
     /// A PKCS#11 URI that names no key.
     #[error("--signer {uri:?}: {reason}")]
     Pkcs11 {
@@ -78,6 +89,14 @@ impl SignerUri {
         if let Some(name) = uri.strip_prefix("secret:") {
             return Ok(SignerUri::Secret(secret_name(uri, name)?));
         }
+        if uri.starts_with("hashivault://") {
+            return super::vault::VaultUri::parse(uri)
+                .map(SignerUri::Vault)
+                .map_err(|reason| SignerUriError::Vault {
+                    uri: uri.to_string(),
+                    reason,
+                });
+        }
         if uri.starts_with("pkcs11:") {
             return super::pkcs11::Pkcs11Uri::parse(uri)
                 .map(SignerUri::Pkcs11)
@@ -94,7 +113,7 @@ impl SignerUri {
         match self {
             SignerUri::Secret(n) => Some((n, SecretKind::Keys)),
             SignerUri::TlsSecret(n) => Some((n, SecretKind::Tls)),
-            SignerUri::Pkcs11(_) => None,
+            SignerUri::Pkcs11(_) | SignerUri::Vault(_) => None,
         }
     }
 
@@ -104,6 +123,7 @@ impl SignerUri {
             SignerUri::Secret(_) => "secret",
             SignerUri::TlsSecret(_) => "tls-secret",
             SignerUri::Pkcs11(_) => "pkcs11",
+            SignerUri::Vault(_) => "hashivault",
         }
     }
 }
@@ -114,6 +134,7 @@ impl std::fmt::Display for SignerUri {
             SignerUri::Secret(n) => write!(f, "secret:{n}"),
             SignerUri::TlsSecret(n) => write!(f, "tls-secret:{n}"),
             SignerUri::Pkcs11(u) => write!(f, "{u}"),
+            SignerUri::Vault(u) => write!(f, "{u}"),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! [`super::signing::Signing`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::channel::mpsc::{unbounded, UnboundedSender};
 use futures::{SinkExt, StreamExt};
@@ -23,7 +24,8 @@ use super::jwks::Publisher;
 use super::pkcs11::{self, Pkcs11Uri};
 use super::signing::{HeldKeys, KeySource, PublishedKeys, Signing};
 use super::source::{SecretKind, SignerUri};
-use super::{KeyCache, ANN_ACTIVE_KEY, JWKS_CONFIGMAP};
+use super::vault::{self, Vault, VaultError, VaultUri};
+use super::{KeyCache, Keys, ANN_ACTIVE_KEY, JWKS_CONFIGMAP};
 use crate::controller::backoff::backoff_delay;
 use crate::controller::config::Config;
 use crate::controller::error::Error;
@@ -61,18 +63,24 @@ pub fn start(
     let opns = &config.settings.operator_namespace;
     let (publish, publish_rx) = unbounded::<()>();
     let uri = config.signer.to_string();
-    let source = match &config.signer {
+    let held = match &config.signer {
         SignerUri::Pkcs11(token) => {
-            let (task, keys) = held_key(
-                token.clone(),
-                config.pkcs11_module.clone(),
-                &publish,
-                &inputs.resign_all,
-            );
+            Some(Opener::Pkcs11(token.clone(), config.pkcs11_module.clone()))
+        }
+        SignerUri::Vault(key) => Some(match config.vault.clone().map(Vault::new) {
+            Some(Ok(vault)) => Opener::Vault(Arc::new(vault), key.clone()),
+            Some(Err(e)) => Opener::Broken(e.to_string()),
+            None => Opener::Broken(VaultError::NoAddress.to_string()),
+        }),
+        _ => None,
+    };
+    let source = match (held, &config.signer) {
+        (Some(opener), _) => {
+            let (task, keys) = held_key(opener, &publish, &inputs.resign_all);
             tasks.push(task);
             KeySource::Held { uri, keys }
         }
-        other => {
+        (None, other) => {
             let (name, kind) = other.secret().unwrap_or(("", SecretKind::Keys));
             let cache = Arc::new(KeyCache::new(kind));
             let key = ObjectRef::<Secret>::new(name).within(opns);
@@ -109,40 +117,87 @@ pub fn start(
     Signing { source, published }
 }
 
-/// Open the HSM key in the background (module calls block: on the blocking pool), retrying
-/// with backoff until it opens; each outcome goes to the returned receiver, and the opened
-/// key asks for the JWKS to be published and every card to be signed.
+/// How a key held by a backend is opened.
+enum Opener {
+    /// A key in a PKCS#11 token, through the module.
+    Pkcs11(Pkcs11Uri, Option<String>),
+    /// A transit key of Vault.
+    Vault(Arc<Vault>, VaultUri),
+    /// A backend that cannot be set up (said on every card).
+    Broken(String),
+}
+
+/// How often the keys of a Vault transit key are read again (a rotation in Vault is a new
+/// key version: published first, signing one JWKS max-age later).
+const VAULT_REFRESH: Duration = Duration::from_secs(30);
+
+impl Opener {
+    async fn open(&self) -> Result<Keys, String> {
+        match self {
+            Opener::Pkcs11(uri, module) => {
+                let (u, m) = (uri.clone(), module.clone());
+                // Module calls block: on the blocking pool.
+                tokio::task::spawn_blocking(move || pkcs11::open(&u, m.as_deref()))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
+            }
+            Opener::Vault(vault, uri) => vault::open(vault, uri).await.map_err(|e| e.to_string()),
+            Opener::Broken(e) => Err(e.clone()),
+        }
+    }
+
+    /// When to read the keys again once open (`None`: they do not change underneath).
+    fn refresh(&self) -> Option<Duration> {
+        matches!(self, Opener::Vault(..)).then_some(VAULT_REFRESH)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Opener::Pkcs11(..) => "pkcs11",
+            Opener::Vault(..) | Opener::Broken(_) => "hashivault",
+        }
+    }
+}
+
+/// Open the held key in the background, retrying with backoff until it opens (and, for Vault,
+/// reading its versions again every [`VAULT_REFRESH`]); each new outcome goes to the returned
+/// receiver, and new keys ask for the JWKS to be published and every card to be signed. Once
+/// open, a failed refresh keeps the keys it had (signing then says what Vault answers).
 fn held_key(
-    uri: Pkcs11Uri,
-    module: Option<String>,
+    opener: Opener,
     publish: &UnboundedSender<()>,
     resign_all: &UnboundedSender<()>,
 ) -> (AbortOnDrop, HeldKeys) {
     let (tx, rx) = watch::channel(None);
     let (publish, mut resign_all) = (publish.clone(), resign_all.clone());
-    let span = tracing::info_span!("pkcs11_key", uri = %uri);
+    let span = tracing::info_span!("held_key", backend = opener.name());
     let task = AbortOnDrop::spawn(span, async move {
         let mut failures = 0u32;
         let mut said = String::new();
+        let mut opened: Option<String> = None;
         loop {
-            let (u, m) = (uri.clone(), module.clone());
-            let opened = tokio::task::spawn_blocking(move || pkcs11::open(&u, m.as_deref()))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-            match opened {
+            match opener.open().await {
                 Ok(keys) => {
-                    tracing::info!(kid = keys.active.kid(), "the HSM key is open");
-                    tx.send_replace(Some(Ok(Arc::new(keys))));
-                    let _ = publish.unbounded_send(());
-                    let _ = resign_all.send(()).await;
-                    return;
+                    failures = 0;
+                    if opened.as_deref() != Some(keys.version.as_str()) {
+                        tracing::info!(active = keys.active.kid(), version = %keys.version, "the held key is open");
+                        opened = Some(keys.version.clone());
+                        said.clear();
+                        tx.send_replace(Some(Ok(Arc::new(keys))));
+                        let _ = publish.unbounded_send(());
+                        let _ = resign_all.send(()).await;
+                    }
+                    match opener.refresh() {
+                        Some(every) => tokio::time::sleep(every).await,
+                        None => return,
+                    }
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     let delay = backoff_delay(failures, 0.5);
-                    tracing::warn!(error = %e, retry_in = ?delay, "could not open the HSM key");
-                    if e != said {
+                    tracing::warn!(error = %e, retry_in = ?delay, "could not open the held key");
+                    if opened.is_none() && e != said {
                         said.clone_from(&e);
                         tx.send_replace(Some(Err(e)));
                         // The cards say why they are not signed (once per reason).
