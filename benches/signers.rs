@@ -171,6 +171,25 @@ async fn dev_vault(bin: &Path, http: &reqwest::Client) -> anyhow::Result<DevVaul
     Ok(vault)
 }
 
+/// The plane this benchmark started, stopped when dropped (also when the benchmark fails).
+struct OwnPlane {
+    root: PathBuf,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for OwnPlane {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = Command::new("bash")
+                .arg(self.root.join("tests/controlplane/stop"))
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 /// Sign `input` `n` times with `key`; the latencies, sorted.
 fn sign_latencies(key: &SigningKey, input: &[u8], n: usize) -> anyhow::Result<Vec<Duration>> {
     let mut lat = Vec::with_capacity(n);
@@ -387,10 +406,14 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // 2. All Ready per backend, and 3. revocation, on the plane.
-    let plane_dir = tempfile::tempdir()?;
+    let mut plane = OwnPlane {
+        root: root.clone(),
+        dir: None,
+    };
     let kubeconfig = match std::env::var_os("AGENTCARD_TEST_KUBECONFIG").filter(|k| !k.is_empty()) {
         Some(k) => PathBuf::from(k),
         None => {
+            let plane_dir = plane.dir.insert(tempfile::tempdir()?);
             eprintln!("starting a control plane in {}", plane_dir.path().display());
             let ok = Command::new("bash")
                 .arg(root.join("tests/controlplane/start"))
