@@ -231,3 +231,67 @@ fn imported_signed(value: &serde_json::Value) -> agentcard_operator::a2a::AgentC
     use agentcard_operator::a2a::parse::{card_from_value, Strictness};
     card_from_value(value, Strictness::Lenient).unwrap().card
 }
+
+/// A key that signs the way PKCS#11 modules and cloud KMSs answer: ECDSA in ASN.1 DER, which
+/// the backend converts with `ecdsa_der_to_jose` (as ours do).
+#[derive(Debug)]
+struct DerSigner(openssl::pkey::PKey<openssl::pkey::Private>, Algorithm);
+
+impl agentcard_operator::a2a::keys::HeldKey for DerSigner {
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, agentcard_operator::a2a::keys::KeyError> {
+        let digest = match self.1 {
+            Algorithm::ES384 => openssl::hash::MessageDigest::sha384(),
+            _ => openssl::hash::MessageDigest::sha256(),
+        };
+        let mut signer = openssl::sign::Signer::new(digest, &self.0).unwrap();
+        signer.update(message).unwrap();
+        let der = signer.sign_to_vec().unwrap();
+        agentcard_operator::a2a::keys::ecdsa_der_to_jose(self.1, &der)
+    }
+}
+
+#[test]
+fn der_ecdsa_signatures_converted_to_jose_verify_with_both_sdks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut keys = Vec::new();
+    let mut cards = Vec::new();
+    for (alg, curve) in [
+        (Algorithm::ES256, openssl::nid::Nid::X9_62_PRIME256V1),
+        (Algorithm::ES384, openssl::nid::Nid::SECP384R1),
+    ] {
+        let group = openssl::ec::EcGroup::from_curve_name(curve).unwrap();
+        let pkey = openssl::pkey::PKey::from_ec_key(openssl::ec::EcKey::generate(&group).unwrap())
+            .unwrap();
+        // The public JWK, from the same key loaded in memory.
+        let local =
+            SigningKey::from_pem(&pkey.private_key_to_pem_pkcs8().unwrap(), None, Some(alg))
+                .unwrap();
+        let held = SigningKey::held(
+            alg,
+            Some(&format!("der-{alg}")),
+            local.public_jwk(),
+            std::sync::Arc::new(DerSigner(pkey, alg)),
+        )
+        .unwrap();
+        // Many cards: r or s shorter than the curve's size (padded by the conversion) among them.
+        let base = std::fs::read(support::vectors().join("cards/v1-minimal.card.json")).unwrap();
+        for i in 0..20 {
+            let mut card = agentcard_operator::a2a::AgentCard::from_json_lenient(&base).unwrap();
+            card.name = format!("DER {i}");
+            let signed =
+                agentcard_operator::a2a::jws::sign_card(&card, std::slice::from_ref(&held), None)
+                    .unwrap();
+            let path = dir.path().join(format!("{alg}-{i}.json"));
+            std::fs::write(&path, serde_json::to_vec(&signed).unwrap()).unwrap();
+            cards.push(path);
+        }
+        keys.push(held);
+    }
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, Jwks::from_signing_keys(&keys).to_value().to_string()).unwrap();
+    for sdk in [Sdk::Python, Sdk::Js] {
+        for v in sdk_verify(sdk, &jwks, &cards) {
+            assert!(v.valid, "{sdk:?} rejects {}: {:?}", v.file, v.error);
+        }
+    }
+}
