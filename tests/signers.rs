@@ -199,7 +199,8 @@ async fn wait_signed_again(
 
 #[tokio::test]
 async fn cards_signed_with_a_cert_manager_certificate_carry_its_chain_and_verify_by_its_ca() {
-    let p = Platform::start(&["--signer", "tls-secret:card-signer"]).await;
+    // A JWKS max-age of 3 s: a renewal's staged rotation takes 3 s here.
+    let p = Platform::start(&["--signer", "tls-secret:card-signer", "--jwks-max-age", "3"]).await;
     let ca_key = ec_key();
     let ca = certificate("Company CA", &ca_key, None, -1, 3650);
     let leaf_key = ec_key();
@@ -266,12 +267,44 @@ async fn cards_signed_with_a_cert_manager_certificate_carry_its_chain_and_verify
     );
     assert!(!ok && out.contains("does not verify"), "{out}");
 
-    // Renewal with a new key (cert-manager's rotationPolicy: Always): a new key id signs.
+    // Renewal with a new key (cert-manager's rotationPolicy: Always): the new key id is
+    // published first, beside the old key, which keeps signing for one JWKS max-age (the
+    // staged rotation, though the Secret holds the new key only); then the new key signs.
     let before = hash_of(&c).unwrap();
     let next_key = ec_key();
     let next = certificate("cards.open.test", &next_key, Some((&ca, &ca_key)), -1, 90);
     put_secret(&p, &tls_secret("card-signer", &next, &next_key, &ca)).await;
     let c2 = wait_signed_again(&p, &t, &host, &before, "a").await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(p.admin.clone(), &p.opns);
+    let scheduled = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("KeyActivationScheduled"))
+        .expect("the renewal's new key was scheduled, not signing at once");
+    let note = scheduled.message.unwrap_or_default();
+    let at: jiff::Timestamp = note
+        .split("signs from ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no activation time in {note:?}"));
+    let published_at: jiff::Timestamp = c2
+        .status
+        .as_ref()
+        .unwrap()
+        .served
+        .as_ref()
+        .unwrap()
+        .published_at
+        .parse()
+        .unwrap();
+    assert!(
+        published_at >= at,
+        "re-signed at {published_at}, before the new key's activation at {at}"
+    );
     let renewed = p.get(&host, &card_path("/a")).body;
     let h2 = header(&renewed);
     assert_ne!(h2["kid"], h["kid"], "a new key is a new key id");

@@ -516,17 +516,37 @@ pub async fn publish_jwks(
 }
 
 /// Cache of parsed keys, keyed by the Secret's resourceVersion.
+///
+/// A TLS Secret holds one key: when cert-manager renews the Certificate with a new key, the old
+/// one is gone from the Secret. So that the renewal still goes through the staged rotation, the
+/// cache carries the previous key (while its certificate is valid) beside the new one for one
+/// JWKS max-age: the old key keeps signing while the new one is published, then the new one
+/// signs alone. A restart in the middle of that stage loses the carried key (the new key then
+/// signs at once).
 #[derive(Default)]
 pub struct KeyCache {
     kind: source::SecretKind,
-    cached: std::sync::Mutex<Option<Arc<Keys>>>,
+    /// How long a renewed TLS Secret's previous key is carried.
+    carry_for: std::time::Duration,
+    cached: std::sync::Mutex<Cached>,
+}
+
+/// What the cache holds: the last parsed keys, the key carried over a renewal, and the view
+/// handed out (the parsed keys with the carried key), valid until the carry ends.
+#[derive(Default)]
+struct Cached {
+    parsed: Option<Arc<Keys>>,
+    carried: Option<(SigningKey, i64)>,
+    view: Option<Arc<Keys>>,
 }
 
 impl KeyCache {
-    /// A cache for Secrets of `kind`.
-    pub fn new(kind: source::SecretKind) -> KeyCache {
+    /// A cache for Secrets of `kind`; a renewed TLS Secret's previous key is carried for
+    /// `carry_for` (the JWKS max-age).
+    pub fn new(kind: source::SecretKind, carry_for: std::time::Duration) -> KeyCache {
         KeyCache {
             kind,
+            carry_for,
             cached: std::sync::Mutex::default(),
         }
     }
@@ -534,16 +554,71 @@ impl KeyCache {
     /// The keys of `secret`, parsed once per resourceVersion.
     pub fn get(&self, secret: &Secret) -> Result<Arc<Keys>, source::KeySourceError> {
         let version = secret.resource_version().unwrap_or_default();
-        let mut guard = crate::locks::lock(&self.cached);
         let now = jiff::Timestamp::now().as_second();
-        if let Some(k) = guard.as_ref().filter(|k| {
-            k.version == version && !version.is_empty() && k.not_after.is_none_or(|t| now < t)
-        }) {
-            return Ok(k.clone());
+        let mut guard = crate::locks::lock(&self.cached);
+        // A view's version is the Secret's, or the Secret's `+` the carried key's id.
+        let fresh = |k: &Arc<Keys>| {
+            let of_this = k.version == version
+                || k.version
+                    .strip_prefix(version.as_str())
+                    .is_some_and(|rest| rest.starts_with('+'));
+            of_this && !version.is_empty() && k.not_after.is_none_or(|t| now < t)
+        };
+        if let Some(view) = guard.view.as_ref().filter(|k| fresh(k)) {
+            return Ok(view.clone());
         }
-        let keys = Arc::new(source::keys_from(self.kind, secret)?);
-        *guard = Some(keys.clone());
-        Ok(keys)
+        let reuse = guard
+            .parsed
+            .as_ref()
+            .filter(|k| k.version == version && fresh(k))
+            .cloned();
+        let parsed = match reuse {
+            Some(k) => k,
+            None => {
+                let keys = Arc::new(source::keys_from(self.kind, secret)?);
+                let before = guard.parsed.replace(keys.clone());
+                if self.kind == source::SecretKind::Tls {
+                    if let Some(old) = before.filter(|b| {
+                        b.active.kid() != keys.active.kid()
+                            && b.not_after.is_some_and(|t| now < t)
+                            && !keys.revoked.contains(b.active.kid())
+                    }) {
+                        let until = now.saturating_add(
+                            i64::try_from(self.carry_for.as_secs()).unwrap_or(i64::MAX),
+                        );
+                        guard.carried = Some((old.active.clone(), until));
+                    }
+                }
+                keys
+            }
+        };
+        let carried = guard
+            .carried
+            .as_ref()
+            .filter(|(key, until)| now < *until && !parsed.revoked.contains(key.kid()))
+            .cloned();
+        let view = match carried {
+            Some((old, until)) => {
+                let mut all = parsed.all.clone();
+                all.push(old.clone());
+                Arc::new(Keys {
+                    jwks: Jwks::from_signing_keys(&all),
+                    all,
+                    active: parsed.active.clone(),
+                    // Another version for the publisher and the reconciles: the view changes
+                    // when the carry ends.
+                    version: format!("{}+{}", parsed.version, old.kid()),
+                    not_after: Some(parsed.not_after.map_or(until, |t| t.min(until))),
+                    revoked: parsed.revoked.clone(),
+                })
+            }
+            None => {
+                guard.carried = None;
+                parsed
+            }
+        };
+        guard.view = Some(view.clone());
+        Ok(view)
     }
 }
 

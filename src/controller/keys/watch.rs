@@ -82,7 +82,10 @@ pub fn start(
         }
         (None, other) => {
             let (name, kind) = other.secret().unwrap_or(("", SecretKind::Keys));
-            let cache = Arc::new(KeyCache::new(kind));
+            let cache = Arc::new(KeyCache::new(
+                kind,
+                Duration::from_secs(u64::from(config.jwks_max_age)),
+            ));
             let key = ObjectRef::<Secret>::new(name).within(opns);
             let (secret_task, secrets) =
                 signing_secret(client, &key, &cache, &publish, &inputs.resign_all);
