@@ -394,6 +394,7 @@ async fn main() -> anyhow::Result<()> {
             addr: dev.addr.clone(),
             auth: VaultAuth::Token(TokenSource::Value("root".into())),
             ca_file: None,
+            refresh: Duration::from_secs(30),
         })?);
         let keys = vault::open(
             &v,

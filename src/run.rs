@@ -70,6 +70,9 @@ pub struct RunArgs {
     /// A CA bundle (PEM) Vault's certificate chains to.
     #[arg(long, env = "VAULT_CACERT")]
     vault_ca_file: Option<PathBuf>,
+    /// How often the transit key's versions are read again (a rotation in Vault).
+    #[arg(long, default_value_t = 30)]
+    vault_refresh_seconds: u64,
     /// Do not create the signing Secret when it is absent.
     #[arg(long)]
     no_create_signing_secret: bool,
@@ -226,6 +229,7 @@ fn vault_config(args: &RunArgs) -> Option<crate::controller::keys::vault::VaultC
         addr,
         auth,
         ca_file: args.vault_ca_file.clone(),
+        refresh: std::time::Duration::from_secs(args.vault_refresh_seconds.max(1)),
     })
 }
 

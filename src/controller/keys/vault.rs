@@ -123,6 +123,8 @@ pub struct VaultConfig {
     pub auth: VaultAuth,
     /// A CA bundle (PEM) Vault's certificate chains to, beside the system's.
     pub ca_file: Option<std::path::PathBuf>,
+    /// How often the key's versions are read again (a rotation in Vault is a new version).
+    pub refresh: Duration,
 }
 
 /// Why the transit key cannot be used (said in the cards' `Signed` condition).
@@ -173,6 +175,11 @@ fn request_error(what: &str, reason: impl std::fmt::Display) -> VaultError {
 }
 
 impl Vault {
+    /// How often the key's versions are read again.
+    pub fn refresh(&self) -> Duration {
+        self.config.refresh
+    }
+
     /// A connection to `config`'s Vault (no request made yet).
     pub fn new(config: VaultConfig) -> Result<Vault, VaultError> {
         if config.addr.is_empty() {

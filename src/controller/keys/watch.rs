@@ -130,10 +130,6 @@ enum Opener {
     Broken(String),
 }
 
-/// How often the keys of a Vault transit key are read again (a rotation in Vault is a new
-/// key version: published first, signing one JWKS max-age later).
-const VAULT_REFRESH: Duration = Duration::from_secs(30);
-
 impl Opener {
     async fn open(&self) -> Result<Keys, String> {
         match self {
@@ -152,7 +148,12 @@ impl Opener {
 
     /// When to read the keys again once open (`None`: they do not change underneath).
     fn refresh(&self) -> Option<Duration> {
-        matches!(self, Opener::Vault(..)).then_some(VAULT_REFRESH)
+        match self {
+            // A rotation in Vault is a new key version: published first, signing one JWKS
+            // max-age later.
+            Opener::Vault(vault, _) => Some(vault.refresh()),
+            _ => None,
+        }
     }
 
     fn name(&self) -> &'static str {
@@ -164,7 +165,7 @@ impl Opener {
 }
 
 /// Open the held key in the background, retrying with backoff until it opens (and, for Vault,
-/// reading its versions again every [`VAULT_REFRESH`]); each new outcome goes to the returned
+/// reading its versions again every `--vault-refresh-seconds`); each new outcome goes to the returned
 /// receiver, and new keys ask for the JWKS to be published and every card to be signed. Once
 /// open, a failed refresh keeps the keys it had (signing then says what Vault answers).
 fn held_key(
