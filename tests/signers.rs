@@ -668,3 +668,253 @@ async fn a_revoked_key_leaves_the_jwks_at_once_and_every_card_it_signed_is_signe
         "{out}"
     );
 }
+
+/// A Vault dev server (`server -dev`, in memory, root token `root`), killed with its process
+/// group when dropped.
+struct DevVault {
+    child: std::process::Child,
+    addr: String,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for DevVault {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl DevVault {
+    async fn start() -> DevVault {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(dir.path().join("vault.log")).unwrap();
+        let child = Command::new(support::tools::Tool::Vault.path())
+            .args(["server", "-dev", "-dev-root-token-id=root"])
+            .arg(format!("-dev-listen-address=127.0.0.1:{port}"))
+            .env("HOME", dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("starting vault");
+        let vault = DevVault {
+            child,
+            addr: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+            _dir: dir,
+        };
+        let up = support::plane::wait_for(std::time::Duration::from_secs(60), || async {
+            vault.call("GET", "sys/health", None).await.is_ok()
+        })
+        .await;
+        assert!(up.is_ok(), "vault did not start: {}", vault.log());
+        vault
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("vault.log")).unwrap_or_default()
+    }
+
+    /// One request with the root token: its JSON answer, or the status and body.
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self
+            .http
+            .request(method, format!("{}/v1/{path}", self.addr))
+            .header("X-Vault-Token", "root");
+        if let Some(b) = body {
+            req = req.body(b.to_string());
+        }
+        let resp = req.send().await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{status}: {text}"));
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn must(&self, method: &str, path: &str, body: Value) -> Value {
+        self.call(method, path, Some(body))
+            .await
+            .unwrap_or_else(|e| panic!("vault {method} {path}: {e}"))
+    }
+}
+
+/// The policy the operator's Vault role holds: read the key, sign with it (or, `sign: false`,
+/// only read).
+fn vault_policy(sign: bool) -> Value {
+    let mut hcl = String::from("path \"transit/keys/cards\" { capabilities = [\"read\"] }\n");
+    if sign {
+        hcl.push_str("path \"transit/sign/cards\" { capabilities = [\"update\"] }\n");
+    }
+    json!({"policy": hcl})
+}
+
+#[tokio::test]
+async fn cards_signed_by_vault_transit_with_kubernetes_auth_verify_and_a_vault_that_refuses_is_a_condition(
+) {
+    let mut p = Platform::start(&[]).await;
+    let vault = DevVault::start().await;
+    vault
+        .must("POST", "sys/mounts/transit", json!({"type": "transit"}))
+        .await;
+    vault
+        .must("POST", "transit/keys/cards", json!({"type": "ecdsa-p256"}))
+        .await;
+    vault
+        .must("PUT", "sys/policies/acl/cards-sign", vault_policy(true))
+        .await;
+
+    // Vault's Kubernetes auth against this plane: a reviewer ServiceAccount allowed to review
+    // tokens, and the operator's own ServiceAccount, whose token the operator logs in with.
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig()).unwrap();
+    let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+    let ca = cluster
+        .certificate_authority_data
+        .clone()
+        .map(|d| String::from_utf8(STANDARD.decode(d).unwrap()).unwrap());
+    let ca = ca.unwrap_or_else(|| {
+        std::fs::read_to_string(cluster.certificate_authority.as_ref().unwrap()).unwrap()
+    });
+    let kubectl = |args: &[&str]| support::kubectl(kubeconfig(), args);
+    for sa in ["vault-reviewer", "agentcard-operator"] {
+        kubectl(&["create", "serviceaccount", sa, "-n", &p.opns]);
+    }
+    let binding = format!("vault-reviewer-{}", p.opns);
+    kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=system:auth-delegator",
+        &format!("--serviceaccount={}:vault-reviewer", p.opns),
+    ]);
+    let reviewer = kubectl(&[
+        "create",
+        "token",
+        "vault-reviewer",
+        "-n",
+        &p.opns,
+        "--duration=1h",
+    ]);
+    vault
+        .must("POST", "sys/auth/kubernetes", json!({"type": "kubernetes"}))
+        .await;
+    vault
+        .must(
+            "POST",
+            "auth/kubernetes/config",
+            json!({"kubernetes_host": cluster.server.clone().unwrap(), "kubernetes_ca_cert": ca,
+                   "token_reviewer_jwt": reviewer.trim(), "disable_local_ca_jwt": true}),
+        )
+        .await;
+    vault
+        .must(
+            "POST",
+            "auth/kubernetes/role/agentcard",
+            json!({"bound_service_account_names": ["agentcard-operator"],
+                   "bound_service_account_namespaces": [p.opns], "token_policies": ["cards-sign"],
+                   "token_ttl": "1h"}),
+        )
+        .await;
+    let token_dir = tempfile::tempdir().unwrap();
+    let sa_token = token_dir.path().join("token");
+    std::fs::write(
+        &sa_token,
+        kubectl(&[
+            "create",
+            "token",
+            "agentcard-operator",
+            "-n",
+            &p.opns,
+            "--duration=1h",
+        ]),
+    )
+    .unwrap();
+
+    // The operator signs with the transit key, logged in as its ServiceAccount.
+    p.op.kill();
+    let sa_token_path = sa_token.display().to_string();
+    let mut flags: Vec<String> = OPERATOR_FLAGS.iter().map(|s| s.to_string()).collect();
+    flags.extend(
+        [
+            "--signer",
+            "hashivault://cards",
+            "--vault-addr",
+            &vault.addr,
+            "--vault-k8s-role",
+            "agentcard",
+            "--vault-k8s-token-file",
+            &sa_token_path,
+            "--vault-refresh-seconds",
+            "2",
+            "--jwks-max-age",
+            "3",
+        ]
+        .map(str::to_string),
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    p.op = Operator::start_on(kubeconfig(), &p.opns, None, &flags);
+    let t = Tenant::new(&p, &format!("vault-{}", rand_tag())).await;
+    let host = format!("vault-{}.open.test", rand_tag());
+    t.apply(&card("a", &host, "/a")).await.unwrap();
+    let c = wait_card(&p, &t.ns, "a", "Ready", |c| {
+        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    wait_served(&p, &host, &card_path("/a"), hash_of(&c).as_deref()).await;
+    let served = p.get(&host, &card_path("/a")).body;
+    assert_eq!(header(&served)["kid"], "cards-v1");
+    both_sdks_verify(&served, &p.get(&host, PATH_JWKS).body, "cards-v1");
+
+    // A rotation in Vault is a new key version: published first, then signing.
+    vault
+        .must("POST", "transit/keys/cards/rotate", json!({}))
+        .await;
+    let rotated = wait_signed_again(&p, &t, &host, &hash_of(&c).unwrap(), "a").await;
+    let resigned = p.get(&host, &card_path("/a")).body;
+    assert_eq!(header(&resigned)["kid"], "cards-v2");
+    let jwks = p.get(&host, PATH_JWKS).body;
+    assert!(
+        String::from_utf8_lossy(&jwks).contains("cards-v1"),
+        "v1 stays published"
+    );
+    both_sdks_verify(&resigned, &jwks, "cards-v2");
+
+    // A Vault that refuses to sign (the role's policy no longer allows it): the edit is not
+    // published, the condition names the backend and Vault's answer, and the last good card
+    // stays served.
+    vault
+        .must("PUT", "sys/policies/acl/cards-sign", vault_policy(false))
+        .await;
+    let mut edit = card("a", &host, "/a");
+    edit["spec"]["card"]["description"] = json!("Edited while Vault refuses.");
+    t.apply(&edit).await.unwrap();
+    wait_card(&p, &t.ns, "a", "Signed=False (Vault refuses)", |c| {
+        signed(c).is_some_and(|(s, _, m)| {
+            s == "False" && m.contains("hashivault") && m.contains("permission denied")
+        })
+    })
+    .await;
+    assert_eq!(p.get(&host, &card_path("/a")).body, resigned);
+
+    // Allowed again: the edit is published.
+    vault
+        .must("PUT", "sys/policies/acl/cards-sign", vault_policy(true))
+        .await;
+    wait_signed_again(&p, &t, &host, &hash_of(&rotated).unwrap(), "a").await;
+    let last = p.get(&host, &card_path("/a")).body;
+    assert!(String::from_utf8_lossy(&last).contains("Vault refuses"));
+    both_sdks_verify(&last, &p.get(&host, PATH_JWKS).body, "cards-v2");
+    kubectl(&["delete", "clusterrolebinding", &binding]);
+}

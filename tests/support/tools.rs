@@ -1,4 +1,4 @@
-//! The Go tools the tests use (helm, Traefik, actionlint, Prometheus and promtool, the Gateway API CRDs), built once from Go modules
+//! The Go tools the tests use (helm, Traefik, actionlint, Prometheus and promtool, Vault, the Gateway API CRDs), built once from Go modules
 //! by `tests/tools/build` and cached outside the repository. A tool that cannot be built fails
 //! the test with the build's output: tests never skip.
 //!
@@ -27,6 +27,9 @@ pub enum Tool {
     Prometheus,
     /// promtool, from the same module: checks and unit-tests rule files.
     Promtool,
+    /// Vault (`server -dev`: its transit engine and Kubernetes auth), built from
+    /// `github.com/hashicorp/vault`.
+    Vault,
 }
 
 impl Tool {
@@ -39,6 +42,7 @@ impl Tool {
             Tool::Actionlint => "actionlint",
             Tool::Prometheus => "prometheus",
             Tool::Promtool => "promtool",
+            Tool::Vault => "vault",
         }
     }
 
@@ -51,6 +55,7 @@ impl Tool {
             Tool::Actionlint => "AGENTCARD_TOOL_ACTIONLINT",
             Tool::Prometheus => "AGENTCARD_TOOL_PROMETHEUS",
             Tool::Promtool => "AGENTCARD_TOOL_PROMTOOL",
+            Tool::Vault => "AGENTCARD_TOOL_VAULT",
         }
     }
 
@@ -61,6 +66,7 @@ impl Tool {
         static ACTIONLINT: OnceLock<PathBuf> = OnceLock::new();
         static PROMETHEUS: OnceLock<PathBuf> = OnceLock::new();
         static PROMTOOL: OnceLock<PathBuf> = OnceLock::new();
+        static VAULT: OnceLock<PathBuf> = OnceLock::new();
         match self {
             Tool::Helm => &HELM,
             Tool::Traefik => &TRAEFIK,
@@ -68,6 +74,7 @@ impl Tool {
             Tool::Actionlint => &ACTIONLINT,
             Tool::Prometheus => &PROMETHEUS,
             Tool::Promtool => &PROMTOOL,
+            Tool::Vault => &VAULT,
         }
     }
 
