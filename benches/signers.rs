@@ -524,7 +524,7 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_default();
     let revoked_at = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
-        .args(["keys", "revoke", &leaked, "-n", &op_ns])
+        .args(["keys", "revoke", "-n", &op_ns, "--", &leaked])
         .env("KUBECONFIG", &kubeconfig)
         .output()?;
     anyhow::ensure!(

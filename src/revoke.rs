@@ -44,7 +44,8 @@ struct SecretArgs {
 
 #[derive(Debug, clap::Args)]
 struct RevokeArgs {
-    /// The key id to revoke.
+    /// The key id to revoke (thumbprint key ids may start with `-`: they are taken as given).
+    #[arg(allow_hyphen_values = true)]
     kid: String,
     #[command(flatten)]
     secret: SecretArgs,

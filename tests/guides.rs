@@ -1,9 +1,9 @@
 //! The guides in `docs/guides/` run as written: every `sh` block of every guide its index
 //! lists, in the index's order, in one bash per guide (`set -euo pipefail`), against the local
 //! plane with an operator running (allowed hosts `*.example.com`), `agentcard-operator` on
-//! `PATH`, `SERVER` pointing at the operator's card server and `NS` at a namespace of this
-//! run. A guide whose commands stop working fails here; a guide the index does not list, or
-//! one with no shell block, fails too.
+//! `PATH`, `SERVER` pointing at the operator's card server, `NS` at a namespace of this run
+//! and `OPERATOR_NS` at the operator's. A guide whose commands stop working fails here; a
+//! guide the index does not list, or one with no shell block, fails too.
 
 mod support;
 
@@ -110,6 +110,7 @@ async fn every_guide_runs_on_the_local_plane() {
             .env("KUBECONFIG", kubeconfig())
             .env("PATH", &path)
             .env("NS", &ns)
+            .env("OPERATOR_NS", &opns)
             .env("SERVER", format!("http://{}", op.server.addr))
             .output()
             .unwrap();

@@ -424,6 +424,9 @@ fn softhsm_token(label: &str, pin: &str, key: &str) -> tempfile::TempDir {
 
 #[tokio::test]
 async fn cards_signed_by_a_key_in_a_softhsm2_token_verify_and_token_failures_are_conditions() {
+    let mut p = Platform::start(&[]).await;
+    // The token is made once this test holds the plane: the other tests of this binary wait in
+    // `Platform::start`, so setting SOFTHSM2_CONF for the operators started here races nobody.
     let token = softhsm_token("cards", "1234", "card-key");
     let pin = token.path().join("pin");
     std::fs::write(&pin, "1234\n").unwrap();
@@ -431,7 +434,19 @@ async fn cards_signed_by_a_key_in_a_softhsm2_token_verify_and_token_failures_are
         "pkcs11:token=cards;object=card-key?pin-source={}",
         pin.display()
     );
-    let p = Platform::start(&["--signer", &uri, "--pkcs11-module", SOFTHSM_MODULE]).await;
+    let restart = |opns: &str, signer: String| {
+        let mut flags: Vec<String> = OPERATOR_FLAGS.iter().map(|s| s.to_string()).collect();
+        flags.extend([
+            "--signer".into(),
+            signer,
+            "--pkcs11-module".into(),
+            SOFTHSM_MODULE.into(),
+        ]);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Operator::start_on(kubeconfig(), opns, None, &flags)
+    };
+    p.op.kill();
+    p.op = restart(&p.opns, uri.clone());
     let t = Tenant::new(&p, &format!("hsm-{}", rand_tag())).await;
     let host = format!("hsm-{}.open.test", rand_tag());
     t.apply(&card("a", &host, "/a")).await.unwrap();
@@ -484,20 +499,8 @@ async fn cards_signed_by_a_key_in_a_softhsm2_token_verify_and_token_failures_are
     // why it is not signed (naming the backend), and the last good card stays served.
     let served_hash = hash_of(&c).unwrap();
     std::fs::write(&pin, "9999\n").unwrap();
-    let mut p = p;
     p.op.kill();
-    let restart = |signer: String| {
-        let mut flags: Vec<String> = OPERATOR_FLAGS.iter().map(|s| s.to_string()).collect();
-        flags.extend([
-            "--signer".into(),
-            signer,
-            "--pkcs11-module".into(),
-            SOFTHSM_MODULE.into(),
-        ]);
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        Operator::start_on(kubeconfig(), &p.opns, None, &flags)
-    };
-    p.op = restart(uri.clone());
+    p.op = restart(&p.opns, uri.clone());
     let mut edit = card("a", &host, "/a");
     edit["spec"]["card"]["description"] = json!("Edited while the token refuses.");
     t.apply(&edit).await.unwrap();
@@ -515,10 +518,13 @@ async fn cards_signed_by_a_key_in_a_softhsm2_token_verify_and_token_failures_are
 
     std::fs::write(&pin, "1234\n").unwrap();
     p.op.kill();
-    p.op = restart(format!(
-        "pkcs11:token=cards;object=no-such-key?pin-source={}",
-        pin.display()
-    ));
+    p.op = restart(
+        &p.opns,
+        format!(
+            "pkcs11:token=cards;object=no-such-key?pin-source={}",
+            pin.display()
+        ),
+    );
     wait_card(&p, &t.ns, "a", "Signed=False (no key)", |c| {
         signed(c).is_some_and(|(s, _, m)| {
             s == "False" && m.contains("no private key with label \"no-such-key\"")
@@ -530,7 +536,7 @@ async fn cards_signed_by_a_key_in_a_softhsm2_token_verify_and_token_failures_are
 
     // The right key again: the edit is published, signed by the token.
     p.op.kill();
-    p.op = restart(uri);
+    p.op = restart(&p.opns, uri);
     wait_signed_again(&p, &t, &host, &served_hash, "a").await;
     let last = p.get(&host, &card_path("/a")).body;
     assert!(String::from_utf8_lossy(&last).contains("the token refuses"));
@@ -609,7 +615,7 @@ async fn a_revoked_key_leaves_the_jwks_at_once_and_every_card_it_signed_is_signe
     // A kid the Secret does not hold is refused, naming the keys there.
     let (ok, out) = keys_cli(&["revoke", "nope", "-n", &p.opns]);
     assert!(!ok && out.contains("holds no key \"nope\""), "{out}");
-    let (ok, out) = keys_cli(&["revoke", &leaked, "-n", &p.opns]);
+    let (ok, out) = keys_cli(&["revoke", "-n", &p.opns, "--", &leaked]);
     assert!(ok, "{out}");
     assert!(out.contains("spare-1"), "{out}");
 
