@@ -153,20 +153,8 @@ async fn main() -> anyhow::Result<()> {
     let n = env_usize("CARDS", 100);
     let concurrency = env_usize("CONCURRENCY", 16);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let plane_dir = tempfile::tempdir()?;
-    let kubeconfig = match std::env::var_os("AGENTCARD_TEST_KUBECONFIG").filter(|k| !k.is_empty()) {
-        Some(k) => PathBuf::from(k),
-        None => {
-            let ok = Command::new("bash")
-                .arg(root.join("tests/controlplane/start"))
-                .arg(plane_dir.path())
-                .stdout(Stdio::null())
-                .status()?;
-            anyhow::ensure!(ok.success(), "the control plane did not start");
-            plane_dir.path().join("kubeconfig")
-        }
-    };
-    let own_plane = std::env::var_os("AGENTCARD_TEST_KUBECONFIG").is_none_or(|k| k.is_empty());
+    let plane = BenchPlane::start(&root)?;
+    let kubeconfig = plane.kubeconfig.clone();
     let config = Config::from_custom_kubeconfig(
         Kubeconfig::read_from(&kubeconfig)?,
         &KubeConfigOptions::default(),
@@ -357,11 +345,6 @@ async fn main() -> anyhow::Result<()> {
     for name in [&op_ns, &ns] {
         let _ = namespaces.delete(name, &Default::default()).await;
     }
-    if own_plane {
-        let _ = Command::new("bash")
-            .arg(root.join("tests/controlplane/stop"))
-            .arg(plane_dir.path())
-            .status();
-    }
+    drop(plane);
     Ok(())
 }

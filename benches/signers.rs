@@ -30,9 +30,8 @@ use base64::Engine;
 use futures::{stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
-use kube::{Client, Config};
+use kube::Client;
 use serde_json::json;
 
 #[path = "support/load.rs"]
@@ -169,25 +168,6 @@ async fn dev_vault(bin: &Path, http: &reqwest::Client) -> anyhow::Result<DevVaul
     .await?
     .error_for_status()?;
     Ok(vault)
-}
-
-/// The plane this benchmark started, stopped when dropped (also when the benchmark fails).
-struct OwnPlane {
-    root: PathBuf,
-    dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for OwnPlane {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            let _ = Command::new("bash")
-                .arg(self.root.join("tests/controlplane/stop"))
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
 }
 
 /// Sign `input` `n` times with `key`; the latencies, sorted.
@@ -407,31 +387,9 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // 2. All Ready per backend, and 3. revocation, on the plane.
-    let mut plane = OwnPlane {
-        root: root.clone(),
-        dir: None,
-    };
-    let kubeconfig = match std::env::var_os("AGENTCARD_TEST_KUBECONFIG").filter(|k| !k.is_empty()) {
-        Some(k) => PathBuf::from(k),
-        None => {
-            let plane_dir = plane.dir.insert(tempfile::tempdir()?);
-            eprintln!("starting a control plane in {}", plane_dir.path().display());
-            let ok = Command::new("bash")
-                .arg(root.join("tests/controlplane/start"))
-                .arg(plane_dir.path())
-                .stdout(Stdio::null())
-                .status()?;
-            anyhow::ensure!(ok.success(), "the control plane did not start");
-            plane_dir.path().join("kubeconfig")
-        }
-    };
-    let client = Client::try_from(
-        Config::from_custom_kubeconfig(
-            Kubeconfig::read_from(&kubeconfig)?,
-            &KubeConfigOptions::default(),
-        )
-        .await?,
-    )?;
+    let plane = BenchPlane::start(&root)?;
+    let kubeconfig = plane.kubeconfig.clone();
+    let client = plane.client().await?;
     let st = Command::new("kubectl")
         .args(["apply", "--server-side", "-f"])
         .arg(root.join("crds"))

@@ -1,5 +1,5 @@
-//! What the load benchmarks share (included by path): reading the environment, quantiles, a
-//! process's peak memory and CPU time, waiting for earlier runs' namespaces, the operator's
+//! What the load benchmarks share (included by path): the plane they run on ([`BenchPlane`]),
+//! reading the environment, quantiles, a process's peak memory and CPU time, waiting for earlier runs' namespaces, the operator's
 //! process and metrics, and the floor: the writes the operator makes for `n` new cards, made
 //! directly from its own pure build step with no operator running.
 
@@ -18,6 +18,71 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
 use tokio::sync::Mutex;
+
+/// The control plane a load benchmark runs on: the running local plane
+/// `AGENTCARD_TEST_KUBECONFIG` names (never `KUBECONFIG`: it may name a real cluster), or one
+/// it starts (`tests/controlplane/start`), stopped when this is dropped, also when the
+/// benchmark fails.
+pub struct BenchPlane {
+    /// Its kubeconfig.
+    pub kubeconfig: std::path::PathBuf,
+    root: std::path::PathBuf,
+    own: Option<tempfile::TempDir>,
+}
+
+impl BenchPlane {
+    /// The shared plane, or a new one of this run's (the repository at `root`).
+    pub fn start(root: &std::path::Path) -> anyhow::Result<BenchPlane> {
+        if let Some(k) = std::env::var_os("AGENTCARD_TEST_KUBECONFIG").filter(|k| !k.is_empty()) {
+            return Ok(BenchPlane {
+                kubeconfig: k.into(),
+                root: root.to_path_buf(),
+                own: None,
+            });
+        }
+        let dir = tempfile::tempdir()?;
+        eprintln!("starting a control plane in {}", dir.path().display());
+        let ok = Command::new("bash")
+            .arg(root.join("tests/controlplane/start"))
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        anyhow::ensure!(ok.success(), "the control plane did not start");
+        Ok(BenchPlane {
+            kubeconfig: dir.path().join("kubeconfig"),
+            root: root.to_path_buf(),
+            own: Some(dir),
+        })
+    }
+
+    /// Whether this run started it (and stops it).
+    pub fn is_own(&self) -> bool {
+        self.own.is_some()
+    }
+
+    /// A client of it.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&self.kubeconfig)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        Ok(Client::try_from(config)?)
+    }
+}
+
+impl Drop for BenchPlane {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.own {
+            let _ = Command::new("bash")
+                .arg(self.root.join("tests/controlplane/stop"))
+                .arg(dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
 
 /// `name` from the environment as a number, else `default`.
 pub fn env_usize(name: &str, default: usize) -> usize {
