@@ -63,11 +63,10 @@ pub struct Keys {
     pub revoked: BTreeSet<String>,
 }
 
-/// The key ids a Secret's `agentcard.dev/revoked-keys` annotation lists.
-pub fn revoked_kids(secret: &Secret) -> BTreeSet<String> {
-    secret
-        .annotations()
-        .get(ANN_REVOKED_KEYS)
+/// The key ids a comma-separated annotation lists, in order (none when absent).
+fn kid_list(annotations: &BTreeMap<String, String>, name: &str) -> Vec<String> {
+    annotations
+        .get(name)
         .map(|v| {
             v.split(',')
                 .map(str::trim)
@@ -76,6 +75,13 @@ pub fn revoked_kids(secret: &Secret) -> BTreeSet<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The key ids a Secret's `agentcard.dev/revoked-keys` annotation lists.
+pub fn revoked_kids(secret: &Secret) -> BTreeSet<String> {
+    kid_list(secret.annotations(), ANN_REVOKED_KEYS)
+        .into_iter()
+        .collect()
 }
 
 /// What is wrong with a signing Secret (said in the cards' conditions, naming the entry).
@@ -190,16 +196,7 @@ pub struct Rotation {
 impl Rotation {
     /// The rotation recorded on a JWKS ConfigMap (empty for one written before staged rotation).
     pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Rotation {
-        let signing = annotations
-            .get(ANN_SIGNING_KEYS)
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|k| !k.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let signing = kid_list(annotations, ANN_SIGNING_KEYS);
         let published = annotations
             .get(ANN_KEYS_PUBLISHED)
             .and_then(|v| serde_json::from_str::<BTreeMap<String, String>>(v).ok())
