@@ -173,6 +173,19 @@ fn signed(c: &AgentCard) -> Option<(String, String, String)> {
     condition(c, "Signed")
 }
 
+/// Apply card `a` at `host` + `/a` as tenant `t`, wait until it is Ready and served: the card
+/// and the served bytes.
+async fn publish_first(p: &Platform, t: &Tenant, host: &str) -> (AgentCard, Vec<u8>) {
+    t.apply(&card("a", host, "/a")).await.unwrap();
+    let c = wait_card(p, &t.ns, "a", "Ready", |c| {
+        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    wait_served(p, host, &card_path("/a"), hash_of(&c).as_deref()).await;
+    let served = p.get(host, &card_path("/a")).body;
+    (c, served)
+}
+
 /// Wait until card `name` (served at `/<name>`) is Ready with a content hash other than
 /// `not`, and served with it.
 async fn wait_signed_again(
@@ -209,13 +222,7 @@ async fn cards_signed_with_a_cert_manager_certificate_carry_its_chain_and_verify
 
     let t = Tenant::new(&p, &format!("tls-{}", rand_tag())).await;
     let host = format!("tls-{}.open.test", rand_tag());
-    t.apply(&card("a", &host, "/a")).await.unwrap();
-    let c = wait_card(&p, &t.ns, "a", "Ready", |c| {
-        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
-    wait_served(&p, &host, &card_path("/a"), hash_of(&c).as_deref()).await;
-    let served = p.get(&host, &card_path("/a")).body;
+    let (c, served) = publish_first(&p, &t, &host).await;
     let jwks = p.get(&host, PATH_JWKS).body;
     let h = header(&served);
     let kid = h["kid"].as_str().unwrap().to_string();
@@ -449,13 +456,7 @@ async fn cards_signed_by_a_key_in_a_softhsm2_token_verify_and_token_failures_are
     p.op = restart(&p.opns, uri.clone());
     let t = Tenant::new(&p, &format!("hsm-{}", rand_tag())).await;
     let host = format!("hsm-{}.open.test", rand_tag());
-    t.apply(&card("a", &host, "/a")).await.unwrap();
-    let c = wait_card(&p, &t.ns, "a", "Ready", |c| {
-        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
-    wait_served(&p, &host, &card_path("/a"), hash_of(&c).as_deref()).await;
-    let served = p.get(&host, &card_path("/a")).body;
+    let (c, served) = publish_first(&p, &t, &host).await;
     let jwks = p.get(&host, PATH_JWKS).body;
     let kid = header(&served)["kid"].as_str().unwrap().to_string();
     assert_eq!(
@@ -873,13 +874,7 @@ async fn cards_signed_by_vault_transit_with_kubernetes_auth_verify_and_a_vault_t
     p.op = Operator::start_on(kubeconfig(), &p.opns, None, &flags);
     let t = Tenant::new(&p, &format!("vault-{}", rand_tag())).await;
     let host = format!("vault-{}.open.test", rand_tag());
-    t.apply(&card("a", &host, "/a")).await.unwrap();
-    let c = wait_card(&p, &t.ns, "a", "Ready", |c| {
-        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
-    wait_served(&p, &host, &card_path("/a"), hash_of(&c).as_deref()).await;
-    let served = p.get(&host, &card_path("/a")).body;
+    let (c, served) = publish_first(&p, &t, &host).await;
     assert_eq!(header(&served)["kid"], "cards-v1");
     both_sdks_verify(&served, &p.get(&host, PATH_JWKS).body, "cards-v1");
 
