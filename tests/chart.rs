@@ -101,6 +101,28 @@ fn the_chart_lints_and_its_schema_refuses_unknown_keys() {
     }
 }
 
+/// The chart values the guides show (a `yaml` block starting `# <file>.yaml: chart values`)
+/// pass `helm lint --strict` and the schema, and change what is rendered.
+#[test]
+fn the_values_the_guides_show_pass_the_schema_and_take_effect() {
+    let shown = support::guides::chart_values();
+    assert!(!shown.is_empty(), "no guide shows chart values");
+    let default = of_kind(&render(&[]), "Deployment")[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    for (guide, file, text) in shown {
+        let path = dir.path().join(&file);
+        std::fs::write(&path, &text).unwrap();
+        let path = path.to_str().unwrap();
+        ok(helm(&["lint", "--strict", CHART, "-f", path]));
+        let docs = render(&["-f", path]);
+        let deployment = of_kind(&docs, "Deployment")[0].clone();
+        assert_ne!(
+            deployment["spec"]["template"], default["spec"]["template"],
+            "{guide}: {file} changes nothing the chart renders"
+        );
+    }
+}
+
 #[test]
 fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_crds() {
     for extra in [&[][..], &["-f", "tests/data/chart/all-values.yaml"][..]] {

@@ -22,8 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentcard_operator::crd::AgentCard;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
@@ -254,85 +253,6 @@ fn assert_hardened(pod: &Pod) {
         Err(Some(30)),
         "{name}: a write to its root filesystem did not fail with EROFS: {write:?}"
     );
-}
-
-/// A stand-in agent `name` of the tenant: the operator's own image serving a card from a
-/// ConfigMap volume, on any name it is reached by, and on `host` also a directory of it
-/// (`/v1/agents`); its Deployment carries `labels`, its Service's port `app_protocol`.
-struct StandIn<'a> {
-    name: &'a str,
-    host: &'a str,
-    card_name: &'a str,
-    labels: Value,
-    app_protocol: Option<&'a str>,
-}
-
-async fn start_agent(client: &Client, image: &str, agent: &StandIn<'_>) {
-    let StandIn { name, host, .. } = *agent;
-    let card = json!({
-        "name": agent.card_name, "description": "Says what it hears.", "version": "2.0.0",
-        "supportedInterfaces": [{"url": format!("http://{name}.team.svc:80/"),
-            "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-        "capabilities": {}, "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "echo", "name": "Echo", "description": "Echoes text.", "tags": ["echo"]}]
-    });
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": format!("{name}-card")},
-        "data": {format!("{host}.json"): card.to_string()}
-    }))
-    .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), TENANT)
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
-    let restricted = json!({
-        "runAsNonRoot": true, "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}
-    });
-    let deploy: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": agent.labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "automountServiceAccountToken": false,
-                    "containers": [{
-                        "name": "agent", "image": image, "imagePullPolicy": "Never",
-                        "args": ["serve", "--from-dir", "/cards", "--fallback-host", host,
-                                 "--directory-host", host],
-                        "ports": [{"name": "http", "containerPort": 8080},
-                                  {"name": "admin", "containerPort": 8081}],
-                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"},
-                                           "periodSeconds": 2},
-                        "securityContext": restricted,
-                        "volumeMounts": [{"name": "cards", "mountPath": "/cards"}]
-                    }],
-                    "volumes": [{"name": "cards", "configMap": {"name": format!("{name}-card")}}]
-                }
-            }
-        }
-    }))
-    .unwrap();
-    Api::<Deployment>::namespaced(client.clone(), TENANT)
-        .create(&PostParams::default(), &deploy)
-        .await
-        .unwrap();
-    let mut port = json!({"name": "http", "port": 80, "targetPort": "http"});
-    if let Some(p) = agent.app_protocol {
-        port["appProtocol"] = json!(p);
-    }
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"selector": {"app": name}, "ports": [port]}
-    }))
-    .unwrap();
-    Api::<Service>::namespaced(client.clone(), TENANT)
-        .create(&PostParams::default(), &svc)
-        .await
-        .unwrap();
 }
 
 /// The API server's address and port, from the `default/kubernetes` EndpointSlice.
@@ -582,10 +502,11 @@ async fn inside_the_node() {
         )
         .await
         .unwrap();
-    start_agent(
+    node::start_agent(
         &client,
+        TENANT,
         &image,
-        &StandIn {
+        &node::StandIn {
             name: "echo",
             host: HOST,
             card_name: "Echo",
@@ -699,10 +620,11 @@ async fn inside_the_node() {
     // 4a. Discovery: a second agent, its Deployment labelled as kagenti labels A2A agents and
     //     its Service's port marked `appProtocol: a2a`, gets a card nobody wrote, at the
     //     templated host, served through Traefik and verified by the Python SDK.
-    start_agent(
+    node::start_agent(
         &client,
+        TENANT,
         &image,
-        &StandIn {
+        &node::StandIn {
             name: "helper",
             host: DISCOVERED_HOST,
             card_name: "Helper",

@@ -4,6 +4,7 @@
 pub mod cards;
 pub mod cluster;
 pub mod directory;
+pub mod guides;
 pub mod http;
 pub mod image;
 pub mod netns;

@@ -8,6 +8,12 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+
 use super::root;
 use super::tools::Tool;
 
@@ -99,4 +105,89 @@ pub fn ctr(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A stand-in agent `name` in namespace `ns`: the operator's own image serving a card from a
+/// ConfigMap volume, on any name it is reached by, and on `host` also a directory of it
+/// (`/v1/agents`); its Deployment carries `labels`, its Service's port `app_protocol`.
+pub struct StandIn<'a> {
+    /// Its Deployment's, Service's and card ConfigMap's (`<name>-card`) name.
+    pub name: &'a str,
+    /// The host it also serves its directory on.
+    pub host: &'a str,
+    /// Its card's `name`.
+    pub card_name: &'a str,
+    /// Its Deployment's labels.
+    pub labels: Value,
+    /// Its Service port's `appProtocol`, if any.
+    pub app_protocol: Option<&'a str>,
+}
+
+/// Create agent `agent` in `ns` (ConfigMap, Deployment, Service) from `image`.
+pub async fn start_agent(client: &Client, ns: &str, image: &str, agent: &StandIn<'_>) {
+    let StandIn { name, host, .. } = *agent;
+    let card = json!({
+        "name": agent.card_name, "description": "Says what it hears.", "version": "2.0.0",
+        "supportedInterfaces": [{"url": format!("http://{name}.{ns}.svc:80/"),
+            "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "capabilities": {}, "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "echo", "name": "Echo", "description": "Echoes text.", "tags": ["echo"]}]
+    });
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": format!("{name}-card")},
+        "data": {format!("{host}.json"): card.to_string()}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let restricted = json!({
+        "runAsNonRoot": true, "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}
+    });
+    let deploy: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": agent.labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "containers": [{
+                        "name": "agent", "image": image, "imagePullPolicy": "Never",
+                        "args": ["serve", "--from-dir", "/cards", "--fallback-host", host,
+                                 "--directory-host", host],
+                        "ports": [{"name": "http", "containerPort": 8080},
+                                  {"name": "admin", "containerPort": 8081}],
+                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"},
+                                           "periodSeconds": 2},
+                        "securityContext": restricted,
+                        "volumeMounts": [{"name": "cards", "mountPath": "/cards"}]
+                    }],
+                    "volumes": [{"name": "cards", "configMap": {"name": format!("{name}-card")}}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &deploy)
+        .await
+        .unwrap();
+    let mut port = json!({"name": "http", "port": 80, "targetPort": "http"});
+    if let Some(p) = agent.app_protocol {
+        port["appProtocol"] = json!(p);
+    }
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [port]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
 }
