@@ -269,12 +269,15 @@ async fn kubectl_explain_describes_every_field_of_our_resources() {
             .ok()?;
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
         let schemas = &doc["components"]["schemas"];
-        let both = ["AgentCard", "AgentDirectory", "AgentDiscovery"]
-            .iter()
-            .all(|k| {
-                schemas[format!("dev.agentcard.v1alpha1.{k}")]["properties"]["spec"].is_object()
-            });
-        both.then_some(doc)
+        let all = [
+            "AgentCard",
+            "AgentDirectory",
+            "AgentDiscovery",
+            "AgentCardApproval",
+        ]
+        .iter()
+        .all(|k| schemas[format!("dev.agentcard.v1alpha1.{k}")]["properties"]["spec"].is_object());
+        all.then_some(doc)
     };
     let mut doc = None;
     for _ in 0..120 {
@@ -285,11 +288,27 @@ async fn kubectl_explain_describes_every_field_of_our_resources() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let doc = doc.expect("the API server publishes our resources' OpenAPI v3 within a minute");
-    for (resource, root) in [
+    let resources = [
         ("agentcards", "dev.agentcard.v1alpha1.AgentCard"),
         ("agentdirectories", "dev.agentcard.v1alpha1.AgentDirectory"),
         ("agentdiscoveries", "dev.agentcard.v1alpha1.AgentDiscovery"),
-    ] {
+        (
+            "agentcardapprovals",
+            "dev.agentcard.v1alpha1.AgentCardApproval",
+        ),
+    ];
+    // Every CRD the operator ships is walked (a new resource cannot be left out).
+    let crds = agentcard_operator::crd::crds_yaml().unwrap();
+    let crds: Vec<serde_json::Value> = agentcard_operator::yaml::from_str_multiple(&crds).unwrap();
+    let mut shipped: Vec<String> = crds
+        .iter()
+        .map(|c| c["spec"]["names"]["plural"].as_str().unwrap().to_string())
+        .collect();
+    shipped.sort();
+    let mut walked: Vec<String> = resources.iter().map(|(r, _)| r.to_string()).collect();
+    walked.sort();
+    assert_eq!(walked, shipped, "the resources walked are the CRDs shipped");
+    for (resource, root) in resources {
         let top = support::kubectl(kubeconfig, &["explain", resource]);
         let about = top
             .split("DESCRIPTION:")
