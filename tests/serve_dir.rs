@@ -379,6 +379,62 @@ fn file_changes_are_served_without_restart_and_broken_files_keep_the_last_versio
     .expect("removed host gone");
 }
 
+/// The value of the counter `name` on the server's `/metrics`.
+fn counter(s: &Server, name: &str) -> f64 {
+    let m =
+        String::from_utf8(request(s.admin, "GET", "/metrics", &[("Host", "admin")]).body).unwrap();
+    m.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{m}"))
+}
+
+#[test]
+fn changes_are_learnt_from_the_file_system_without_rescanning_the_directory() {
+    // A directory of many cards: scanned once at start, then only the files the file system
+    // names are looked at again (inotify), however many others there are.
+    let dir = card_dir();
+    let minimal = support::vectors().join("cards/v1-minimal.signed.json");
+    for i in 0..500 {
+        std::fs::copy(
+            &minimal,
+            dir.path().join(format!("agent-{i}.example.com.json")),
+        )
+        .unwrap();
+    }
+    let s = serve(dir.path(), &[]);
+    assert_eq!(s.get("agent-499.example.com", CARD, &[]).status, 200);
+    assert_eq!(counter(&s, "agentcard_card_dir_scans_total"), 1.0);
+    // Some time idle: no scan, no file looked at.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(counter(&s, "agentcard_card_dir_scans_total"), 1.0);
+    assert_eq!(counter(&s, "agentcard_card_dir_file_looks_total"), 0.0);
+
+    // A changed, a new and a removed card are each served as they are now.
+    let full = std::fs::read(support::vectors().join("cards/v1-full.signed.json")).unwrap();
+    std::fs::write(dir.path().join("agent-7.example.com.json"), &full).unwrap();
+    std::fs::copy(&minimal, dir.path().join("agent-new.example.com.json")).unwrap();
+    std::fs::remove_file(dir.path().join("agent-8.example.com.json")).unwrap();
+    eventually(Duration::from_secs(10), || {
+        (s.get("agent-7.example.com", CARD, &[]).body == full).then_some(())
+    })
+    .expect("the changed card is served");
+    eventually(Duration::from_secs(10), || {
+        (s.get("agent-new.example.com", CARD, &[]).status == 200).then_some(())
+    })
+    .expect("the new card is served");
+    eventually(Duration::from_secs(10), || {
+        (s.get("agent-8.example.com", CARD, &[]).status == 404).then_some(())
+    })
+    .expect("the removed card is gone");
+    assert_eq!(
+        counter(&s, "agentcard_card_dir_scans_total"),
+        1.0,
+        "the directory was scanned again"
+    );
+    let looks = counter(&s, "agentcard_card_dir_file_looks_total");
+    assert!((3.0..100.0).contains(&looks), "{looks} files looked at");
+}
+
 /// How many of the server's threads answer the public port (those named `http-<i>`).
 fn http_threads(s: &Server) -> usize {
     let tasks = std::fs::read_dir(format!("/proc/{}/task", s.pid())).unwrap();

@@ -71,8 +71,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             _ => Index::new(),
         }));
         let mut authorizer = None;
+        let mut registry = prometheus_client::registry::Registry::default();
         let feed = match &args.from_dir {
             Some(dir) => {
+                let dir_metrics = source_dir::DirMetrics::default();
+                dir_metrics.register(&mut registry);
                 let opts = source_dir::DirOptions {
                     max_age: args.max_age,
                     legacy: args.legacy_path,
@@ -84,6 +87,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                         content.clone(),
                         opts,
                         args.directory_host.clone(),
+                        dir_metrics,
                     ),
                     tracing::info_span!("card_dir", dir = %dir.display()),
                 ))
@@ -117,7 +121,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             }
         };
         let limits = args.server.limits();
-        let registry = prometheus_client::registry::Registry::default();
         let mut servers = Servers::bind(
             args.listen,
             args.admin_listen,
