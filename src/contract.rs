@@ -30,6 +30,11 @@ pub const KEY_FEED: &str = "feed.json.gz";
 pub const PUBLISHED_SELECTOR: &str =
     "app.kubernetes.io/managed-by=agentcard-operator,agentcard.dev/content";
 
+/// [`LABEL_CONTENT`] of the ConfigMap holding a card's extended card (never served publicly).
+pub const CONTENT_EXTENDED: &str = "extended-card";
+/// ConfigMap key holding the exact extended card bytes (the file the agent mounts).
+pub const KEY_EXTENDED: &str = "extended-agent-card.json";
+
 /// ConfigMap key holding the exact card bytes served.
 pub const KEY_CARD: &str = "agent-card.json";
 /// ConfigMap key holding the JWKS bytes served.
@@ -112,6 +117,14 @@ pub const LABEL_CARD_UID: &str = "agentcard.dev/card-uid";
 /// `agentcard-<name>`, shortened with a hash suffix when that exceeds the 253-character limit.
 pub fn card_configmap_name(card_name: &str) -> String {
     bounded_name(&format!("agentcard-{card_name}"), card_name, 253)
+}
+
+/// Name of the ConfigMap holding the extended card of the AgentCard `name` (in the card's
+/// namespace): `extended-agentcard-<name>`, shortened like [`card_configmap_name`]. It starts
+/// unlike every `agentcard-…` name, so no card's public ConfigMap can take another's extended
+/// one's name.
+pub fn extended_configmap_name(card_name: &str) -> String {
+    bounded_name(&format!("extended-agentcard-{card_name}"), card_name, 253)
 }
 
 /// `readable` when it fits in `max` characters, else its head plus `-` and 8 hex digits of the

@@ -1438,3 +1438,215 @@ async fn two_installations_with_different_keys_hold_a_shared_card_instead_of_fig
         stopped.elapsed()
     );
 }
+
+/// The extended card's ConfigMap bytes, if it exists.
+async fn extended_bytes(client: &Client, ns: &str, card: &str) -> Option<String> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    cms.get_opt(&extended_configmap_name(card))
+        .await
+        .ok()??
+        .data?
+        .get(KEY_EXTENDED)
+        .cloned()
+}
+
+fn parse_card(body: &str) -> agentcard_operator::a2a::AgentCard {
+    agentcard_operator::a2a::AgentCard::from_json_lenient(body.as_bytes()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_card_is_a_signed_superset_published_with_the_public_card() {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+
+    let s = setup("extended", &[]).await;
+    let host = host("ext", &s.ns.name);
+    let mut m = example("weather", &host);
+    m["spec"]["extendedCard"] = json!({
+        "description": "Forecasts, alerts and the forty-year archive, for signed-in partners.",
+        "skills": [{"id": "archive", "name": "Archive", "description": "Past weather of a place.",
+                    "tags": ["weather", "history"], "securityRequirements": [{"schemes": {"partner": {"list": []}}}]}],
+        "supportedInterfaces": [{"url": format!("https://{host}/a2a/rest"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}],
+        "securitySchemes": {"partner": {"mtlsSecurityScheme": {"description": "partner certificates"}}}
+    });
+    apply(&s.cards, &m).await.unwrap();
+    let card = wait_card(&s.cards, "weather", &s.operator, "Ready", ready).await;
+    let status = card.status.clone().unwrap();
+    let ext_status = status.extended_card.clone().expect("status.extendedCard");
+    assert_eq!(ext_status.config_map, "extended-agentcard-weather");
+
+    // The extended card: its own ConfigMap, owned by the card, its hash on the status.
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let cm = cms.get("extended-agentcard-weather").await.unwrap();
+    let owner = &cm.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("AgentCard", "weather", Some(true))
+    );
+    let ext_body = cm.data.unwrap()[KEY_EXTENDED].clone();
+    assert_eq!(content_hash(ext_body.as_bytes()), ext_status.content_hash);
+
+    // The public card served advertises it and lists nothing of it.
+    let served = support::http::eventually(Duration::from_secs(10), || {
+        let r = s.operator.get(&host, PATH_CARD);
+        (r.status == 200).then_some(r)
+    })
+    .expect("the card is served");
+    let public = parse_card(std::str::from_utf8(&served.body).unwrap());
+    assert_eq!(public.capabilities.extended_agent_card, Some(true));
+    assert!(!public.skills.iter().any(|s| s.id == "archive"));
+    assert!(!String::from_utf8_lossy(&served.body).contains("forty-year"));
+    let extended = parse_card(&ext_body);
+    let ids: Vec<&str> = extended.skills.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["forecast", "alerts", "archive"]);
+    assert!(
+        agentcard_operator::a2a::extended::missing(&public, &extended).is_empty(),
+        "the extended card lacks something of the public one"
+    );
+
+    // Both official SDKs verify both cards with the JWKS the operator publishes.
+    let jwks = s.operator.get(&host, PATH_JWKS);
+    assert_eq!(jwks.status, 200);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("jwks.json"), &jwks.body).unwrap();
+    std::fs::write(dir.path().join("public.json"), &served.body).unwrap();
+    std::fs::write(dir.path().join("extended.json"), &ext_body).unwrap();
+    let files = [
+        dir.path().join("public.json"),
+        dir.path().join("extended.json"),
+    ];
+    for sdk in [support::Sdk::Python, support::Sdk::Js] {
+        for v in support::sdk_verify(sdk, &dir.path().join("jwks.json"), &files) {
+            assert!(v.valid, "{sdk:?} rejects a card: {:?}", v.error);
+        }
+    }
+
+    // An edit of the public card updates both, the extended card first: a watch of the
+    // namespace's ConfigMaps shows the extended card's write before the public card's.
+    let list = cms.list(&ListParams::default()).await.unwrap();
+    let from = list.metadata.resource_version.unwrap();
+    let mut events = cms
+        .watch(&WatchParams::default().labels(LABEL_MANAGED_BY), &from)
+        .await
+        .unwrap()
+        .boxed();
+    m["spec"]["card"]["skills"][0]["description"] = json!("Hourly, daily and ten-day forecasts.");
+    apply(&s.cards, &m).await.unwrap();
+    let mut order = Vec::new();
+    while order.len() < 2 {
+        let next = tokio::time::timeout(Duration::from_secs(60), events.next())
+            .await
+            .expect("both ConfigMaps change")
+            .expect("the watch goes on")
+            .unwrap();
+        if let WatchEvent::Modified(cm) = next {
+            let body = cm.data.as_ref().and_then(|d| d.values().next().cloned());
+            if body.is_some_and(|b| b.contains("ten-day")) {
+                order.push(cm.name_any());
+            }
+        }
+    }
+    assert_eq!(order, ["extended-agentcard-weather", "agentcard-weather"]);
+    wait_card(
+        &s.cards,
+        "weather",
+        &s.operator,
+        "Ready at generation 2",
+        |c| ready(c) && c.metadata.generation == Some(2),
+    )
+    .await;
+    let extended = parse_card(
+        &extended_bytes(&s.client, &s.ns.name, "weather")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        extended.skills[0].description,
+        "Hourly, daily and ten-day forecasts."
+    );
+
+    // An extended card that would hide or change a public skill is refused with the field
+    // named; both cards stay as they were.
+    let (good_public, good_ext) = (
+        served_bytes(&s.client, &s.ns.name, "weather")
+            .await
+            .unwrap(),
+        extended_bytes(&s.client, &s.ns.name, "weather")
+            .await
+            .unwrap(),
+    );
+    let mut bad = m.clone();
+    bad["spec"]["extendedCard"]["skills"][0]["id"] = json!("forecast");
+    bad["spec"]["extendedCard"]["skills"][0]["name"] = json!("");
+    apply(&s.cards, &bad).await.unwrap();
+    let card = wait_card(&s.cards, "weather", &s.operator, "Ready=False", |c| {
+        condition(c, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "InvalidSpec")
+    })
+    .await;
+    let (_, _, message) = condition(&card, "Ready").unwrap();
+    assert!(
+        message.contains("spec.extendedCard.skills[0].id") && message.contains("public card"),
+        "{message}"
+    );
+    assert_eq!(
+        served_bytes(&s.client, &s.ns.name, "weather")
+            .await
+            .unwrap(),
+        good_public
+    );
+    assert_eq!(
+        extended_bytes(&s.client, &s.ns.name, "weather")
+            .await
+            .unwrap(),
+        good_ext
+    );
+    let mut blank = m.clone();
+    blank["spec"]["extendedCard"]["skills"][0]["name"] = json!("");
+    apply(&s.cards, &blank).await.unwrap();
+    let card = wait_card(
+        &s.cards,
+        "weather",
+        &s.operator,
+        "a nameless extra skill refused",
+        |c| {
+            condition(c, "Ready").is_some_and(|(st, _, m)| st == "False" && m.contains("name"))
+                && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
+        },
+    )
+    .await;
+    let (_, _, message) = condition(&card, "Ready").unwrap();
+    assert!(
+        message.contains("spec.extendedCard.skills[0].name"),
+        "{message}"
+    );
+
+    // Without spec.extendedCard: the capability is off and the extended card is gone.
+    let mut plain = m.clone();
+    plain["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("extendedCard");
+    apply(&s.cards, &plain).await.unwrap();
+    let card = wait_card(
+        &s.cards,
+        "weather",
+        &s.operator,
+        "Ready without extendedCard",
+        |c| ready(c) && c.status.as_ref().is_some_and(|s| s.extended_card.is_none()),
+    )
+    .await;
+    let public = parse_card(
+        &served_bytes(&s.client, &s.ns.name, "weather")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(public.capabilities.extended_agent_card, None);
+    assert!(card.status.unwrap().extended_card.is_none());
+    wait_for(Duration::from_secs(30), || async {
+        cms.get_opt("extended-agentcard-weather")
+            .await
+            .is_ok_and(|c| c.is_none())
+    })
+    .await
+    .expect("the extended card's ConfigMap is deleted");
+}

@@ -40,6 +40,7 @@ use crate::a2a::card::AgentCard as A2aCard;
     printcolumn = r#"{"name":"Approval","type":"string","jsonPath":".status.approval"}"#,
     printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.revision","priority":1}"#,
     printcolumn = r#"{"name":"Hash","type":"string","jsonPath":".status.contentHash","priority":1}"#,
+    printcolumn = r#"{"name":"Extended","type":"string","jsonPath":".status.extendedCard.contentHash","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -85,6 +86,52 @@ pub struct AgentCardSpec {
     /// answers 410 Gone for a while, then 404).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<Box<Lifecycle>>,
+    /// The authenticated extended card (A2A `GetExtendedAgentCard`): what callers who prove
+    /// who they are get beyond the public card. Declared as additions to the public card, so
+    /// the extended card is the public card and more; it is validated and signed with the same
+    /// keys, kept in the ConfigMap `extended-agentcard-<name>` of this namespace for the agent
+    /// to mount and serve, and the public card says `capabilities.extendedAgentCard: true`
+    /// while it is published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_card: Option<Box<ExtendedCard>>,
+}
+
+/// What authenticated callers get beyond the public card. Everything listed is added to the
+/// public card; nothing of it can be removed or changed (only the description may be replaced
+/// by a longer one).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtendedCard {
+    /// Replaces the card's description in the extended card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Skills only authenticated callers see, after the public card's (ids must differ from
+    /// the public card's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<crate::a2a::card::AgentSkill>,
+    /// Interfaces only authenticated callers see, after the public card's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub supported_interfaces: Vec<crate::a2a::card::AgentInterface>,
+    /// Security schemes added to the public card's (names must differ from the public
+    /// card's); the added skills may require them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub security_schemes: BTreeMap<String, crate::a2a::card::SecurityScheme>,
+    /// Extensions added to `capabilities.extensions`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<crate::a2a::card::AgentExtension>,
+}
+
+impl ExtendedCard {
+    /// The additions as the A2A core lays them over the public card.
+    pub fn overlay(&self) -> crate::a2a::extended::Overlay<'_> {
+        crate::a2a::extended::Overlay {
+            description: self.description.as_deref(),
+            skills: &self.skills,
+            supported_interfaces: &self.supported_interfaces,
+            security_schemes: &self.security_schemes,
+            extensions: &self.extensions,
+        }
+    }
 }
 
 /// The lifecycle of a published agent.
@@ -424,6 +471,20 @@ pub struct AgentCardStatus {
     /// The approvals in one line for `kubectl get` (`directory=approved,other=pending`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<String>,
+    /// With `spec.extendedCard`: the extended card published with the served public card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_card: Option<ExtendedCardStatus>,
+}
+
+/// The published extended card.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtendedCardStatus {
+    /// The ConfigMap of the card's namespace holding its exact signed bytes (key
+    /// `extended-agent-card.json`), for the agent to mount.
+    pub config_map: String,
+    /// Hash of those bytes (the ETag they are served with, without quotes).
+    pub content_hash: String,
 }
 
 /// Whether a directory that requires approval may list the card.

@@ -9,8 +9,8 @@ pub mod revision;
 
 pub use agentcard::{
     AgentCard, AgentCardSpec, AgentCardStatus, ApprovalState, ApprovalStatus, Compatibility,
-    Defaults, Drift, DriftMode, Lifecycle, LifecycleState, Overrides, ServedLifecycle, ServedRoute,
-    Source, SourceService, SourceStatus, Successor,
+    Defaults, Drift, DriftMode, ExtendedCard, ExtendedCardStatus, Lifecycle, LifecycleState,
+    Overrides, ServedLifecycle, ServedRoute, Source, SourceService, SourceStatus, Successor,
 };
 pub use agentcardapproval::{AgentCardApproval, AgentCardApprovalSpec, CardRef, Decision};
 pub use agentdirectory::{

@@ -31,8 +31,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::compact::{digest, operator_annotations, ANN_LAST_APPLIED};
 use crate::contract::{
-    card_configmap_name, CONTENT_CARD, CONTENT_FEED, CONTENT_FEED_PART, CONTENT_JWKS, KEY_CARD,
-    KEY_FEED, KEY_JWKS, LABEL_CONTENT,
+    card_configmap_name, extended_configmap_name, CONTENT_CARD, CONTENT_EXTENDED, CONTENT_FEED,
+    CONTENT_FEED_PART, CONTENT_JWKS, KEY_CARD, KEY_EXTENDED, KEY_FEED, KEY_JWKS, LABEL_CONTENT,
 };
 
 /// One owner reference, as [`MetaView::owners`] lists it.
@@ -383,6 +383,8 @@ impl SeenConfigMap {
     /// tenant labels as the operator's costs every replica a few bytes, not its size:
     /// - a card ([`CONTENT_CARD`]) controlled by an AgentCard and named as the operator names
     ///   that card's ConfigMap ([`card_configmap_name`]): its metadata and [`KEY_CARD`];
+    /// - a card's extended card ([`CONTENT_EXTENDED`]), the same way under its own name
+    ///   ([`extended_configmap_name`]) and key ([`KEY_EXTENDED`]);
     /// - the JWKS and the change-feed logs, in `operator_namespace` only: their metadata and
     ///   their one key;
     /// - anything else: what identifies it (name, namespace, uid, resourceVersion) and no
@@ -390,7 +392,14 @@ impl SeenConfigMap {
     ///   operator's, as it is.
     pub fn keep_only_ours(&mut self, operator_namespace: &str) {
         let key = match self.seen.label(LABEL_CONTENT) {
-            Some(CONTENT_CARD) if self.is_a_cards_own() => Some(KEY_CARD),
+            Some(CONTENT_CARD) if self.is_a_cards_own(KEY_CARD, card_configmap_name) => {
+                Some(KEY_CARD)
+            }
+            Some(CONTENT_EXTENDED)
+                if self.is_a_cards_own(KEY_EXTENDED, extended_configmap_name) =>
+            {
+                Some(KEY_EXTENDED)
+            }
             Some(CONTENT_JWKS) if self.in_namespace(operator_namespace) => Some(KEY_JWKS),
             Some(CONTENT_FEED | CONTENT_FEED_PART) if self.in_namespace(operator_namespace) => {
                 Some(KEY_FEED)
@@ -421,15 +430,16 @@ impl SeenConfigMap {
 
     /// Controlled by an AgentCard (of the version the operator writes, which the garbage
     /// collector resolves: a reference to an AgentCard that does not exist goes with its
-    /// ConfigMap) whose ConfigMap has this name, holding no more than a published card may.
-    fn is_a_cards_own(&self) -> bool {
+    /// ConfigMap) whose ConfigMap of this content is named so (`name` of the card's name),
+    /// holding no more under `key` than a published card may.
+    fn is_a_cards_own(&self, key: &str, name: fn(&str) -> String) -> bool {
         let fits = self
-            .bytes(KEY_CARD)
+            .bytes(key)
             .is_none_or(|b| b.len() <= crate::a2a::validate::MAX_CARD_BYTES);
         fits && self.seen.controller().is_some_and(|o| {
             o.kind == "AgentCard"
                 && o.api_version == CARD_API_VERSION
-                && self.metadata.name.as_deref() == Some(card_configmap_name(o.name).as_str())
+                && self.metadata.name.as_deref() == Some(name(o.name).as_str())
         })
     }
 }
@@ -531,7 +541,7 @@ mod tests {
             "labels": {crate::contract::LABEL_MANAGED_BY: "agentcard-operator", LABEL_CONTENT: content},
             "annotations": {"big": "y".repeat(4096)},
             "ownerReferences": owners},
-            "data": {KEY_CARD: "{}", KEY_JWKS: "{}", KEY_FEED: "x", "extra": "z".repeat(100_000)}}))
+            "data": {KEY_CARD: "{}", KEY_EXTENDED: "{}", KEY_JWKS: "{}", KEY_FEED: "x", "extra": "z".repeat(100_000)}}))
         .unwrap()
     }
 
@@ -561,6 +571,16 @@ mod tests {
             !own.holds_data(&want),
             "keys were dropped: not what the operator wrote"
         );
+        // A card's extended card: its one key, under its own name.
+        let mut extended = configmap(
+            "team",
+            "extended-agentcard-a",
+            CONTENT_EXTENDED,
+            Some(("AgentCard", "a")),
+        );
+        extended.keep_only_ours("ops");
+        assert_eq!(extended.text(KEY_EXTENDED), Some("{}"));
+        assert!(extended.bytes(KEY_CARD).is_none() && extended.bytes("extra").is_none());
         // Forged: another name than its card's, another kind of owner, no owner, the
         // operator's own kinds outside its namespace, an unknown content: a few bytes each.
         for (ns, name, content, owner) in [
@@ -572,6 +592,19 @@ mod tests {
                 Some(("Deployment", "a")),
             ),
             ("team", "agentcard-a", CONTENT_CARD, None),
+            // The public card's name with the extended card's content, and the reverse.
+            (
+                "team",
+                "agentcard-a",
+                CONTENT_EXTENDED,
+                Some(("AgentCard", "a")),
+            ),
+            (
+                "team",
+                "extended-agentcard-a",
+                CONTENT_CARD,
+                Some(("AgentCard", "a")),
+            ),
             ("team", "agentcard-jwks", CONTENT_JWKS, None),
             (
                 "team",

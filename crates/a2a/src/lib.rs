@@ -16,6 +16,7 @@ pub mod card;
 pub mod compat;
 pub mod did;
 pub mod drift;
+pub mod extended;
 pub mod import;
 pub mod jws;
 pub mod keys;

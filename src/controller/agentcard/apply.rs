@@ -16,7 +16,7 @@ use kube::api::{Api, DynamicObject};
 use kube::{Client, Resource, ResourceExt};
 
 use super::build::Built;
-use super::card::{backend_ingress_name, card_key, configmap_name, ingress_name};
+use super::card::{backend_ingress_name, card_key, ingress_name};
 use crate::contract::{ANN_CARD, LABEL_CARD_UID};
 use crate::controller::config::Settings;
 use crate::controller::error::Error;
@@ -35,6 +35,8 @@ use crate::store::{MetaView, SeenConfigMap, SeenIngress};
 pub struct Existing<'a> {
     /// The card's ConfigMap.
     pub configmap: Option<&'a SeenConfigMap>,
+    /// The card's extended-card ConfigMap.
+    pub extended: Option<Arc<SeenConfigMap>>,
     /// The Ingress in the operator's namespace.
     pub ingress: Option<Arc<SeenIngress>>,
     /// The backend Ingress in the card's namespace.
@@ -58,6 +60,7 @@ impl<'a> Existing<'a> {
         let backend = backend_ingress_name(card);
         Existing {
             configmap,
+            extended: written.extended_configmap(card),
             ingress: written.ingress(opns, &public),
             backend: written.ingress(&ns, &backend),
             route: written.route(opns, &public),
@@ -98,31 +101,54 @@ pub async fn apply(
     existing: &Existing<'_>,
     written: &Written,
 ) -> Result<(), Error> {
-    write_configmap(client, built, card, existing, written).await?;
+    // The public card advertises the extended card: the extended card is written before it
+    // and removed after the public card stopped advertising it.
+    if let Some(e) = &built.extended {
+        let have = existing.extended.as_deref();
+        write_card_configmap(client, &e.configmap, card, have, written).await?;
+    }
+    write_card_configmap(client, &built.configmap, card, existing.configmap, written).await?;
+    if built.extended.is_none() {
+        remove_extended(client, card, existing.extended.as_deref()).await?;
+    }
     write_card_routes(client, built, card, settings, existing, &written.memo).await?;
     write_backend(client, built, card, existing, &written.memo).await?;
     remove_replaced_routes(client, built, card, settings, existing).await
 }
 
-/// The ConfigMap with the served bytes.
-async fn write_configmap(
+/// Delete the card's extended-card ConfigMap `have`, when it is the card's.
+async fn remove_extended(
     client: &Client,
-    built: &Built,
     card: &AgentCard,
-    existing: &Existing<'_>,
+    have: Option<&SeenConfigMap>,
+) -> Result<(), Error> {
+    let Some(cm) = have.filter(|cm| owned_by_card(&cm.seen, card)) else {
+        return Ok(());
+    };
+    let cms: Api<ConfigMap> =
+        Api::namespaced(client.clone(), &card.namespace().unwrap_or_default());
+    delete_if_present(&cms, &cm.name_any()).await
+}
+
+/// A ConfigMap of the card (`want`, as `have` is now), through [`write`]'s rules.
+async fn write_card_configmap(
+    client: &Client,
+    want: &ConfigMap,
+    card: &AgentCard,
+    have: Option<&SeenConfigMap>,
     written: &Written,
 ) -> Result<(), Error> {
     let ns = card.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let cm_version = existing.configmap.and_then(|c| c.resource_version());
+    let cm_version = have.and_then(|c| c.resource_version());
     let wrote = write(
         &cms,
-        &built.configmap,
-        existing.configmap,
+        want,
+        have,
         Rules {
             ours: |m: &dyn MetaView| owned_by_card(m, card),
-            current: |h: Option<&SeenConfigMap>| configmap_current(h, &built.configmap),
-            removals: |h: &SeenConfigMap| configmap_removals(h, &built.configmap),
+            current: |h: Option<&SeenConfigMap>| configmap_current(h, want),
+            removals: |h: &SeenConfigMap| configmap_removals(h, want),
         },
         &(),
         &written.memo,
@@ -136,9 +162,9 @@ async fn write_configmap(
         written.configmaps_written.remember(
             "ConfigMap",
             &ns,
-            &configmap_name(card),
+            &want.name_any(),
             cm_version.as_deref(),
-            SeenConfigMap::from(built.configmap.clone()),
+            SeenConfigMap::from(want.clone()),
         );
     }
     Ok(())
@@ -283,6 +309,7 @@ async fn remove_local(
     existing: &Existing<'_>,
 ) -> Result<bool, Error> {
     let ns = card.namespace().unwrap_or_default();
+    remove_extended(client, card, existing.extended.as_deref()).await?;
     if let Some(cm) = existing
         .configmap
         .filter(|cm| owned_by_card(&cm.seen, card))

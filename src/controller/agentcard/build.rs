@@ -66,6 +66,8 @@ pub struct Built {
     pub recheck: Option<std::time::Duration>,
     /// The revision number of the bytes (filled by [`super::revisions::record`]).
     pub revision: Option<i64>,
+    /// The extended card, with `spec.extendedCard` (filled by [`super::extended::build`]).
+    pub extended: Option<super::extended::BuiltExtended>,
 }
 
 impl Built {
@@ -127,14 +129,15 @@ pub fn build(
         successor_problem: None,
         retired_at: None,
         recheck: None,
+        extended: None,
     })
 }
 
 /// The bytes served, and what identifies them.
-struct Signed {
-    body: String,
-    hash: String,
-    key_id: String,
+pub(super) struct Signed {
+    pub(super) body: String,
+    pub(super) hash: String,
+    pub(super) key_id: String,
 }
 
 /// The effective card signed by `signers` (the previous signatures reused where they still
@@ -144,9 +147,20 @@ fn signed_body(
     signers: &[SigningKey],
     previous: Option<&SeenConfigMap>,
 ) -> Result<Signed, Error> {
+    let previous = previous.and_then(|cm| cm.bytes(KEY_CARD)).map(|b| &b[..]);
+    sign_published(card, &effective_card(card), signers, previous)
+}
+
+/// `a2a` (a card `card` publishes) signed by `signers`, reusing the signatures of `previous`
+/// (the bytes published before) where they still hold, in its published form.
+pub(super) fn sign_published(
+    card: &AgentCard,
+    a2a: &A2aCard,
+    signers: &[SigningKey],
+    previous: Option<&[u8]>,
+) -> Result<Signed, Error> {
     let jku = format!("{}{PATH_JWKS}", public_base(card));
     let previous_signatures = previous
-        .and_then(|cm| cm.bytes(KEY_CARD))
         .and_then(|b| A2aCard::from_json_lenient(b).ok())
         .map(|c| c.signatures)
         .unwrap_or_default();
@@ -154,12 +168,7 @@ fn signed_body(
         .first()
         .map(SigningKey::kid)
         .ok_or_else(|| Error::Internal("no signing key".into()))?;
-    let signed = sign_card_reusing(
-        &effective_card(card),
-        signers,
-        Some(&jku),
-        &previous_signatures,
-    )?;
+    let signed = sign_card_reusing(a2a, signers, Some(&jku), &previous_signatures)?;
     let bytes = published_bytes(
         &signed,
         PublishOptions {
@@ -210,14 +219,14 @@ fn published_at(
 }
 
 /// What marks an object as written for the card: labels, the card annotation, its owner.
-struct Marks {
-    labels: serde_json::Value,
-    card_ref: String,
-    owner: Vec<OwnerReference>,
+pub(super) struct Marks {
+    pub(super) labels: serde_json::Value,
+    pub(super) card_ref: String,
+    pub(super) owner: Vec<OwnerReference>,
 }
 
 impl Marks {
-    fn of(card: &AgentCard) -> Marks {
+    pub(super) fn of(card: &AgentCard) -> Marks {
         Marks {
             labels: json!({
                 LABEL_MANAGED_BY: MANAGER,
@@ -430,7 +439,8 @@ pub(crate) mod tests {
         }
     }
 
-    fn card(extra: serde_json::Value) -> AgentCard {
+    /// A card `weather` of namespace `agents` with `extra` merged over it.
+    pub(crate) fn card(extra: serde_json::Value) -> AgentCard {
         let mut v = json!({
             "apiVersion": "agentcard.dev/v1alpha1",
             "kind": "AgentCard",
@@ -460,7 +470,8 @@ pub(crate) mod tests {
         }
     }
 
-    fn now() -> jiff::Timestamp {
+    /// The time every build of these tests runs at.
+    pub(crate) fn now() -> jiff::Timestamp {
         "2026-01-01T00:00:00Z".parse().unwrap()
     }
 

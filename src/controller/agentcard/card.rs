@@ -65,8 +65,25 @@ pub fn effective_card(card: &AgentCard) -> A2aCard {
         a2a.supported_interfaces.retain(|i| i.url != iface.url);
         a2a.supported_interfaces.insert(0, iface);
     }
+    if card.spec.extended_card.is_some() {
+        a2a.capabilities.extended_agent_card = Some(true);
+    }
     a2a
 }
+
+/// The extended card, with `spec.extendedCard`: the effective public card with the additions
+/// over it ([`crate::a2a::extended::extend`]); the problems name `spec.extendedCard.…` paths.
+pub fn extended_card(card: &AgentCard) -> Option<Result<A2aCard, crate::a2a::Problems>> {
+    let overlay = card.spec.extended_card.as_deref()?.overlay();
+    let public = effective_card(card);
+    Some(
+        crate::a2a::extended::extend(&public, &overlay)
+            .map_err(|p| crate::a2a::Problems(p).with_prefix(EXTENDED_SPEC)),
+    )
+}
+
+/// Where the extended card's additions are written in an AgentCard.
+pub const EXTENDED_SPEC: &str = "spec.extendedCard";
 
 /// `internal` (the agent's own URL, e.g. `http://echo.team.svc:9999/rest`) under `public` (the
 /// backend's public base): `https://<host><backend path>/rest`; the agent's root is the base.

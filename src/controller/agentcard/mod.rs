@@ -1,7 +1,8 @@
 //! The AgentCard reconciler. Each reconcile walks the pipeline once, every stage taking the
 //! previous one's output: [`source`] (an imported card: fetch or keep the last good one) →
 //! [`validate`] (pure) → [`claim`] (the route in the claims table) → [`build`] (pure:
-//! everything written, signed) → [`apply`] (writes) → [`drift`] (a published card with a
+//! everything written, signed) → [`extended`] (pure: the extended card, with
+//! `spec.extendedCard`) → [`apply`] (writes) → [`drift`] (a published card with a
 //! backend: the agent's own card compared with it) → [`status`] (pure next status, one
 //! write). [`card`] holds what every stage derives from the spec. A stage that fails stops the
 //! pipeline before anything is written, so the last good card stays served; the status and a
@@ -21,6 +22,7 @@ pub mod claim;
 pub mod compatibility;
 pub mod contest;
 pub mod drift;
+pub mod extended;
 pub mod lifecycle;
 pub mod reach;
 pub mod revisions;
@@ -326,6 +328,10 @@ async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Ou
         now,
     )?;
     ctx.limits.check_size(built.served_len())?;
+    built.extended = extended::build(card, &signers.keys, existing.extended.as_deref())?;
+    if let Some(e) = &built.extended {
+        ctx.limits.check_size(e.len())?;
+    }
     built.served.lifecycle = life.served;
     built.successor_problem = life.problem;
     built.retired_at = life.retired_at;

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::card::{backend_path, effective_card, prefix};
+use super::card::{backend_path, effective_card, extended_card, prefix, EXTENDED_SPEC};
 use crate::a2a::validate::{lint, validate as validate_card, LintOptions};
 use crate::a2a::{Problem, Problems};
 use crate::contract::{host_matches, patterns};
@@ -46,10 +46,37 @@ pub fn card(card: &AgentCard) -> Result<Vec<String>, Error> {
             Problems(errors).with_prefix("spec.card"),
         ));
     }
+    extended(card, &effective)?;
     Ok(lint(&effective, LintOptions { public: true })
         .into_iter()
         .map(|p| Problems(vec![p]).with_prefix("spec.card").to_string())
         .collect())
+}
+
+/// The extended card (with `spec.extendedCard`): its additions do not collide with the public
+/// card, the whole is a valid A2A card (an error in an addition is named where the spec wrote
+/// it), and nothing of the public card is missing from it.
+fn extended(card: &AgentCard, public: &crate::a2a::AgentCard) -> Result<(), Error> {
+    let (Some(spec), Some(built)) = (card.spec.extended_card.as_deref(), extended_card(card))
+    else {
+        return Ok(());
+    };
+    let extended = built.map_err(Error::InvalidSpec)?;
+    let overlay = spec.overlay();
+    let mut problems: Vec<Problem> = validate_card(&extended)
+        .into_iter()
+        .filter_map(|p| {
+            let path = crate::a2a::extended::overlay_path(public, &overlay, &p.path)?;
+            Some(Problem { path, ..p })
+        })
+        .collect();
+    problems.extend(crate::a2a::extended::missing(public, &extended));
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidSpec(
+        Problems(problems).with_prefix(EXTENDED_SPEC),
+    ))
 }
 
 /// Whether namespace `namespace` (with `annotations`) may publish on `host`; the error names

@@ -150,13 +150,21 @@ impl Written {
     /// The card's ConfigMap: as the operator last wrote it while the watch has not shown
     /// that write yet, else as the watch last saw it.
     pub fn configmap(&self, card: &AgentCard) -> Option<Arc<SeenConfigMap>> {
-        let ns = card.namespace().unwrap_or_default();
-        let name = configmap_name(card);
-        let stored = self.configmaps.get(&ObjectRef::new(&name).within(&ns));
+        self.configmap_named(&card.namespace().unwrap_or_default(), &configmap_name(card))
+    }
+
+    /// The card's extended-card ConfigMap, the same way as [`Self::configmap`].
+    pub fn extended_configmap(&self, card: &AgentCard) -> Option<Arc<SeenConfigMap>> {
+        let name = crate::contract::extended_configmap_name(&card.name_any());
+        self.configmap_named(&card.namespace().unwrap_or_default(), &name)
+    }
+
+    fn configmap_named(&self, ns: &str, name: &str) -> Option<Arc<SeenConfigMap>> {
+        let stored = self.configmaps.get(&ObjectRef::new(name).within(ns));
         let version = stored.as_ref().and_then(|c| c.resource_version());
         match self
             .configmaps_written
-            .get("ConfigMap", &ns, &name, version.as_deref())
+            .get("ConfigMap", ns, name, version.as_deref())
         {
             Some(mut written) => {
                 written.metadata.resource_version = version;
