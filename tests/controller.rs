@@ -1649,4 +1649,30 @@ async fn an_extended_card_is_a_signed_superset_published_with_the_public_card() 
     })
     .await
     .expect("the extended card's ConfigMap is deleted");
+
+    // A ConfigMap someone else holds under an extended card's name is never written over: the
+    // card says NameInUse, and no public card advertises an extended card that is not there.
+    let squatted: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "extended-agentcard-squat"},
+        "data": {KEY_EXTENDED: "{\"name\": \"not the operator's\"}"}
+    }))
+    .unwrap();
+    cms.create(&Default::default(), &squatted).await.unwrap();
+    let mut squat = example("squat", &format!("squat.{}.agents.test", s.ns.name));
+    squat["spec"]["extendedCard"] = m["spec"]["extendedCard"].clone();
+    apply(&s.cards, &squat).await.unwrap();
+    let card = wait_card(&s.cards, "squat", &s.operator, "NameInUse", |c| {
+        condition(c, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "NameInUse")
+    })
+    .await;
+    let (_, _, message) = condition(&card, "Ready").unwrap();
+    assert!(message.contains("extended-agentcard-squat"), "{message}");
+    assert!(served_bytes(&s.client, &s.ns.name, "squat").await.is_none());
+    assert_eq!(
+        extended_bytes(&s.client, &s.ns.name, "squat")
+            .await
+            .as_deref(),
+        Some("{\"name\": \"not the operator's\"}"),
+        "the squatter's ConfigMap was written over"
+    );
 }
