@@ -256,21 +256,21 @@ impl Pending {
     }
 }
 
-/// What `event` (from the watcher of `dir`) says to look at: nothing for a file opened or
-/// read (the server's own reads among them), the card files it names, or the whole directory
+/// What `event` (from the watcher of `dir`) says to look at: `None` for a file opened or read
+/// (the server's own reads among them: nothing is sent, nothing wakes), the card files it names, or the whole directory
 /// when it names something else there (the `..data` link of a ConfigMap volume), the directory
 /// itself was moved or removed, or the watcher asks for a rescan.
-fn change_of(dir: &Path, event: notify::Result<notify::Event>) -> Change {
+fn change_of(dir: &Path, event: notify::Result<notify::Event>) -> Option<Change> {
     use notify::event::{AccessKind, AccessMode, EventKind};
     let Ok(event) = event else {
-        return Change::Everything;
+        return Some(Change::Everything);
     };
     if event.need_rescan() {
-        return Change::Everything;
+        return Some(Change::Everything);
     }
     match event.kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
-        EventKind::Access(_) => return Change::Files(Vec::new()),
+        EventKind::Access(_) => return None,
         _ => {}
     }
     let elsewhere = |p: &PathBuf| {
@@ -280,9 +280,9 @@ fn change_of(dir: &Path, event: notify::Result<notify::Event>) -> Change {
                 .is_none_or(|n| n.starts_with('.'))
     };
     if event.paths.iter().any(elsewhere) {
-        return Change::Everything;
+        return Some(Change::Everything);
     }
-    Change::Files(event.paths)
+    Some(Change::Files(event.paths))
 }
 
 /// A watcher of `dir` sending what each event says to look at into `tx`; `None` (periodic
@@ -294,8 +294,10 @@ fn watch_events(
     use notify::Watcher;
     let watched = dir.to_path_buf();
     let handler = move |event: notify::Result<notify::Event>| {
-        // The receiver goes only when the server stops.
-        let _ = tx.send(change_of(&watched, event));
+        if let Some(change) = change_of(&watched, event) {
+            // The receiver goes only when the server stops.
+            let _ = tx.send(change);
+        }
     };
     let watched = notify::recommended_watcher(handler).and_then(|mut w| {
         w.watch(dir, notify::RecursiveMode::NonRecursive)?;
@@ -422,6 +424,27 @@ fn forget(path: &Path, index: &Index, seen: &mut HashMap<PathBuf, Stamp>) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_wake_nothing_card_files_are_looked_at_and_the_rest_rescans() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind};
+        let dir = Path::new("/cards");
+        let event = |kind, path: &str| Ok(notify::Event::new(kind).add_path(dir.join(path)));
+        let read = EventKind::Access(AccessKind::Open(AccessMode::Read));
+        assert!(change_of(dir, event(read, "a.json")).is_none());
+        let written = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        assert!(matches!(
+            change_of(dir, event(written, "a.json")),
+            Some(Change::Files(f)) if f == [dir.join("a.json")]
+        ));
+        let swapped = EventKind::Create(CreateKind::Any);
+        assert!(matches!(
+            change_of(dir, event(swapped, "..data")),
+            Some(Change::Everything)
+        ));
+        let moved = Ok(notify::Event::new(EventKind::Modify(ModifyKind::Any)).add_path(dir.into()));
+        assert!(matches!(change_of(dir, moved), Some(Change::Everything)));
+    }
 
     #[test]
     fn a_long_scan_rests_twenty_times_its_length_a_short_one_the_interval() {
