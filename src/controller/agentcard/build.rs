@@ -73,12 +73,16 @@ pub struct Built {
 impl Built {
     /// The size of the signed card served, in bytes.
     pub fn served_len(&self) -> usize {
-        self.configmap
-            .data
-            .as_ref()
-            .and_then(|d| d.get(KEY_CARD))
-            .map_or(0, String::len)
+        data_len(&self.configmap, KEY_CARD)
     }
+}
+
+/// The size in bytes of `key` in `cm`'s data (0 when absent).
+pub(super) fn data_len(cm: &ConfigMap, key: &str) -> usize {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map_or(0, String::len)
 }
 
 /// The build stage: everything for `card`, which passed validation and holds its claim since

@@ -71,13 +71,16 @@ pub fn effective_card(card: &AgentCard) -> A2aCard {
     a2a
 }
 
-/// The extended card, with `spec.extendedCard`: the effective public card with the additions
-/// over it ([`crate::a2a::extended::extend`]); the problems name `spec.extendedCard.…` paths.
-pub fn extended_card(card: &AgentCard) -> Option<Result<A2aCard, crate::a2a::Problems>> {
+/// The extended card, with `spec.extendedCard`: `public` (the card's [`effective_card`]) with
+/// the additions over it ([`crate::a2a::extended::extend`]); the problems name
+/// `spec.extendedCard.…` paths.
+pub fn extended_card(
+    card: &AgentCard,
+    public: &A2aCard,
+) -> Option<Result<A2aCard, crate::a2a::Problems>> {
     let overlay = card.spec.extended_card.as_deref()?.overlay();
-    let public = effective_card(card);
     Some(
-        crate::a2a::extended::extend(&public, &overlay)
+        crate::a2a::extended::extend(public, &overlay)
             .map_err(|p| crate::a2a::Problems(p).with_prefix(EXTENDED_SPEC)),
     )
 }

@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::build::{sign_published, Marks};
-use super::card::extended_card;
+use super::build::{data_len, sign_published, Marks};
+use super::card::{effective_card, extended_card};
 use crate::a2a::SigningKey;
 use crate::contract::{
     extended_configmap_name, ANN_CARD, ANN_CONTENT_HASH, ANN_KEY_ID, CONTENT_EXTENDED,
@@ -39,17 +39,8 @@ pub struct BuiltExtended {
 
 impl BuiltExtended {
     /// The size of the signed extended card, in bytes.
-    pub fn len(&self) -> usize {
-        self.configmap
-            .data
-            .as_ref()
-            .and_then(|d| d.get(KEY_EXTENDED))
-            .map_or(0, String::len)
-    }
-
-    /// Whether the card is empty (never: a card has a name and skills).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    pub fn served_len(&self) -> usize {
+        data_len(&self.configmap, KEY_EXTENDED)
     }
 }
 
@@ -61,7 +52,7 @@ pub fn build(
     signers: &[SigningKey],
     previous: Option<&SeenConfigMap>,
 ) -> Result<Option<BuiltExtended>, Error> {
-    let Some(extended) = extended_card(card) else {
+    let Some(extended) = extended_card(card, &effective_card(card)) else {
         return Ok(None);
     };
     let extended = extended.map_err(Error::InvalidSpec)?;

@@ -330,7 +330,7 @@ async fn publish(card: &AgentCard, ctx: &Context, existing: &Existing<'_>) -> Ou
     ctx.limits.check_size(built.served_len())?;
     built.extended = extended::build(card, &signers.keys, existing.extended.as_deref())?;
     if let Some(e) = &built.extended {
-        ctx.limits.check_size(e.len())?;
+        ctx.limits.check_size(e.served_len())?;
     }
     built.served.lifecycle = life.served;
     built.successor_problem = life.problem;

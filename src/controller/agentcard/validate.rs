@@ -57,8 +57,10 @@ pub fn card(card: &AgentCard) -> Result<Vec<String>, Error> {
 /// card, the whole is a valid A2A card (an error in an addition is named where the spec wrote
 /// it), and nothing of the public card is missing from it.
 fn extended(card: &AgentCard, public: &crate::a2a::AgentCard) -> Result<(), Error> {
-    let (Some(spec), Some(built)) = (card.spec.extended_card.as_deref(), extended_card(card))
-    else {
+    let (Some(spec), Some(built)) = (
+        card.spec.extended_card.as_deref(),
+        extended_card(card, public),
+    ) else {
         return Ok(());
     };
     let extended = built.map_err(Error::InvalidSpec)?;
