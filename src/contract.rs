@@ -30,7 +30,8 @@ pub const KEY_FEED: &str = "feed.json.gz";
 pub const PUBLISHED_SELECTOR: &str =
     "app.kubernetes.io/managed-by=agentcard-operator,agentcard.dev/content";
 
-/// [`LABEL_CONTENT`] of the ConfigMap holding a card's extended card (never served publicly).
+/// [`LABEL_CONTENT`] of the ConfigMap holding a card's extended card (served only to callers its
+/// auth accepts, never listed).
 pub const CONTENT_EXTENDED: &str = "extended-card";
 /// ConfigMap key holding the exact extended card bytes (the file the agent mounts).
 pub const KEY_EXTENDED: &str = "extended-agent-card.json";
@@ -89,6 +90,10 @@ pub const PATH_LEGACY: &str = "/.well-known/agent.json";
 pub const PATH_JWKS: &str = "/.well-known/jwks.json";
 /// Path of a host's did:web document (the ES256 signing keys), at the host's root only.
 pub const PATH_DID: &str = "/.well-known/did.json";
+/// The A2A REST binding's `GetExtendedAgentCard` path, under an interface's URL path.
+pub const PATH_EXTENDED: &str = "/extendedAgentCard";
+/// The A2A REST binding's name (`protocolBinding`).
+pub const BINDING_REST: &str = "HTTP+JSON";
 
 /// Namespace annotation (set by cluster admins): more host patterns the namespace's cards may
 /// publish on, comma-separated.

@@ -103,6 +103,13 @@ impl Published {
         self
     }
 
+    /// The same document cached by its caller alone (`Cache-Control: private`): what only an
+    /// authenticated caller may read, never kept by a shared cache.
+    pub fn private(mut self, max_age: u32) -> Self {
+        self.cache_control = header(&format!("private, max-age={max_age}"));
+        self
+    }
+
     /// Prepare `body` for serving: hash, gzip once, format headers.
     pub fn new(body: impl Into<Bytes>, last_modified: SystemTime, max_age: u32) -> Self {
         let body: Bytes = body.into();
@@ -157,6 +164,22 @@ pub struct CardEntry {
     pub created: SystemTime,
     /// The served document.
     pub content: Arc<Published>,
+    /// The REST `extendedAgentCard` path the operator answers for this card, if any.
+    pub extended: Option<Arc<ExtendedRoute>>,
+}
+
+/// What the card server answers on a card's REST `extendedAgentCard` path
+/// (`status.served.extendedPath`, decided by the operator).
+#[derive(Debug)]
+pub struct ExtendedRoute {
+    /// The full path (`<backend path>/extendedAgentCard`).
+    pub path: String,
+    /// Who may have the extended card (`spec.extendedCard.auth`; one naming no one refuses
+    /// everyone); `None` when the card has none published: every caller gets the A2A
+    /// `ExtendedAgentCardNotConfiguredError`.
+    pub auth: Option<Arc<crate::crd::ExtendedAuth>>,
+    /// The extended card's confirmed bytes (cached privately), `None` until confirmed.
+    pub content: Option<Arc<Published>>,
 }
 
 /// What a request resolves to.
@@ -168,6 +191,8 @@ pub enum Hit {
     Jwks(Arc<Published>),
     /// The host's did:web document.
     Did(Arc<Published>),
+    /// A card's REST `extendedAgentCard` path (answered after the caller's token is checked).
+    Extended(Arc<ExtendedRoute>),
 }
 
 #[derive(Default)]
@@ -325,6 +350,9 @@ impl Index {
             st.by_host.get(fallback)
         })?;
         for e in entries {
+            if let Some(x) = e.extended.as_ref().filter(|x| x.path == path) {
+                return Some(Hit::Extended(x.clone()));
+            }
             let Some(rest) = path.strip_prefix(e.prefix.as_str()) else {
                 continue;
             };
@@ -358,6 +386,7 @@ mod tests {
             legacy,
             created: UNIX_EPOCH + Duration::from_secs(created),
             content: Arc::new(Published::new(body.to_string(), UNIX_EPOCH, 300)),
+            extended: None,
         }
     }
 
@@ -366,6 +395,7 @@ mod tests {
             Hit::Card(p) | Hit::Jwks(p) | Hit::Did(p) => {
                 Some(String::from_utf8_lossy(&p.body).into_owned())
             }
+            Hit::Extended(x) => Some(format!("extended {}", x.path)),
         }
     }
 

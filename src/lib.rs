@@ -15,6 +15,7 @@
 /// The protocol core, its own crate ([`agentcard_a2a`], `crates/a2a`): it knows no Kubernetes
 /// by construction. Re-exported under its old path so the operator reads `crate::a2a::…`.
 pub use agentcard_a2a as a2a;
+pub mod bearer;
 pub mod cli;
 pub mod contract;
 pub mod controller;

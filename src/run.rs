@@ -154,6 +154,9 @@ pub struct RunArgs {
     /// default: the API server's own).
     #[arg(long, default_value = "")]
     token_audiences: String,
+    /// Who may read cards' extended cards.
+    #[command(flatten)]
+    bearer: crate::bearer::BearerFlags,
     /// Seconds to keep answering after SIGTERM (`/readyz` 503, `Connection: close`) before
     /// exiting; the lease is given up first, at once.
     #[arg(long, default_value_t = 10)]
@@ -323,7 +326,11 @@ async fn bind_servers(
     .with_authorizer(Arc::new(crate::directory::access::Authorizer::new(
         client.clone(),
         patterns(&args.token_audiences),
-    ))))
+    )))
+    .with_bearer(Arc::new(crate::bearer::Bearer::new(
+        &args.bearer,
+        Some(client.clone()),
+    )?)))
 }
 
 /// Serve on every replica, lead when elected, until SIGTERM: then the lease goes first (the

@@ -81,6 +81,8 @@ pub enum Route {
     Jwks,
     /// A host's did:web document.
     Did,
+    /// A card's REST `extendedAgentCard` path (whatever the answer: the card, 401, the error).
+    Extended,
     /// A CORS preflight.
     Preflight,
     /// Nothing at that host and path.
@@ -104,6 +106,7 @@ impl Route {
             Route::Card => "card",
             Route::Jwks => "jwks",
             Route::Did => "did",
+            Route::Extended => "extended",
             Route::Preflight => "preflight",
             Route::NotFound => "not_found",
             Route::MethodNotAllowed => "method_not_allowed",

@@ -1676,3 +1676,346 @@ async fn an_extended_card_is_a_signed_superset_published_with_the_public_card() 
         "the squatter's ConfigMap was written over"
     );
 }
+
+/// The plane's API server URL and CA certificate (PEM), from its kubeconfig.
+fn plane_server_and_ca() -> (String, Vec<u8>) {
+    let kc = kube::config::Kubeconfig::read_from(support::plane::kubeconfig()).unwrap();
+    let cluster = kc.clusters[0].cluster.clone().unwrap();
+    let ca = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        cluster.certificate_authority_data.unwrap(),
+    )
+    .unwrap();
+    (cluster.server.unwrap(), ca)
+}
+
+/// The issuer of the plane's ServiceAccount tokens.
+const PLANE_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// A token of ServiceAccount `sa` of `ns` as `kubectl create token` makes it (`audience`
+/// `None`: the API server's own).
+fn sa_token(ns: &str, sa: &str, audience: Option<&str>) -> String {
+    let mut args = vec!["create", "token", sa, "-n", ns];
+    if let Some(a) = audience {
+        args.extend(["--audience", a]);
+    }
+    support::kubectl(support::plane::kubeconfig(), &args)
+        .trim()
+        .to_string()
+}
+
+/// A JWT with `claims` signed RS256 with the PEM key `key` under key id `kid`.
+fn jwt_signed(key: &[u8], kid: &str, claims: &Value) -> String {
+    let signer = josekit::jws::RS256.signer_from_pem(key).unwrap();
+    let mut header = josekit::jws::JwsHeader::new();
+    header.set_token_type("JWT");
+    header.set_key_id(kid);
+    let payload = josekit::jwt::JwtPayload::from_map(claims.as_object().unwrap().clone()).unwrap();
+    josekit::jwt::encode_with_signer(&payload, &header, &signer).unwrap()
+}
+
+fn now_secs() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_answers_the_rest_extended_card_to_the_callers_its_auth_accepts() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+
+    // The plane's ServiceAccount issuer as an OIDC issuer the platform configured: its
+    // discovery document and JWKS fetched from the API server, trusting the plane's CA.
+    let (server, ca) = plane_server_and_ca();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let issuer_flag = format!("{PLANE_ISSUER}={server}/.well-known/openid-configuration");
+    let s = setup(
+        "extrest",
+        &[
+            "--oidc-issuer",
+            &issuer_flag,
+            "--oidc-ca-file",
+            ca_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let ns = s.ns.name.clone();
+    // Anyone may read the issuer's discovery document and keys, as an OIDC issuer publishes
+    // them (the binding Kubernetes documents for that).
+    let bindings: Api<ClusterRoleBinding> = Api::all(s.client.clone());
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "agentcard-test-issuer-discovery"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:service-account-issuer-discovery"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                      "name": "system:unauthenticated"}]
+    }))
+    .unwrap();
+    bindings
+        .patch(
+            "agentcard-test-issuer-discovery",
+            &PatchParams::apply("agentcard-tests").force(),
+            &Patch::Apply(&binding),
+        )
+        .await
+        .unwrap();
+    let sas: Api<ServiceAccount> = Api::namespaced(s.client.clone(), &ns);
+    for name in ["caller", "stranger"] {
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        sas.create(&Default::default(), &sa).await.unwrap();
+    }
+
+    let host = host("extrest", &ns);
+    let audience = format!("https://{host}");
+    let caller = format!("system:serviceaccount:{ns}:caller");
+    let mut m = example("weather", &host);
+    m["spec"]["backend"] =
+        json!({"serviceName": "weather", "port": 8080, "protocolBinding": "HTTP+JSON"});
+    m["spec"]["extendedCard"] = json!({
+        "description": "Forecasts, alerts and the forty-year archive, for signed-in partners.",
+        "skills": [{"id": "archive", "name": "Archive", "description": "Past weather of a place.",
+                    "tags": ["weather", "history"]}],
+        "auth": {"oidc": {"issuer": PLANE_ISSUER, "audiences": [audience],
+                          "requiredClaims": {"sub": caller}}}
+    });
+    apply(&s.cards, &m).await.unwrap();
+    let card = wait_card(
+        &s.cards,
+        "weather",
+        &s.operator,
+        "Ready with an extended card",
+        |c| ready(c) && c.status.as_ref().is_some_and(|s| s.extended_card.is_some()),
+    )
+    .await;
+    let status = card.status.unwrap();
+    let path = "/a2a/extendedAgentCard";
+    assert_eq!(
+        status
+            .served
+            .as_ref()
+            .and_then(|r| r.extended_path.as_deref()),
+        Some(path)
+    );
+    // The operator's route sends that exact path to its own server.
+    let ingresses: Api<Ingress> = Api::namespaced(s.client.clone(), &s.op_ns.name);
+    let ing = ingresses.get(&ingress_name(&ns, "weather")).await.unwrap();
+    let ing = serde_json::to_value(ing).unwrap();
+    assert!(
+        ing["spec"]["rules"][0]["http"]["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["path"] == path && p["pathType"] == "Exact"),
+        "{ing}"
+    );
+    let ext_body = extended_bytes(&s.client, &ns, "weather").await.unwrap();
+    let ext_hash = status.extended_card.unwrap().content_hash;
+
+    // A token of the caller, made for the card's audience: the extended card's exact bytes,
+    // cached privately, revalidated by its ETag.
+    let token = sa_token(&ns, "caller", Some(&audience));
+    let bearer = format!("Bearer {token}");
+    let get = |auth: &str| {
+        let headers: Vec<(&str, &str)> = match auth {
+            "" => vec![("Host", host.as_str())],
+            a => vec![("Host", host.as_str()), ("Authorization", a)],
+        };
+        support::http::request(s.operator.server.addr, "GET", path, &headers)
+    };
+    let ok = support::http::eventually(Duration::from_secs(30), || {
+        let r = get(&bearer);
+        (r.status == 200).then_some(r)
+    })
+    .unwrap_or_else(|| {
+        let r = get(&bearer);
+        panic!(
+            "the caller's token is not accepted: {} {}\n{}",
+            r.status,
+            String::from_utf8_lossy(&r.body),
+            s.operator.logs()
+        )
+    });
+    assert_eq!(ok.body, ext_body.as_bytes());
+    assert!(
+        ok.header("cache-control").unwrap().starts_with("private"),
+        "{:?}",
+        ok.header("cache-control")
+    );
+    assert!(ok.header("vary").unwrap().contains("Authorization"));
+    let etag = format!("\"{ext_hash}\"");
+    assert_eq!(ok.header("etag"), Some(etag.as_str()));
+    let again = support::http::request(
+        s.operator.server.addr,
+        "GET",
+        path,
+        &[
+            ("Host", &host),
+            ("Authorization", &bearer),
+            ("If-None-Match", &etag),
+        ],
+    );
+    assert_eq!(again.status, 304);
+
+    // Refused, each with a Bearer challenge and the A2A error body, nothing of the card: no
+    // token; a token for another audience; one of another ServiceAccount (the required
+    // claim); the caller's token with its payload changed; a token of another issuer.
+    let unauthorized = |r: &support::http::Resp, what: &str| {
+        assert_eq!(
+            r.status,
+            401,
+            "{what}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert!(
+            r.header("www-authenticate")
+                .is_some_and(|c| c.starts_with("Bearer realm=")),
+            "{what}: {:?}",
+            r.header("www-authenticate")
+        );
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(body["error"]["status"], "UNAUTHENTICATED", "{what}");
+        assert!(
+            !String::from_utf8_lossy(&r.body).contains("forty-year"),
+            "{what}"
+        );
+        r.header("www-authenticate").unwrap().to_string()
+    };
+    unauthorized(&get(""), "no token");
+    let other_audience = sa_token(&ns, "caller", Some("https://elsewhere.example"));
+    let c = unauthorized(
+        &get(&format!("Bearer {other_audience}")),
+        "another audience",
+    );
+    assert!(c.contains("invalid_token") && c.contains("audience"), "{c}");
+    let default_audience = sa_token(&ns, "caller", None);
+    unauthorized(
+        &get(&format!("Bearer {default_audience}")),
+        "the API server's audience",
+    );
+    let stranger = sa_token(&ns, "stranger", Some(&audience));
+    let c = unauthorized(
+        &get(&format!("Bearer {stranger}")),
+        "another ServiceAccount",
+    );
+    assert!(c.contains("claim sub"), "{c}");
+    let parts: Vec<&str> = token.split('.').collect();
+    let mut claims: Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, parts[1])
+            .unwrap(),
+    )
+    .unwrap();
+    claims["exp"] = json!(now_secs() + 86_400);
+    let tampered = format!(
+        "{}.{}.{}",
+        parts[0],
+        base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            serde_json::to_vec(&claims).unwrap()
+        ),
+        parts[2]
+    );
+    let c = unauthorized(&get(&format!("Bearer {tampered}")), "a tampered token");
+    assert!(c.contains("signature"), "{c}");
+    let foreign = agentcard_operator::a2a::SigningKey::generate(
+        agentcard_operator::a2a::Algorithm::RS256,
+        Some("foreign"),
+    )
+    .unwrap();
+    let foreign_pem = foreign.private_pem().unwrap();
+    let mut foreign_claims = claims.clone();
+    foreign_claims["iss"] = json!("https://issuer.elsewhere.example");
+    let forged = jwt_signed(foreign_pem.as_bytes(), "foreign", &foreign_claims);
+    unauthorized(&get(&format!("Bearer {forged}")), "another issuer");
+
+    // Signed with the issuer's own key (the plane's): accepted while valid, refused once
+    // expired; so the refusal is the expiry's, not the signature's.
+    let sa_key = std::fs::read(
+        support::plane::kubeconfig()
+            .parent()
+            .unwrap()
+            .join("pki/sa.key"),
+    )
+    .unwrap();
+    let jwks: Value = serde_json::from_str(
+        &s.client
+            .request_text(
+                http::Request::get("/openid/v1/jwks")
+                    .body(Vec::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let kid = jwks["keys"][0]["kid"].as_str().unwrap().to_string();
+    let mut own = claims.clone();
+    own["exp"] = json!(now_secs() + 600);
+    assert_eq!(
+        get(&format!("Bearer {}", jwt_signed(&sa_key, &kid, &own))).status,
+        200
+    );
+    own["exp"] = json!(now_secs() - 600);
+    let c = unauthorized(
+        &get(&format!("Bearer {}", jwt_signed(&sa_key, &kid, &own))),
+        "an expired token",
+    );
+    assert!(c.contains("expired"), "{c}");
+
+    // The official Python SDK as the client: its REST transport fetches the extended card
+    // with the caller's token and verifies its signature with the published JWKS; without a
+    // token it gets the 401.
+    let jwks_file = dir.path().join("jwks.json");
+    std::fs::write(&jwks_file, &s.operator.get(&host, PATH_JWKS).body).unwrap();
+    let base = format!("http://{}", s.operator.server.addr);
+    let (fetched, verdict) = support::sdk_extended(&base, &host, "/a2a", &jwks_file, Some(&token));
+    assert!(fetched, "{verdict}");
+    assert_eq!(verdict["skills"], json!(["forecast", "alerts", "archive"]));
+    let (fetched, verdict) = support::sdk_extended(&base, &host, "/a2a", &jwks_file, None);
+    assert!(
+        !fetched && verdict["error"].as_str().unwrap().contains("401"),
+        "{verdict}"
+    );
+
+    // ServiceAccount tokens reviewed by the API server instead: the caller's token for the
+    // audience is accepted, the API server's own audience is not.
+    m["spec"]["extendedCard"]["auth"] =
+        json!({"serviceAccount": {"audiences": [audience], "namespaces": [ns]}});
+    apply(&s.cards, &m).await.unwrap();
+    support::http::eventually(Duration::from_secs(30), || {
+        let r = get(&format!("Bearer {default_audience}"));
+        (r.status == 401).then_some(())
+    })
+    .expect("the default audience is refused");
+    let by_review = support::http::eventually(Duration::from_secs(30), || {
+        let r = get(&bearer);
+        (r.status == 200).then_some(r)
+    })
+    .expect("the caller's token is accepted by a TokenReview");
+    assert_eq!(by_review.body, ext_body.as_bytes());
+    unauthorized(
+        &get(&format!("Bearer {other_audience}")),
+        "another audience (review)",
+    );
+    unauthorized(&get(&format!("Bearer {forged}")), "a forged token (review)");
+
+    // Without spec.extendedCard: the public card no longer claims one, and the path answers
+    // the A2A ExtendedAgentCardNotConfiguredError to everyone.
+    m["spec"].as_object_mut().unwrap().remove("extendedCard");
+    apply(&s.cards, &m).await.unwrap();
+    let answer = support::http::eventually(Duration::from_secs(30), || {
+        let r = get(&bearer);
+        (r.status == 400).then_some(r)
+    })
+    .expect("the not-configured error");
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(body["error"]["status"], "FAILED_PRECONDITION");
+    assert_eq!(
+        body["error"]["details"][0]["reason"],
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED"
+    );
+    let public = parse_card(&served_bytes(&s.client, &ns, "weather").await.unwrap());
+    assert_eq!(public.capabilities.extended_agent_card, None);
+}

@@ -119,6 +119,62 @@ pub struct ExtendedCard {
     /// Extensions added to `capabilities.extensions`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extensions: Vec<crate::a2a::card::AgentExtension>,
+    /// Who may fetch the extended card from the operator. With it and a REST backend
+    /// (`spec.backend.protocolBinding: HTTP+JSON`), the operator routes
+    /// `<backend path>/extendedAgentCard` to its own card server and answers it to callers
+    /// whose bearer token this accepts (401 to the others). Without it the agent serves the
+    /// extended card itself, from the ConfigMap it mounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ExtendedAuth>,
+}
+
+/// Whose bearer tokens the operator accepts for an extended card: exactly one of an OIDC
+/// issuer's JWTs (verified offline against the issuer's published keys) or Kubernetes
+/// ServiceAccount tokens (reviewed by the API server).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.oidc) != has(self.serviceAccount)").message("exactly one of oidc and serviceAccount"))]
+pub struct ExtendedAuth {
+    /// JWTs of an OpenID Connect issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<OidcAuth>,
+    /// Kubernetes ServiceAccount tokens (`kubectl create token <sa> --audience <audience>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccountAuth>,
+}
+
+/// An OpenID Connect issuer whose JWTs are accepted: signed by a key of the issuer's JWKS (found
+/// through its discovery document), issued by it (`iss`), for one of `audiences` (`aud`), not
+/// expired, and carrying every required claim.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OidcAuth {
+    /// The issuer URL (`https://…`, the tokens' `iss`). Its discovery document is
+    /// `<issuer>/.well-known/openid-configuration`, fetched from public addresses only, unless
+    /// the platform configured this issuer for the operator (`--oidc-issuer`, the chart's
+    /// `operator.oidcIssuers`) with its own discovery URL and CA.
+    #[x_kube(validation = Rule::new("self.startsWith('https://')").message("must be an https:// URL"))]
+    pub issuer: String,
+    /// Accepted audiences: a token's `aud` must name one of them.
+    #[x_kube(validation = Rule::new("size(self) > 0").message("at least one audience is required"))]
+    pub audiences: Vec<String>,
+    /// Claims a token must carry with exactly these string values (e.g. a group or a tenant).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub required_claims: BTreeMap<String, String>,
+}
+
+/// Kubernetes ServiceAccount tokens the API server authenticates (a TokenReview) for one of
+/// `audiences`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAccountAuth {
+    /// Accepted audiences: tokens must be made for one of them (the API server's default
+    /// audience is never accepted, so a Pod's own token is not enough).
+    #[x_kube(validation = Rule::new("size(self) > 0").message("at least one audience is required"))]
+    pub audiences: Vec<String>,
+    /// Only ServiceAccounts of these namespaces (empty: of any namespace).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
 }
 
 impl ExtendedCard {
@@ -585,6 +641,11 @@ pub struct ServedRoute {
     /// The card's lifecycle as served (absent while active).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<Box<ServedLifecycle>>,
+    /// The REST path the operator answers `GetExtendedAgentCard` on
+    /// (`<backend path>/extendedAgentCard`): with the extended card to callers `spec.extendedCard.auth`
+    /// accepts, or, with no extended card, the A2A `ExtendedAgentCardNotConfiguredError`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_path: Option<String>,
 }
 
 /// A deprecated or retired card's lifecycle as the operator resolved it: what the card server

@@ -9,8 +9,9 @@ pub mod revision;
 
 pub use agentcard::{
     AgentCard, AgentCardSpec, AgentCardStatus, ApprovalState, ApprovalStatus, Compatibility,
-    Defaults, Drift, DriftMode, ExtendedCard, ExtendedCardStatus, Lifecycle, LifecycleState,
-    Overrides, ServedLifecycle, ServedRoute, Source, SourceService, SourceStatus, Successor,
+    Defaults, Drift, DriftMode, ExtendedAuth, ExtendedCard, ExtendedCardStatus, Lifecycle,
+    LifecycleState, OidcAuth, Overrides, ServedLifecycle, ServedRoute, ServiceAccountAuth, Source,
+    SourceService, SourceStatus, Successor,
 };
 pub use agentcardapproval::{AgentCardApproval, AgentCardApprovalSpec, CardRef, Decision};
 pub use agentdirectory::{

@@ -148,6 +148,12 @@ struct State {
 pub struct Caller(UserInfo);
 
 impl Caller {
+    /// The caller's user name (`system:serviceaccount:<namespace>:<name>` for a
+    /// ServiceAccount).
+    pub fn username(&self) -> &str {
+        self.0.username.as_deref().unwrap_or_default()
+    }
+
     /// What identifies the caller across its tokens: its user name and uid (a service
     /// account's new token is the same caller; another user is not).
     pub fn identity(&self) -> String {

@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// default: the API server's own).
     #[arg(long, default_value = "")]
     token_audiences: String,
+    /// Who may read cards' extended cards.
+    #[command(flatten)]
+    bearer: crate::bearer::BearerFlags,
 }
 
 /// Run the card server alone until SIGTERM.
@@ -71,6 +74,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             _ => Index::new(),
         }));
         let mut authorizer = None;
+        let mut api_client = None;
         let mut registry = prometheus_client::registry::Registry::default();
         let feed = match &args.from_dir {
             Some(dir) => {
@@ -96,6 +100,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the cluster")?;
+                api_client = Some(client.clone());
                 authorizer = Some(Arc::new(crate::directory::access::Authorizer::new(
                     client.clone(),
                     crate::contract::patterns(&args.token_audiences),
@@ -134,6 +139,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         if let Some(a) = authorizer {
             servers = servers.with_authorizer(a);
         }
+        servers = servers.with_bearer(Arc::new(crate::bearer::Bearer::new(
+            &args.bearer,
+            api_client,
+        )?));
         servers.log_addresses();
         let shutdown = servers.shutdown();
         let run = servers.run();

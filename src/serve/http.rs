@@ -29,12 +29,27 @@ pub fn respond(
     headers: &HeaderMap,
 ) -> (Route, Response<Body>) {
     let hit = host.and_then(|h| index.lookup(h, path));
+    answer(hit, host, method, path, headers)
+}
+
+/// Answer one request that resolved to `hit`. A card's extended route is answered here only
+/// without a token check ([`super::extended::answer_unchecked`]: the error when the card has
+/// no extended card, 401 otherwise); the server checks tokens first ([`super::extended`]).
+pub fn answer(
+    hit: Option<Hit>,
+    host: Option<&str>,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> (Route, Response<Body>) {
     match (method, hit) {
+        (_, Some(Hit::Extended(x))) => super::extended::answer_unchecked(&x, method, host),
         (&Method::GET | &Method::HEAD, Some(hit)) => {
             let (route, doc) = match hit {
                 Hit::Card(p) => (Route::Card, p),
                 Hit::Jwks(p) => (Route::Jwks, p),
                 Hit::Did(p) => (Route::Did, p),
+                Hit::Extended(_) => return (Route::NotFound, not_found(host, path, false)),
             };
             let head = method == Method::HEAD;
             match doc.lifecycle.as_deref() {
@@ -73,7 +88,7 @@ pub fn did_document(
     Some((Route::Did, document(&doc, method == Method::HEAD, headers)))
 }
 
-fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
+pub(crate) fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
     let gzip = doc.gzip.as_ref().filter(|_| accepts_gzip(req));
     let etag = if gzip.is_some() {
         &doc.etag_gzip
@@ -240,7 +255,7 @@ pub fn busy() -> Response<Body> {
     resp
 }
 
-fn method_not_allowed() -> Response<Body> {
+pub(crate) fn method_not_allowed() -> Response<Body> {
     let mut resp = json_error(
         StatusCode::METHOD_NOT_ALLOWED,
         "method not allowed: use GET or HEAD",
@@ -276,6 +291,7 @@ mod tests {
                 UNIX_EPOCH + Duration::from_secs(1_700_000_000),
                 120,
             )),
+            extended: None,
         });
         idx
     }

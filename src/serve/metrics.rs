@@ -18,6 +18,8 @@ pub enum RouteLabel {
     jwks,
     /// A host's did:web document.
     did,
+    /// A card's REST `extendedAgentCard` path.
+    extended,
     /// A CORS preflight.
     preflight,
     /// Nothing at that host and path.
@@ -40,6 +42,7 @@ impl From<Route> for RouteLabel {
             Route::Card => RouteLabel::card,
             Route::Jwks => RouteLabel::jwks,
             Route::Did => RouteLabel::did,
+            Route::Extended => RouteLabel::extended,
             Route::Preflight => RouteLabel::preflight,
             Route::NotFound => RouteLabel::not_found,
             Route::MethodNotAllowed => RouteLabel::method_not_allowed,

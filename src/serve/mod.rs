@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod cmd;
 pub mod conn;
+pub mod extended;
 pub mod http;
 pub mod metrics;
 pub mod server;
@@ -55,7 +56,7 @@ pub struct Servers {
     metrics: Arc<metrics::HttpMetrics>,
     admin: Arc<admin::Admin>,
     limits: server::Limits,
-    authorizer: Option<Arc<crate::directory::access::Authorizer>>,
+    callers: server::Callers,
     shutdown: Arc<server::Shutdown>,
     cache: Arc<crate::directory::cache::ResponseCache>,
 }
@@ -127,7 +128,7 @@ impl Servers {
                 on_scrape,
             }),
             limits,
-            authorizer: None,
+            callers: server::Callers::default(),
             shutdown,
             cache,
         })
@@ -146,7 +147,13 @@ impl Servers {
         mut self,
         authorizer: Arc<crate::directory::access::Authorizer>,
     ) -> Self {
-        self.authorizer = Some(authorizer);
+        self.callers.authorizer = Some(authorizer);
+        self
+    }
+
+    /// Check the callers of cards' extended cards with `bearer`.
+    pub fn with_bearer(mut self, bearer: Arc<crate::bearer::Bearer>) -> Self {
+        self.callers.bearer = Some(bearer);
         self
     }
 
@@ -163,7 +170,7 @@ impl Servers {
     /// Serve both ports until one fails.
     pub async fn run(self) -> anyhow::Result<()> {
         tokio::select! {
-            r = server::serve_public_per_core(self.public, self.content, self.metrics, self.limits, self.authorizer, self.shutdown, self.cache) => r.context("public server"),
+            r = server::serve_public_per_core(self.public, self.content, self.metrics, self.limits, self.callers, self.shutdown, self.cache) => r.context("public server"),
             r = admin::serve_admin(self.admin_listener, self.admin) => r.context("admin server"),
         }
     }

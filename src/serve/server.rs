@@ -1,6 +1,7 @@
 //! The accept loop of the public port: bounded connections, limits on request headers and
 //! bodies, timeouts against slow clients. A request to a directory host is answered by
-//! [`crate::directory::http::handle`], every other by [`super::http::respond`].
+//! [`crate::directory::http::handle`], a card's extended route by [`super::extended::answer`]
+//! (after the caller's token is checked), every other by [`super::http::answer`].
 //!
 //! Shutdown ([`Shutdown`]) has two steps. Draining: every response asks the client to close its
 //! connection, and `/readyz` answers 503. Closing, at the end of the drain period: the accept
@@ -23,12 +24,13 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::conn::{ClientSlot, HeadGuard, HeadVerdict, PerClient};
-use super::http::{bad_request, busy, respond, too_large, Body, Route};
+use super::http::{answer, bad_request, busy, too_large, Body, Route};
 use super::metrics::HttpMetrics;
 use super::target::{self, Target};
 use crate::directory::access::Authorizer;
 use crate::directory::cache::ResponseCache;
 use crate::directory::feed::changes::Feeds;
+use crate::index::Hit;
 use crate::serve::Content;
 
 /// Drain before exiting: `/readyz` turns 503 at once (load balancers stop sending), responses
@@ -256,7 +258,7 @@ pub async fn serve_public(
     content: Content,
     metrics: Arc<HttpMetrics>,
     limits: Limits,
-    authorizer: Option<Arc<Authorizer>>,
+    callers: Callers,
     shutdown: Arc<Shutdown>,
     guards: Guards,
 ) -> std::io::Result<()> {
@@ -310,7 +312,8 @@ pub async fn serve_public(
         let shared = Shared {
             content: content.clone(),
             metrics: metrics.clone(),
-            authorizer: authorizer.clone(),
+            authorizer: callers.authorizer.clone(),
+            bearer: callers.bearer.clone(),
             draining: shutdown.clone(),
             limits,
             in_flight: guards.in_flight.clone(),
@@ -377,6 +380,8 @@ struct Shared {
     content: Content,
     metrics: Arc<HttpMetrics>,
     authorizer: Option<Arc<Authorizer>>,
+    /// Checks the callers of cards' extended cards.
+    bearer: Option<Arc<crate::bearer::Bearer>>,
     draining: Arc<Shutdown>,
     limits: Limits,
     in_flight: Arc<Semaphore>,
@@ -590,13 +595,22 @@ async fn dispatch(
         )
         .await;
     }
-    respond(
-        &shared.content.cards,
-        host,
-        req.method(),
-        &target.path,
-        req.headers(),
-    )
+    let hit = host.and_then(|h| shared.content.cards.lookup(h, &target.path));
+    if let Some(Hit::Extended(route)) = &hit {
+        let bearer = shared.bearer.as_deref();
+        return super::extended::answer(route, bearer, req.method(), req.headers(), host).await;
+    }
+    answer(hit, host, req.method(), &target.path, req.headers())
+}
+
+/// Who checks the callers of the public port: Kubernetes-mode directories' (a TokenReview and
+/// access reviews) and cards' extended cards' (a card's `spec.extendedCard.auth`).
+#[derive(Clone, Default)]
+pub struct Callers {
+    /// Kubernetes-mode directories' callers.
+    pub authorizer: Option<Arc<Authorizer>>,
+    /// Extended cards' callers.
+    pub bearer: Option<Arc<crate::bearer::Bearer>>,
 }
 
 /// Bind `workers` listening sockets on `addr` with `SO_REUSEPORT`, so the kernel spreads
@@ -636,7 +650,7 @@ pub async fn serve_public_per_core(
     content: Content,
     metrics: Arc<HttpMetrics>,
     limits: Limits,
-    authorizer: Option<Arc<Authorizer>>,
+    callers: Callers,
     shutdown: Arc<Shutdown>,
     cache: Arc<ResponseCache>,
 ) -> std::io::Result<()> {
@@ -649,7 +663,7 @@ pub async fn serve_public_per_core(
     let guards = Guards::new(&limits, cache);
     for (i, listener) in listeners.into_iter().enumerate() {
         let (content, metrics, failed) = (content.clone(), metrics.clone(), failed_tx.clone());
-        let authorizer = authorizer.clone();
+        let callers = callers.clone();
         let shutdown = shutdown.clone();
         let guards = guards.clone();
         std::thread::Builder::new()
@@ -670,7 +684,7 @@ pub async fn serve_public_per_core(
                     async move {
                         let listener = TcpListener::from_std(listener)?;
                         serve_public(
-                            listener, content, metrics, per_worker, authorizer, shutdown, guards,
+                            listener, content, metrics, per_worker, callers, shutdown, guards,
                         )
                         .await
                     },

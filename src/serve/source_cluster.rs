@@ -10,7 +10,9 @@
 //! host. Until new bytes are confirmed the last confirmed version stays served; a card whose
 //! status no longer names a route, or that is being deleted, is dropped at once (whatever the
 //! garbage collector does later). The JWKS ConfigMap is taken from the operator's own namespace
-//! only.
+//! only. A card whose route names an `extendedPath` gets its extended card the same way: the
+//! ConfigMap `status.extendedCard` names, controlled by the card, with its hash, and who may
+//! read it from the card's `spec.extendedCard.auth` (it gates that card's own bytes only).
 //!
 //! The same watch feeds the directories ([`Sites`]): one [`Entry`] per served card, the
 //! Namespaces' labels and the AgentDirectories (routed by their status, like cards). When any
@@ -38,7 +40,7 @@ use crate::directory::feed::persisted::{Gone, Persisted};
 use crate::directory::sites::hosted::Hosted;
 use crate::directory::sites::{Listed, Sites};
 use crate::hub::Hubs;
-use crate::index::{CardEntry, Index, Published};
+use crate::index::{CardEntry, ExtendedRoute, Index, Published};
 use crate::serve::Content;
 use crate::store::{MetaView, SeenConfigMap};
 
@@ -47,6 +49,14 @@ const REBUILD_DELAY: Duration = Duration::from_millis(50);
 
 fn source(cm: &SeenConfigMap) -> String {
     format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any())
+}
+
+/// The uid of the AgentCard controlling `cm`, if one does.
+fn card_owner(cm: &SeenConfigMap) -> Option<String> {
+    cm.seen
+        .controller()
+        .filter(|o| o.kind == "AgentCard" && o.api_version.starts_with("agentcard.dev/"))
+        .map(|o| o.uid.to_string())
 }
 
 /// A card ConfigMap as the feed keeps it: its controlling AgentCard and its bytes.
@@ -149,6 +159,11 @@ impl CardView {
             .map(|c| Box::new(Drift::of_condition(&c.reason, &c.message)))
     }
 
+    /// Who may read the extended card (`spec.extendedCard.auth`).
+    fn extended_auth(&self) -> Option<&crate::crd::ExtendedAuth> {
+        self.card.spec.extended_card.as_ref()?.auth.as_ref()
+    }
+
     fn deleting(&self) -> bool {
         self.card.metadata.deletion_timestamp.is_some()
     }
@@ -164,6 +179,9 @@ impl CardView {
             && self.reachable() == other.reachable()
             && self.drift() == other.drift()
             && self.status().and_then(|s| s.revision) == other.status().and_then(|s| s.revision)
+            && self.status().and_then(|s| s.extended_card.as_ref())
+                == other.status().and_then(|s| s.extended_card.as_ref())
+            && self.extended_auth() == other.extended_auth()
             && self.deleting() == other.deleting()
     }
 }
@@ -210,6 +228,8 @@ struct ClusterView {
     operator_ns: String,
     /// Card ConfigMaps by `namespace/name`.
     cms: HashMap<String, CardBytes>,
+    /// Extended card ConfigMaps by `namespace/name`.
+    extended_cms: HashMap<String, CardBytes>,
     /// AgentCards by uid.
     cards: HashMap<String, CardView>,
     /// Content hash of what the index serves per card key.
@@ -230,6 +250,7 @@ impl ClusterView {
             sites: Sites::new(federation),
             operator_ns,
             cms: HashMap::new(),
+            extended_cms: HashMap::new(),
             cards: HashMap::new(),
             serving: HashMap::new(),
             logs: Persisted::default(),
@@ -278,6 +299,7 @@ impl ClusterView {
                 .with_lifecycle(route.lifecycle.as_deref()),
         );
         let key = card.key.clone();
+        let extended = self.extended_route(uid, card, route, modified, max_age);
         self.index.upsert(CardEntry {
             source: key.clone(),
             host: host.clone(),
@@ -285,6 +307,7 @@ impl ClusterView {
             legacy: route.legacy_path,
             created: since,
             content,
+            extended,
         });
         self.serving.insert(key.clone(), hash.clone());
         let listed = if self.sites.keeps_entries() {
@@ -293,6 +316,47 @@ impl ClusterView {
             None
         };
         self.sites.served(&key, listed);
+    }
+
+    /// What card `uid` answers on its REST `extendedAgentCard` path, when the operator routes
+    /// that path (`route.extendedPath`): with `spec.extendedCard.auth`, the extended card whose
+    /// bytes `status.extendedCard` confirms (the ConfigMap it names, controlled by the card,
+    /// with its hash), or the last confirmed ones while new ones are on their way; without,
+    /// the not-configured error.
+    fn extended_route(
+        &self,
+        uid: &str,
+        card: &CardView,
+        route: &ServedRoute,
+        modified: std::time::SystemTime,
+        max_age: u32,
+    ) -> Option<Arc<ExtendedRoute>> {
+        let path = route.extended_path.clone()?;
+        // Configured while the status says an extended card is published (so the error is
+        // never answered while the public card still advertises one); who may read it is the
+        // spec's say at once (a narrowed audience applies before the next reconcile), nobody
+        // while the spec has no auth left.
+        let status = card.status().and_then(|s| s.extended_card.as_ref());
+        let auth = status.map(|_| Arc::new(card.extended_auth().cloned().unwrap_or_default()));
+        let content = match (&auth, status) {
+            (Some(_), Some(st)) => self
+                .extended_cms
+                .get(&format!("{}/{}", card.namespace(), st.config_map))
+                .filter(|b| b.owner.as_deref() == Some(uid) && b.hash == st.content_hash)
+                .map(|b| {
+                    Arc::new(Published::new(b.body.clone(), modified, max_age).private(max_age))
+                })
+                .or_else(|| {
+                    let served = self.index.entry(&card.key)?;
+                    served.extended.as_ref()?.content.clone()
+                }),
+            _ => None,
+        };
+        Some(Arc::new(ExtendedRoute {
+            path,
+            auth,
+            content,
+        }))
     }
 
     /// The directory entry of `card` as the index serves it now (see [`entry_of`]).
@@ -328,13 +392,7 @@ impl ClusterView {
                 let Some(body) = cm.bytes(KEY_CARD) else {
                     return self.remove_cm(&cm);
                 };
-                let owner = cm
-                    .seen
-                    .controller()
-                    .filter(|o| {
-                        o.kind == "AgentCard" && o.api_version.starts_with("agentcard.dev/")
-                    })
-                    .map(|o| o.uid.to_string());
+                let owner = card_owner(&cm);
                 // The served bytes are the stored ConfigMap's own (shared, no copy).
                 let bytes = CardBytes {
                     owner: owner.clone(),
@@ -352,6 +410,23 @@ impl ClusterView {
                     self.settle(&old);
                 }
                 if let Some(uid) = owner {
+                    self.settle(&uid);
+                }
+            }
+            Some(CONTENT_EXTENDED) => {
+                let Some(body) = cm.bytes(KEY_EXTENDED) else {
+                    return self.remove_cm(&cm);
+                };
+                let bytes = CardBytes {
+                    owner: card_owner(&cm),
+                    hash: content_hash(body),
+                    body: body.clone(),
+                };
+                let previous = self.extended_cms.insert(source(&cm), bytes.clone());
+                if previous.as_ref() == Some(&bytes) {
+                    return;
+                }
+                if let Some(uid) = bytes.owner {
                     self.settle(&uid);
                 }
             }
@@ -427,6 +502,7 @@ impl ClusterView {
         }
         self.remove_feed_part(&source(cm));
         self.cms.remove(&source(cm));
+        self.extended_cms.remove(&source(cm));
     }
 
     fn apply_card(&mut self, card: Arc<AgentCard>) {
@@ -646,8 +722,114 @@ mod tests {
     fn served(f: &ClusterView, host: &str) -> Option<String> {
         match f.index.lookup(host, PATH_CARD)? {
             crate::index::Hit::Card(p) => Some(String::from_utf8_lossy(&p.body).into_owned()),
-            crate::index::Hit::Jwks(_) | crate::index::Hit::Did(_) => None,
+            _ => None,
         }
+    }
+
+    /// The extended card ConfigMap `name` of namespace `ns`, controlled by card `owner`.
+    fn extended_cm(ns: &str, name: &str, owner: &str, body: &str) -> SeenConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns,
+                "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_EXTENDED},
+                "ownerReferences": [{"apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+                    "name": "x", "uid": owner, "controller": true}]},
+            "data": {KEY_EXTENDED: body}
+        }))
+        .unwrap()
+    }
+
+    /// Card `c` of namespace `a` on `h.example` with a REST backend the operator answers
+    /// `/a2a/extendedAgentCard` for; with `extended`, its extended card's bytes and auth.
+    fn extended_card(uid: &str, extended: Option<&str>) -> AgentCard {
+        let mut c = card("a", "c", uid, "h.example", Some("public"));
+        let status = c.status.as_mut().unwrap();
+        status.served.as_mut().unwrap().extended_path = Some("/a2a/extendedAgentCard".into());
+        if let Some(body) = extended {
+            status.extended_card = Some(crate::crd::ExtendedCardStatus {
+                config_map: "extended-agentcard-c".into(),
+                content_hash: content_hash(body.as_bytes()),
+            });
+            c.spec.extended_card = Some(Box::new(
+                serde_json::from_value(json!({
+                    "auth": {"serviceAccount": {"audiences": ["agents"]}}
+                }))
+                .unwrap(),
+            ));
+        }
+        c
+    }
+
+    fn extended(f: &ClusterView) -> Option<(bool, Option<String>)> {
+        match f.index.lookup("h.example", "/a2a/extendedAgentCard")? {
+            crate::index::Hit::Extended(x) => Some((
+                x.auth.is_some(),
+                x.content
+                    .as_ref()
+                    .map(|p| String::from_utf8_lossy(&p.body).into_owned()),
+            )),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_extended_route_serves_only_bytes_its_card_controls_and_its_status_confirms() {
+        let mut f = feed();
+        f.apply_cm(Arc::new(cm("a", "agentcard-c", "u", "public", "")));
+        // No extended card: the path answers the not-configured error (no auth, no bytes).
+        f.apply_card(Arc::new(extended_card("u", None)));
+        assert_eq!(extended(&f), Some((false, None)));
+        // The status names bytes not here yet; then a ConfigMap of the same name controlled by
+        // another card, and one with other bytes: none is served.
+        f.apply_card(Arc::new(extended_card("u", Some("ext-1"))));
+        assert_eq!(extended(&f), Some((true, None)));
+        f.apply_cm(Arc::new(extended_cm(
+            "a",
+            "extended-agentcard-c",
+            "u-other",
+            "ext-1",
+        )));
+        assert_eq!(extended(&f), Some((true, None)));
+        f.apply_cm(Arc::new(extended_cm(
+            "a",
+            "extended-agentcard-c",
+            "u",
+            "forged",
+        )));
+        assert_eq!(extended(&f), Some((true, None)));
+        f.apply_cm(Arc::new(extended_cm(
+            "a",
+            "extended-agentcard-c",
+            "u",
+            "ext-1",
+        )));
+        assert_eq!(extended(&f), Some((true, Some("ext-1".into()))));
+        // New bytes wait for the status; the confirmed ones stay meanwhile.
+        f.apply_cm(Arc::new(extended_cm(
+            "a",
+            "extended-agentcard-c",
+            "u",
+            "ext-2",
+        )));
+        assert_eq!(extended(&f), Some((true, Some("ext-1".into()))));
+        f.apply_card(Arc::new(extended_card("u", Some("ext-2"))));
+        assert_eq!(extended(&f), Some((true, Some("ext-2".into()))));
+        // The auth removed from the spec before the operator has reconciled: nobody is let in
+        // (the route still says configured: the public card still advertises it).
+        let mut no_auth = extended_card("u", Some("ext-2"));
+        no_auth.spec.extended_card = None;
+        f.apply_card(Arc::new(no_auth));
+        match f.index.lookup("h.example", "/a2a/extendedAgentCard") {
+            Some(crate::index::Hit::Extended(x)) => {
+                let auth = x.auth.as_deref().expect("still configured");
+                assert!(auth.oidc.is_none() && auth.service_account.is_none());
+            }
+            _ => panic!("the extended route is gone"),
+        }
+        // The extended card removed from the spec and status: the error again, no bytes.
+        f.apply_card(Arc::new(extended_card("u", None)));
+        assert_eq!(extended(&f), Some((false, None)));
+        // The public card itself is untouched throughout.
+        assert_eq!(served(&f, "h.example").as_deref(), Some("public"));
     }
 
     #[test]

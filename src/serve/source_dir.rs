@@ -403,6 +403,7 @@ fn refresh(
             legacy: opts.legacy,
             created: stamp.modified,
             content: Arc::new(published),
+            extended: None,
         });
     }
     true

@@ -347,6 +347,38 @@ pub fn sdk_resolve(base_url: &str, host: &str, jwks: &Path) -> (bool, serde_json
     (out.status.success() && verdict["valid"] == true, verdict)
 }
 
+/// The Python SDK's REST transport fetching the extended card of the agent on `host` (its
+/// interface at `interface_path`) from `base_url` with `token`, then verifying it against
+/// `jwks` (tests/oracle/py_extended.py): `(fetched and verified, json verdict line)`.
+pub fn sdk_extended(
+    base_url: &str,
+    host: &str,
+    interface_path: &str,
+    jwks: &Path,
+    token: Option<&str>,
+) -> (bool, serde_json::Value) {
+    let mut cmd = Command::new(oracle().join("venv/bin/python"));
+    cmd.arg(root().join("tests/oracle/py_extended.py"))
+        .args(["--base-url", base_url, "--host", host])
+        .args(["--interface-path", interface_path, "--jwks"])
+        .arg(jwks);
+    if let Some(t) = token {
+        cmd.args(["--token", t]);
+    }
+    let out = run(cmd, None);
+    let verdict: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rfind(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "py_extended printed no verdict: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    (out.status.success(), verdict)
+}
+
 /// Assert that `body` (a served `/.well-known/did.json`) is the did:web document of `host`:
 /// valid by the DID Core JSON Schema (tests/data/did-core, validated by
 /// tests/oracle/json_schema.py), its DID `did:web:<host>`, and every key of `jwks` that is

@@ -114,6 +114,7 @@ pub fn build(
         published_at,
         since: since.to_string(),
         lifecycle: None,
+        extended_path: super::card::extended_path(card),
     };
     Ok(Built {
         configmap,
@@ -291,8 +292,8 @@ struct Routes {
 }
 
 /// The card's well-known paths: the card, the JWKS, the host's did:web document (at the
-/// host's root: one DID per host, the same document whichever card routes it) and, when
-/// asked, the legacy card path.
+/// host's root: one DID per host, the same document whichever card routes it), when asked
+/// the legacy card path, and the REST `extendedAgentCard` path when the operator answers it.
 fn well_known_paths(card: &AgentCard) -> Vec<String> {
     let prefix = prefix(card);
     let mut paths = vec![
@@ -303,6 +304,8 @@ fn well_known_paths(card: &AgentCard) -> Vec<String> {
     if card.spec.publish.legacy_path {
         paths.push(format!("{prefix}{PATH_LEGACY}"));
     }
+    // More specific than the backend's prefix route, so it wins over it on the same host.
+    paths.extend(super::card::extended_path(card));
     paths
 }
 
@@ -513,6 +516,57 @@ pub(crate) mod tests {
             protected.contains("\"jku\":\"https://weather.example.com/.well-known/jwks.json\""),
             "{protected}"
         );
+    }
+
+    #[test]
+    fn the_operator_takes_the_rest_extended_path_only_where_it_knows_the_answer() {
+        let rest = json!({"serviceName": "w", "port": 8080, "protocolBinding": "HTTP+JSON"});
+        let auth = json!({"serviceAccount": {"audiences": ["agents"]}});
+        let cases = [
+            // No backend, or a JSON-RPC one: no REST path to take.
+            (json!({}), None),
+            (json!({"backend": {"serviceName": "w", "port": 8080}}), None),
+            // A REST backend with no extended card: the operator answers the A2A error.
+            (
+                json!({"backend": rest}),
+                Some("/team/a2a/extendedAgentCard"),
+            ),
+            // With an extended card and auth: the operator answers it.
+            (
+                json!({"backend": rest, "extendedCard": {"description": "more", "auth": auth}}),
+                Some("/team/a2a/extendedAgentCard"),
+            ),
+            // An extended card without auth, or a public card claiming one by itself: the
+            // agent's to answer.
+            (
+                json!({"backend": rest, "extendedCard": {"description": "more"}}),
+                None,
+            ),
+            (
+                json!({"backend": rest, "card": {"capabilities": {"extendedAgentCard": true}}}),
+                None,
+            ),
+        ];
+        for (spec, want) in cases {
+            let mut spec = spec;
+            spec["publish"] = json!({"pathPrefix": "/team"});
+            let c = card(json!({ "spec": spec }));
+            let b = build(&c, &keys(), &settings(), None, now(), now()).unwrap();
+            assert_eq!(b.served.extended_path.as_deref(), want, "{spec}");
+            let ing = serde_json::to_value(b.ingress.as_ref().unwrap()).unwrap();
+            let exact: Vec<&str> = ing["spec"]["rules"][0]["http"]["paths"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["pathType"] == "Exact")
+                .map(|p| p["path"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                exact.contains(&"/team/a2a/extendedAgentCard"),
+                want.is_some(),
+                "{spec}: {exact:?}"
+            );
+        }
     }
 
     #[test]

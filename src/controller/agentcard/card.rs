@@ -166,6 +166,29 @@ pub fn backend_path(card: &AgentCard) -> String {
     }
 }
 
+/// The path on which the operator answers the REST binding's `GetExtendedAgentCard` for the
+/// card (`<backend path>/extendedAgentCard`), or `None` where the agent answers it. Only a REST
+/// backend (`spec.backend.protocolBinding: HTTP+JSON`) of a written (not imported) card has
+/// one, and the operator takes it when it knows the answer: the extended card with
+/// `spec.extendedCard.auth` (it checks who calls), or, with no extended card and a public card
+/// that does not claim one, the A2A `ExtendedAgentCardNotConfiguredError`. An extended card
+/// without `auth`, or a public card claiming `capabilities.extendedAgentCard` by itself, is
+/// the agent's to serve.
+pub fn extended_path(card: &AgentCard) -> Option<String> {
+    let backend = card.spec.backend.as_deref()?;
+    if backend.protocol_binding.as_deref() != Some(BINDING_REST) || card.spec.source.is_some() {
+        return None;
+    }
+    let operator_answers = match card.spec.extended_card.as_deref() {
+        Some(extended) => extended.auth.is_some(),
+        None => {
+            let claimed = card.spec.card.as_ref();
+            claimed.and_then(|c| c.capabilities.extended_agent_card) != Some(true)
+        }
+    };
+    operator_answers.then(|| format!("{}{PATH_EXTENDED}", backend_path(card)))
+}
+
 /// Name of the card's ConfigMap.
 pub fn configmap_name(card: &AgentCard) -> String {
     card_configmap_name(&card.name_any())

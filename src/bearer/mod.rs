@@ -1,0 +1,240 @@
+//! Who may read a card's extended card: a request's bearer token checked against the card's
+//! `spec.extendedCard.auth`.
+//!
+//! Data flow: the card server finds the card's extended route in the index and hands the
+//! request's `Authorization` header and the card's auth here ([`Bearer::check`]):
+//! - `oidc`: the JWT is verified offline ([`jwt::verify`], pure) against the issuer's keys,
+//!   which [`oidc::Issuers`] fetches, keeps and refreshes (bounded; a tenant's issuer only
+//!   on public addresses);
+//! - `serviceAccount`: the API server reviews the token (a TokenReview with the card's
+//!   audiences) through the directory's [`Authorizer`] — one per distinct audience set, so each
+//!   keeps its caches, single-flight and bounded review budgets — and the caller must be a
+//!   ServiceAccount (of the listed namespaces, when any are).
+//!
+//! No lock is held across an `.await`.
+
+pub mod jwt;
+pub mod oidc;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use crate::crd::{ExtendedAuth, OidcAuth, ServiceAccountAuth};
+use crate::directory::access::Authorizer;
+use crate::locks::lock;
+
+/// Most distinct audience sets with an [`Authorizer`] of their own; past it the set least
+/// recently made goes (its caches with it).
+const MAX_REVIEWERS: usize = 256;
+
+/// The operator's flags for extended-card callers.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct BearerFlags {
+    /// An OIDC issuer the platform trusts, `ISSUER` or `ISSUER=DISCOVERY_URL` (repeatable):
+    /// its discovery document is fetched from that URL, from any address, trusting
+    /// `--oidc-ca-file`. A card may name any other issuer too, fetched over https from public
+    /// addresses only.
+    #[arg(long = "oidc-issuer", value_name = "ISSUER[=DISCOVERY_URL]")]
+    pub oidc_issuers: Vec<String>,
+    /// PEM CA certificates trusted for the `--oidc-issuer` issuers (besides the system's).
+    #[arg(long, value_name = "FILE")]
+    pub oidc_ca_file: Option<std::path::PathBuf>,
+}
+
+/// Why a caller is not given the extended card.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Denied {
+    /// No bearer token (401).
+    #[error("a bearer token is required")]
+    Missing,
+    /// A token that is not accepted (401), and why.
+    #[error("{0}")]
+    Invalid(String),
+    /// The issuer's keys or the API server could not be asked (503).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Checks bearer tokens against cards' extended-card auth. Cheap to share: every listener of
+/// the process holds the same one.
+pub struct Bearer {
+    issuers: oidc::Issuers,
+    /// The API server of ServiceAccount tokens (none in `serve --from-dir`).
+    client: Option<kube::Client>,
+    reviewers: Mutex<HashMap<Vec<String>, Arc<Authorizer>>>,
+}
+
+/// Errors setting up a [`Bearer`].
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// `--oidc-issuer` is malformed.
+    #[error("{0}")]
+    Flag(String),
+    /// `--oidc-ca-file` cannot be read.
+    #[error("--oidc-ca-file {path}: {source}")]
+    CaFile {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The HTTP clients cannot be built (a CA that is not PEM).
+    #[error("the OIDC HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+impl Bearer {
+    /// A checker with the platform's `flags`, asking `client`'s API server about
+    /// ServiceAccount tokens (none: every ServiceAccount token is refused as unavailable).
+    pub fn new(flags: &BearerFlags, client: Option<kube::Client>) -> Result<Self, SetupError> {
+        let configured = oidc::configured(&flags.oidc_issuers).map_err(SetupError::Flag)?;
+        let ca = match &flags.oidc_ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|source| SetupError::CaFile {
+                path: path.display().to_string(),
+                source,
+            })?),
+            None => None,
+        };
+        Ok(Bearer {
+            issuers: oidc::Issuers::new(configured, ca.as_deref())?,
+            client,
+            reviewers: Mutex::default(),
+        })
+    }
+
+    /// Whether the holder of `authorization` (the request's `Authorization` header) is a
+    /// caller `auth` accepts.
+    pub async fn check(
+        &self,
+        auth: &ExtendedAuth,
+        authorization: Option<&str>,
+    ) -> Result<(), Denied> {
+        let token = bearer_token(authorization).ok_or(Denied::Missing)?;
+        match (&auth.oidc, &auth.service_account) {
+            (Some(oidc), _) => self.check_oidc(oidc, token).await,
+            (None, Some(sa)) => self.check_service_account(sa, token).await,
+            (None, None) => Err(Denied::Invalid("no caller is accepted".into())),
+        }
+    }
+
+    async fn check_oidc(&self, oidc: &OidcAuth, token: &str) -> Result<(), Denied> {
+        let expected = jwt::Expected {
+            issuer: &oidc.issuer,
+            audiences: &oidc.audiences,
+            required_claims: &oidc.required_claims,
+        };
+        // The header first: a malformed token or a refused algorithm costs no fetch.
+        jwt::header(token).map_err(|e| Denied::Invalid(e.to_string()))?;
+        let unavailable = |e: oidc::Unavailable| Denied::Unavailable(e.to_string());
+        let keys = self
+            .issuers
+            .keys(&oidc.issuer, false)
+            .await
+            .map_err(unavailable)?;
+        match jwt::verify(token, &keys, &expected, SystemTime::now()) {
+            // The issuer may have rotated its keys since they were fetched.
+            Err(jwt::Invalid::UnknownKey) => {
+                let keys = self
+                    .issuers
+                    .keys(&oidc.issuer, true)
+                    .await
+                    .map_err(unavailable)?;
+                jwt::verify(token, &keys, &expected, SystemTime::now()).map(|_| ())
+            }
+            other => other.map(|_| ()),
+        }
+        .map_err(|e| Denied::Invalid(e.to_string()))
+    }
+
+    async fn check_service_account(
+        &self,
+        sa: &ServiceAccountAuth,
+        token: &str,
+    ) -> Result<(), Denied> {
+        let reviewer = self.reviewer(&sa.audiences)?;
+        let caller = reviewer
+            .caller(Some(&format!("Bearer {token}")))
+            .await
+            .map_err(|e| match e.status {
+                401 => Denied::Invalid("the token is not accepted for this audience".into()),
+                _ => Denied::Unavailable(e.message),
+            })?;
+        let namespace = caller
+            .username()
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+            .map(|(ns, _)| ns)
+            .ok_or_else(|| Denied::Invalid("the caller is not a ServiceAccount".into()))?;
+        if !sa.namespaces.is_empty() && !sa.namespaces.iter().any(|n| n == namespace) {
+            return Err(Denied::Invalid(
+                "the caller is a ServiceAccount of a namespace not accepted".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reviewer of tokens for `audiences`.
+    fn reviewer(&self, audiences: &[String]) -> Result<Arc<Authorizer>, Denied> {
+        let client = self
+            .client
+            .clone()
+            .ok_or_else(|| Denied::Unavailable("no API server to review the token".into()))?;
+        let mut key = audiences.to_vec();
+        key.sort();
+        key.dedup();
+        let mut reviewers = lock(&self.reviewers);
+        if let Some(r) = reviewers.get(&key) {
+            return Ok(r.clone());
+        }
+        if reviewers.len() >= MAX_REVIEWERS {
+            if let Some(k) = reviewers.keys().next().cloned() {
+                reviewers.remove(&k);
+            }
+        }
+        let reviewer = Arc::new(Authorizer::new(client, key.clone()));
+        reviewers.insert(key, reviewer.clone());
+        Ok(reviewer)
+    }
+}
+
+/// The token of a `Bearer` `Authorization` header (scheme case-insensitive, RFC 6750 §2.1).
+pub fn bearer_token(authorization: Option<&str>) -> Option<&str> {
+    let (scheme, rest) = authorization?.split_once(' ')?;
+    let token = rest.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bearer_headers_carry_a_token() {
+        assert_eq!(bearer_token(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(Some("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer_token(Some("Basic abc")), None);
+        assert_eq!(bearer_token(Some("Bearer ")), None);
+        assert_eq!(bearer_token(None), None);
+    }
+
+    #[tokio::test]
+    async fn without_an_api_server_service_account_tokens_are_unavailable_not_accepted() {
+        let bearer = Bearer::new(&BearerFlags::default(), None).unwrap();
+        let auth = ExtendedAuth {
+            service_account: Some(ServiceAccountAuth {
+                audiences: vec!["agents".into()],
+                namespaces: vec![],
+            }),
+            ..Default::default()
+        };
+        assert!(matches!(
+            bearer.check(&auth, None).await,
+            Err(Denied::Missing)
+        ));
+        assert!(matches!(
+            bearer.check(&auth, Some("Bearer t")).await,
+            Err(Denied::Unavailable(_))
+        ));
+    }
+}
