@@ -1521,6 +1521,20 @@ async fn an_extended_card_is_a_signed_superset_published_with_the_public_card() 
         }
     }
 
+    // The agent serving the mounted bytes: the official Python SDK's JSON-RPC server, given both
+    // ConfigMaps' bytes as the files a Pod mounting them reads, answers GetExtendedAgentCard;
+    // the SDK's JSON-RPC client fetches it there and verifies its signature with the JWKS.
+    let agent = support::ExtendedAgent::start(&files[0], &files[1]);
+    let (fetched, verdict) = support::sdk_extended(
+        &format!("http://{}", agent.addr),
+        (&host, "/a2a", "JSONRPC"),
+        &dir.path().join("jwks.json"),
+        None,
+    );
+    assert!(fetched, "{verdict}");
+    assert_eq!(verdict["skills"], json!(["forecast", "alerts", "archive"]));
+    drop(agent);
+
     // An edit of the public card updates both, the extended card first: a watch of the
     // namespace's ConfigMaps shows the extended card's write before the public card's.
     let list = cms.list(&ListParams::default()).await.unwrap();
@@ -1970,10 +1984,16 @@ async fn the_operator_answers_the_rest_extended_card_to_the_callers_its_auth_acc
     let jwks_file = dir.path().join("jwks.json");
     std::fs::write(&jwks_file, &s.operator.get(&host, PATH_JWKS).body).unwrap();
     let base = format!("http://{}", s.operator.server.addr);
-    let (fetched, verdict) = support::sdk_extended(&base, &host, "/a2a", &jwks_file, Some(&token));
+    let (fetched, verdict) = support::sdk_extended(
+        &base,
+        (&host, "/a2a", "HTTP+JSON"),
+        &jwks_file,
+        Some(&token),
+    );
     assert!(fetched, "{verdict}");
     assert_eq!(verdict["skills"], json!(["forecast", "alerts", "archive"]));
-    let (fetched, verdict) = support::sdk_extended(&base, &host, "/a2a", &jwks_file, None);
+    let (fetched, verdict) =
+        support::sdk_extended(&base, (&host, "/a2a", "HTTP+JSON"), &jwks_file, None);
     assert!(
         !fetched && verdict["error"].as_str().unwrap().contains("401"),
         "{verdict}"

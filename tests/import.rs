@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agentcard_operator::contract::{content_hash, PATH_CARD, PATH_JWKS};
 use agentcard_operator::crd::AgentCard;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
@@ -311,6 +311,8 @@ fn start_agent(peer: &netns::Peer, control: &Path, requests: &Path) -> netns::Pr
             .arg(control)
             .arg("--requests")
             .arg(requests)
+            .arg("--tokens")
+            .arg(requests.with_file_name("tokens.txt"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -575,6 +577,115 @@ async fn inside_a_private_network_namespace() {
         v["version"] == "4.0.0"
     })
     .await;
+
+    // The agent serves an extended card to callers with a token: imported with a token the
+    // operator requests for the team's ServiceAccount and the audience the team names, it is
+    // published as the card's extended card (signed, the public card and more), and the token
+    // the agent received names that ServiceAccount and audience.
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), team);
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "importer"}})).unwrap();
+    sas.create(&PostParams::default(), &sa).await.unwrap();
+    std::fs::write(
+        &control,
+        json!({"mode": "v1", "version": "5.0.0", "extended": true}).to_string(),
+    )
+    .unwrap();
+    let mut with_extended = imported("echo", HOST, "echo");
+    with_extended["spec"]["source"]["extendedCard"] =
+        json!({"serviceAccountName": "importer", "audience": "https://echo.team.internal"});
+    cards
+        .patch(
+            "echo",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&with_extended),
+        )
+        .await
+        .unwrap();
+    let c = wait_card(
+        &cards,
+        "echo",
+        &op,
+        "Ready with an imported extended card",
+        |c| {
+            ready(c)
+                && c.status.as_ref().is_some_and(|s| s.extended_card.is_some())
+                && source_reachable(c).is_some_and(|(s, _, _)| s == "True")
+        },
+    )
+    .await;
+    let public = served_when(&op, &cards, Duration::from_secs(30), |v| {
+        v["version"] == "5.0.0"
+    })
+    .await;
+    assert_eq!(public["capabilities"]["extendedAgentCard"], true);
+    assert!(!public.to_string().contains("echo-history"));
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), team);
+    let ext_cm = cms.get("extended-agentcard-echo").await.unwrap();
+    let ext_body = ext_cm.data.unwrap()["extended-agent-card.json"].clone();
+    assert_eq!(
+        content_hash(ext_body.as_bytes()),
+        c.status.unwrap().extended_card.unwrap().content_hash
+    );
+    let ext: Value = serde_json::from_str(&ext_body).unwrap();
+    let ids: Vec<&str> = ext["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["echo", "echo-history"]);
+    // The overrides apply to the imported extended card as to the public card.
+    assert_eq!(ext["skills"][1]["tags"], json!(["echo", "imported"]));
+    assert_eq!(
+        ext["description"],
+        "Echoes what it is told, and remembers what it was told before."
+    );
+    sdks_verify(&op, &ext);
+    let token = std::fs::read_to_string(requests.with_file_name("tokens.txt")).unwrap();
+    let review: k8s_openapi::api::authentication::v1::TokenReview = serde_json::from_value(
+        json!({"spec": {"token": token, "audiences": ["https://echo.team.internal"]}}),
+    )
+    .unwrap();
+    let reviewed = Api::<k8s_openapi::api::authentication::v1::TokenReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(reviewed.authenticated, Some(true), "{reviewed:?}");
+    assert_eq!(
+        reviewed.user.unwrap().username.as_deref(),
+        Some("system:serviceaccount:team:importer")
+    );
+    // A ServiceAccount that does not exist: the source says so, and both last good cards stay.
+    let good_ext = ext_body.clone();
+    with_extended["spec"]["source"]["extendedCard"]["serviceAccountName"] = json!("nobody");
+    cards
+        .patch(
+            "echo",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&with_extended),
+        )
+        .await
+        .unwrap();
+    let c = wait_card(&cards, "echo", &op, "CredentialUnavailable", |c| {
+        source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == "CredentialUnavailable")
+    })
+    .await;
+    assert!(ready(&c));
+    let (_, _, message) = source_reachable(&c).unwrap();
+    assert!(message.contains("team/nobody"), "{message}");
+    let kept = cms.get("extended-agentcard-echo").await.unwrap();
+    assert_eq!(kept.data.unwrap()["extended-agent-card.json"], good_ext);
+    cards
+        .patch(
+            "echo",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&imported("echo", HOST, "echo")),
+        )
+        .await
+        .unwrap();
 
     // A hostile tenant: its source can only name a Service of its own namespace. One that does
     // not exist there (the victim's is in `team`), or an ExternalName Service pointing at the

@@ -180,6 +180,119 @@ async fn inside_a_private_network_namespace() {
         verdict.error
     );
 
+    // A REST agent with an extended card the operator answers: Traefik sends the exact path
+    // `<backend path>/extendedAgentCard` to the operator (it wins over the backend's prefix
+    // route; the stand-in agent has a file there it would otherwise serve), which asks the
+    // API server about the caller's ServiceAccount token; the official Python SDK's REST
+    // transport fetches the extended card through Traefik and verifies it.
+    std::fs::create_dir_all(root.path().join("a2a/rest")).unwrap();
+    std::fs::write(
+        root.path().join("a2a/rest/extendedAgentCard"),
+        "the agent's",
+    )
+    .unwrap();
+    let rest_host = "rest.agents.test";
+    let audience = format!("https://{rest_host}");
+    let mut rest = card("rest", rest_host, "");
+    rest["spec"]["backend"] = json!({"serviceName": "agent", "port": AGENT_PORT,
+        "path": "/a2a/rest", "protocolBinding": "HTTP+JSON"});
+    rest["spec"]["extendedCard"] = json!({
+        "skills": [{"id": "more", "name": "More", "description": "For callers.", "tags": ["t"]}],
+        "auth": {"serviceAccount": {"audiences": [audience]}}
+    });
+    cards
+        .patch(
+            "rest",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&rest),
+        )
+        .await
+        .unwrap();
+    wait_card(&cards, "rest", &op, "Ready with an extended card", |c| {
+        ready(c) && c.status.as_ref().is_some_and(|s| s.extended_card.is_some())
+    })
+    .await;
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "caller"}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), tenant)
+        .create(&PostParams::default(), &sa)
+        .await
+        .unwrap();
+    let token = support::kubectl(
+        kubeconfig,
+        &[
+            "create",
+            "token",
+            "caller",
+            "-n",
+            tenant,
+            "--audience",
+            &audience,
+        ],
+    )
+    .trim()
+    .to_string();
+    let traefik: std::net::SocketAddr = format!("127.0.0.1:{TRAEFIK_PORT}").parse().unwrap();
+    let path = "/a2a/rest/extendedAgentCard";
+    let bearer = format!("Bearer {token}");
+    let with_token = || {
+        support::http::request(
+            traefik,
+            "GET",
+            path,
+            &[("Host", rest_host), ("Authorization", &bearer)],
+        )
+    };
+    let routed = wait_for(Duration::from_secs(60), || {
+        std::future::ready(with_token().status == 200)
+    })
+    .await;
+    let r = with_token();
+    assert!(
+        routed.is_ok(),
+        "the extended card through Traefik: {} {}; Traefik log:\n{}",
+        r.status,
+        String::from_utf8_lossy(&r.body),
+        traefik_log()
+    );
+    let ext_cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), tenant)
+        .get("extended-agentcard-rest")
+        .await
+        .unwrap();
+    assert_eq!(
+        r.body,
+        ext_cm.data.unwrap()["extended-agent-card.json"].as_bytes(),
+        "not the extended card's bytes"
+    );
+    let without = through_traefik(rest_host, path);
+    assert_eq!(
+        without.status,
+        401,
+        "{}",
+        String::from_utf8_lossy(&without.body)
+    );
+    assert!(without
+        .header("www-authenticate")
+        .is_some_and(|c| c.starts_with("Bearer")));
+    let rest_jwks = root.path().join("jwks.json");
+    std::fs::write(
+        &rest_jwks,
+        &through_traefik(rest_host, "/.well-known/jwks.json").body,
+    )
+    .unwrap();
+    let (fetched, verdict) = support::sdk_extended(
+        &format!("http://{traefik}"),
+        (rest_host, "/a2a/rest", "HTTP+JSON"),
+        &rest_jwks,
+        Some(&token),
+    );
+    assert!(fetched, "the Python SDK through Traefik: {verdict}");
+    assert_eq!(verdict["skills"], json!(["s", "more"]));
+    cards
+        .delete("rest", &DeleteParams::default())
+        .await
+        .unwrap();
+
     // Deleted, the card's routes go: Traefik answers 404.
     cards
         .delete("weather", &DeleteParams::default())

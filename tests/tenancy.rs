@@ -1013,3 +1013,130 @@ async fn controllers_that_fail_give_up_the_lease_and_the_process_exits() {
     let holder = lease.spec.and_then(|s| s.holder_identity);
     assert_ne!(holder.as_deref(), Some("failing-one"), "the lease was kept");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenant_cannot_route_read_or_replace_a_cards_extended_card() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let p = Platform::start(&[]).await;
+    let t = rand_tag();
+    let host = format!("x-{t}.open.test");
+    let audience = format!("https://{host}");
+    let victim = Tenant::new(&p, &format!("victim-{t}")).await;
+    let attacker = Tenant::new(&p, &format!("attacker-{t}")).await;
+    for (ns, name) in [(&victim.ns, "caller"), (&attacker.ns, "thief")] {
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<ServiceAccount>::namespaced(p.admin.clone(), ns)
+            .create(&PostParams::default(), &sa)
+            .await
+            .unwrap();
+    }
+    let token = |ns: &str, sa: &str| {
+        let args = [
+            "create",
+            "token",
+            sa,
+            "-n",
+            ns,
+            "--audience",
+            audience.as_str(),
+        ];
+        format!("Bearer {}", support::kubectl(kubeconfig(), &args).trim())
+    };
+    let (caller, thief) = (token(&victim.ns, "caller"), token(&attacker.ns, "thief"));
+
+    // The victim's REST agent with an extended card for its own namespace's ServiceAccounts.
+    let mut m = card("weather", &host, "");
+    m["spec"]["backend"] =
+        json!({"serviceName": "weather", "port": 8080, "protocolBinding": "HTTP+JSON"});
+    m["spec"]["extendedCard"] = json!({
+        "skills": [{"id": "private", "name": "Private", "description": "For partners.", "tags": ["t"]}],
+        "auth": {"serviceAccount": {"audiences": [audience], "namespaces": [victim.ns]}}
+    });
+    victim.apply(&m).await.unwrap();
+    wait_card(
+        &p,
+        &victim.ns,
+        "weather",
+        "Ready with an extended card",
+        |c| ready(c) && c.status.as_ref().is_some_and(|s| s.extended_card.is_some()),
+    )
+    .await;
+    let path = "/a2a/extendedAgentCard";
+    let get = |auth: &str| {
+        let headers = [("Host", host.as_str()), ("Authorization", auth)];
+        support::http::request(p.op.server.addr, "GET", path, &headers)
+    };
+    let victim_cms: Api<ConfigMap> = Api::namespaced(p.admin.clone(), &victim.ns);
+    let genuine = victim_cms
+        .get(&extended_configmap_name("weather"))
+        .await
+        .unwrap()
+        .data
+        .unwrap()[KEY_EXTENDED]
+        .clone();
+    wait_for(Duration::from_secs(20), || {
+        std::future::ready(get(&caller).status == 200)
+    })
+    .await
+    .expect("the victim's caller reads the extended card");
+
+    // The attacker's card on the same host and path, accepting the attacker's own tokens: it
+    // never holds the route.
+    let mut evil = m.clone();
+    evil["spec"]["extendedCard"]["auth"] =
+        json!({"serviceAccount": {"audiences": [audience], "namespaces": [attacker.ns]}});
+    attacker.apply(&evil).await.unwrap();
+    wait_card(
+        &p,
+        &attacker.ns,
+        "weather",
+        "HostConflict",
+        refused("HostConflict"),
+    )
+    .await;
+    // A ConfigMap of the attacker's namespace under the victim's extended card's name, with
+    // the victim card as its controller and other bytes; the victim's namespace refuses it.
+    let victim_card: AgentCard = Api::namespaced(p.admin.clone(), &victim.ns)
+        .get("weather")
+        .await
+        .unwrap();
+    let forged: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": extended_configmap_name("weather"),
+            "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CONTENT: CONTENT_EXTENDED},
+            "ownerReferences": [{"apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+                "name": "weather", "uid": victim_card.uid().unwrap(), "controller": true}]},
+        "data": {KEY_EXTENDED: "{\"name\": \"forged\"}"}
+    }))
+    .unwrap();
+    let attacker_cms: Api<ConfigMap> = Api::namespaced(attacker.client.clone(), &attacker.ns);
+    attacker_cms
+        .delete(
+            &extended_configmap_name("weather"),
+            &DeleteParams::default(),
+        )
+        .await
+        .ok();
+    attacker_cms
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap();
+    let into_victim: Api<ConfigMap> = Api::namespaced(attacker.client.clone(), &victim.ns);
+    let err = into_victim
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err}"
+    );
+
+    // Reads: the attacker's token is refused, the victim's caller still gets the genuine bytes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = get(&thief);
+    assert_eq!(r.status, 401, "{}", String::from_utf8_lossy(&r.body));
+    let r = get(&caller);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, genuine.as_bytes());
+    invariant(&p, &[]).await;
+}

@@ -50,6 +50,7 @@ use crate::a2a::card::AgentCard as A2aCard;
 #[x_kube(validation = Rule::new("!has(self.card) || (has(self.card.supportedInterfaces) && size(self.card.supportedInterfaces) > 0) || has(self.backend)").message("spec.card.supportedInterfaces: at least one interface, or spec.backend, is required"))]
 #[x_kube(validation = Rule::new("!has(self.overrides) || has(self.source)").message("spec.overrides: only with spec.source (edit spec.card instead)"))]
 #[x_kube(validation = Rule::new("!has(self.defaults) || has(self.source)").message("spec.defaults: only with spec.source (edit spec.card instead)"))]
+#[x_kube(validation = Rule::new("!has(self.source) || !has(self.source.extendedCard) || !has(self.extendedCard)").message("spec.extendedCard: not with spec.source.extendedCard (the extended card is imported)"))]
 #[x_kube(validation = Rule::new("!has(self.backend) || !has(self.backend.path) || self.backend.path == '' || !has(self.publish.pathPrefix) || self.publish.pathPrefix == '' || self.backend.path == self.publish.pathPrefix || self.backend.path.startsWith(self.publish.pathPrefix + '/')").message("spec.backend.path: must lie inside the card's route subtree spec.publish.pathPrefix (e.g. <pathPrefix>/a2a)"))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentCardSpec {
@@ -346,6 +347,30 @@ pub struct Source {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 10 && self <= 86400").message("must be between 10 and 86400"))]
     pub refresh_seconds: Option<i64>,
+    /// Also import the extended card the agent serves to authenticated callers (REST
+    /// `GetExtendedAgentCard`), calling it with a token of a ServiceAccount of this namespace.
+    /// It must be the agent's public card and more; it is published as this card's extended
+    /// card (the ConfigMap `extended-agentcard-<name>`), signed like the public card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_card: Option<SourceExtendedCard>,
+}
+
+/// How the operator asks the agent for its extended card: with a token it requests from the
+/// API server (TokenRequest) for a ServiceAccount of the card's namespace, for an audience the
+/// team names, sent as `Authorization: Bearer`. No Secret is ever read.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceExtendedCard {
+    /// The ServiceAccount (of the card's namespace) the agent accepts.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$') && size(self) <= 253").message("must be a ServiceAccount name"))]
+    pub service_account_name: String,
+    /// The audience of the token (what the agent checks `aud` against).
+    #[x_kube(validation = Rule::new("size(self) > 0 && size(self) <= 1024").message("must be 1 to 1024 characters"))]
+    pub audience: String,
+    /// The REST path of `GetExtendedAgentCard` on the agent (default `/extendedAgentCard`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('/') && size(self) <= 1024").message("must be an absolute path like /extendedAgentCard"))]
+    pub path: Option<String>,
 }
 
 /// A Service port in the card's namespace.

@@ -11,7 +11,7 @@ pub use agentcard::{
     AgentCard, AgentCardSpec, AgentCardStatus, ApprovalState, ApprovalStatus, Compatibility,
     Defaults, Drift, DriftMode, ExtendedAuth, ExtendedCard, ExtendedCardStatus, Lifecycle,
     LifecycleState, OidcAuth, Overrides, ServedLifecycle, ServedRoute, ServiceAccountAuth, Source,
-    SourceService, SourceStatus, Successor,
+    SourceExtendedCard, SourceService, SourceStatus, Successor,
 };
 pub use agentcardapproval::{AgentCardApproval, AgentCardApprovalSpec, CardRef, Decision};
 pub use agentdirectory::{

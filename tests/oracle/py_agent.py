@@ -10,8 +10,14 @@ A control file (JSON, re-read on every request) says what the agent serves:
   {"mode": "garbage"}                   a broken body
 `version` changes the card, so a refresh sees a new one. With --requests FILE, each request
 appends its path to FILE as a line (tests count the requests an agent received).
+With `"extended": true` the card says `capabilities.extendedAgentCard` and GET
+/extendedAgentCard (the REST binding's GetExtendedAgentCard) answers the extended card (the
+card with a longer description and one more skill, `echo-history`) to a request with
+`Authorization: Bearer <token>`, 401 to one without; with --tokens FILE, the last token
+received is written to FILE (tests ask the API server who it names).
 
 Usage: py_agent.py --port PORT --control FILE [--internal-url URL] [--requests FILE]
+                   [--tokens FILE]
 """
 
 import argparse
@@ -21,8 +27,10 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from a2a.compat.v0_3.conversions import to_compat_agent_card
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.agent_card_routes import create_agent_card_routes
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
@@ -38,8 +46,8 @@ def control(path):
         return json.load(f)
 
 
-def build_card(internal_url, version, protocol_version):
-    return AgentCard(
+def build_card(internal_url, version, protocol_version, extended=False):
+    card = AgentCard(
         name="Echo Agent",
         description="Echoes what it is told.",
         version=version,
@@ -51,7 +59,7 @@ def build_card(internal_url, version, protocol_version):
                 protocol_version=protocol_version,
             )
         ],
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=True, extended_agent_card=extended or None),
         default_input_modes=["text"],
         default_output_modes=["text", "application/json"],
         skills=[
@@ -65,6 +73,21 @@ def build_card(internal_url, version, protocol_version):
             )
         ],
     )
+    return card
+
+
+def extended_card(internal_url, version):
+    card = build_card(internal_url, version, "1.0", extended=True)
+    card.description = "Echoes what it is told, and remembers what it was told before."
+    card.skills.append(
+        AgentSkill(
+            id="echo-history",
+            name="Echo history",
+            description="Repeats what was said earlier.",
+            tags=["echo"],
+        )
+    )
+    return card
 
 
 def main():
@@ -73,16 +96,35 @@ def main():
     ap.add_argument("--control", required=True)
     ap.add_argument("--internal-url", default="http://echo.team.svc:9999/")
     ap.add_argument("--requests")
+    ap.add_argument("--tokens")
     args = ap.parse_args()
 
     async def modifier(card):
         c = control(args.control)
-        fresh = build_card(args.internal_url, c.get("version", "1.0.0"), "1.0")
+        fresh = build_card(
+            args.internal_url, c.get("version", "1.0.0"), "1.0", c.get("extended", False)
+        )
         return fresh
+
+    async def get_extended(request):
+        c = control(args.control)
+        if not c.get("extended", False):
+            return JSONResponse({"error": {"code": 400, "status": "FAILED_PRECONDITION",
+                                           "message": "no extended card"}}, status_code=400)
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return JSONResponse({"error": {"code": 401, "status": "UNAUTHENTICATED",
+                                           "message": "a bearer token is required"}},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        if args.tokens:
+            with open(args.tokens, "w") as f:
+                f.write(token)
+        card = extended_card(args.internal_url, c.get("version", "1.0.0"))
+        return JSONResponse(agent_card_to_dict(card))
 
     routes = create_agent_card_routes(
         build_card(args.internal_url, "1.0.0", "1.0"), card_modifier=modifier
-    )
+    ) + [Route("/extendedAgentCard", get_extended, methods=["GET"])]
 
     class Modes(BaseHTTPMiddleware):
         async def dispatch(self, request, call_next):

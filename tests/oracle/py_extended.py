@@ -6,7 +6,7 @@ Run with the oracle venv (see tests/oracle/README.md):
 
     $ORACLE/venv/bin/python tests/oracle/py_extended.py \
         --base-url http://127.0.0.1:PORT --host HOST --interface-path /a2a \
-        --jwks JWKS_FILE [--token TOKEN] [--timeout SECONDS]
+        --jwks JWKS_FILE [--binding HTTP+JSON|JSONRPC] [--token TOKEN] [--timeout SECONDS]
 
 Steps:
   1. An httpx.AsyncClient whose default headers carry `Host: HOST` (one loopback server
@@ -14,9 +14,10 @@ Steps:
      Bearer TOKEN`.
   2. The SDK's A2ACardResolver fetches the public card (it must advertise
      capabilities.extendedAgentCard, or the SDK never asks for the extended one).
-  3. The SDK's RestTransport(client, public card, BASE_URL + interface path)
-     .get_extended_agent_card(GetExtendedAgentCardRequest()): `GET
-     {interface}/extendedAgentCard`, the SDK's own error mapping and lenient parsing.
+  3. The SDK's transport for --binding (RestTransport, the default, or JsonRpcTransport) at
+     BASE_URL + interface path .get_extended_agent_card(GetExtendedAgentCardRequest()): REST
+     `GET {interface}/extendedAgentCard`, or the JSON-RPC method `GetExtendedAgentCard`, with
+     the SDK's own error mapping and lenient parsing.
   4. The SDK's signature verifier (create_signature_verifier with the JWKS file's keys)
      checks the extended card.
 
@@ -41,8 +42,10 @@ import httpx  # noqa: E402
 from jwt.exceptions import PyJWTError  # noqa: E402
 
 from a2a.client import A2ACardResolver  # noqa: E402
+from a2a.client.transports.jsonrpc import JsonRpcTransport  # noqa: E402
 from a2a.client.transports.rest import RestTransport  # noqa: E402
 from a2a.types import GetExtendedAgentCardRequest  # noqa: E402
+from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, VERSION_HEADER  # noqa: E402
 from a2a.utils.signing import create_signature_verifier  # noqa: E402
 
 from py_verify import DEFAULT_ALGORITHMS, load_jwks, recording_key_provider  # noqa: E402
@@ -51,7 +54,9 @@ from py_verify import DEFAULT_ALGORITHMS, load_jwks, recording_key_provider  # n
 async def fetch(args, keys) -> dict:
     result = {'ok': False, 'verified': False, 'skills': None, 'description': None,
               'error': None}
-    headers = {'Host': args.host}
+    # The version header the SDK's ClientFactory sets on every client it makes (the transports
+    # are made directly here: the card's interface URLs name the public host).
+    headers = {'Host': args.host, VERSION_HEADER: PROTOCOL_VERSION_CURRENT}
     if args.token:
         headers['Authorization'] = f'Bearer {args.token}'
     async with httpx.AsyncClient(headers=headers, timeout=args.timeout,
@@ -61,7 +66,8 @@ async def fetch(args, keys) -> dict:
             if not public.capabilities.extended_agent_card:
                 result['error'] = 'the public card does not advertise an extended card'
                 return result
-            transport = RestTransport(client, public,
+            kind = JsonRpcTransport if args.binding == 'JSONRPC' else RestTransport
+            transport = kind(client, public,
                                       args.base_url + args.interface_path,
                                       is_shared_httpx=True)
             card = await transport.get_extended_agent_card(GetExtendedAgentCardRequest())
@@ -88,6 +94,7 @@ def main() -> int:
                         help="the REST interface's path on the host, e.g. /a2a")
     parser.add_argument('--jwks', required=True, help='JWK Set file (public keys)')
     parser.add_argument('--token', help='bearer token')
+    parser.add_argument('--binding', choices=['HTTP+JSON', 'JSONRPC'], default='HTTP+JSON')
     parser.add_argument('--timeout', type=float, default=10.0)
     args = parser.parse_args()
     try:

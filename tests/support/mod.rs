@@ -347,20 +347,26 @@ pub fn sdk_resolve(base_url: &str, host: &str, jwks: &Path) -> (bool, serde_json
     (out.status.success() && verdict["valid"] == true, verdict)
 }
 
-/// The Python SDK's REST transport fetching the extended card of the agent on `host` (its
-/// interface at `interface_path`) from `base_url` with `token`, then verifying it against
-/// `jwks` (tests/oracle/py_extended.py): `(fetched and verified, json verdict line)`.
+/// The Python SDK's transport for `binding` (`HTTP+JSON` or `JSONRPC`) fetching the extended
+/// card of the agent on `host` (its interface at `interface_path`) from `base_url` with
+/// `token`, then verifying it against `jwks` (tests/oracle/py_extended.py): `(fetched and
+/// verified, json verdict line)`.
 pub fn sdk_extended(
     base_url: &str,
-    host: &str,
-    interface_path: &str,
+    (host, interface_path, binding): (&str, &str, &str),
     jwks: &Path,
     token: Option<&str>,
 ) -> (bool, serde_json::Value) {
     let mut cmd = Command::new(oracle().join("venv/bin/python"));
     cmd.arg(root().join("tests/oracle/py_extended.py"))
         .args(["--base-url", base_url, "--host", host])
-        .args(["--interface-path", interface_path, "--jwks"])
+        .args([
+            "--interface-path",
+            interface_path,
+            "--binding",
+            binding,
+            "--jwks",
+        ])
         .arg(jwks);
     if let Some(t) = token {
         cmd.args(["--token", t]);
@@ -377,6 +383,51 @@ pub fn sdk_extended(
             )
         });
     (out.status.success(), verdict)
+}
+
+/// An agent built with the official Python SDK serving the public and extended cards of the
+/// files `card` and `extended` (tests/oracle/py_extended_agent.py: JSON-RPC at `/a2a`), as a
+/// Pod mounting the operator's ConfigMaps would; killed on drop.
+pub struct ExtendedAgent {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    child: std::process::Child,
+}
+
+impl ExtendedAgent {
+    /// Start it and wait until its port is bound.
+    pub fn start(card: &Path, extended: &Path) -> ExtendedAgent {
+        use std::io::BufRead;
+        let mut child = Command::new(oracle().join("venv/bin/python"))
+            .arg(root().join("tests/oracle/py_extended_agent.py"))
+            .args(["--port", "0", "--card"])
+            .arg(card)
+            .arg("--extended")
+            .arg(extended)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting the Python SDK agent");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port: u16 = line
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the agent did not start: {line:?}"));
+        ExtendedAgent {
+            addr: ([127, 0, 0, 1], port).into(),
+            child,
+        }
+    }
+}
+
+impl Drop for ExtendedAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Assert that `body` (a served `/.well-known/did.json`) is the did:web document of `host`:

@@ -220,6 +220,72 @@ pub fn missing(public: &AgentCard, extended: &AgentCard) -> Vec<Problem> {
     out
 }
 
+/// What an extended card a source serves adds to its public card: the [`Overlay`] that,
+/// laid over the public card, gives it back. Used to import an agent's extended card.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Additions {
+    /// The extended card's description, when it differs.
+    pub description: Option<String>,
+    /// Skills whose ids the public card does not have.
+    pub skills: Vec<AgentSkill>,
+    /// Interfaces the public card does not list.
+    pub supported_interfaces: Vec<AgentInterface>,
+    /// Security schemes under names the public card does not use.
+    pub security_schemes: BTreeMap<String, SecurityScheme>,
+    /// Extensions the public card does not list.
+    pub extensions: Vec<AgentExtension>,
+}
+
+impl Additions {
+    /// The additions as an overlay.
+    pub fn overlay(&self) -> Overlay<'_> {
+        Overlay {
+            description: self.description.as_deref(),
+            skills: &self.skills,
+            supported_interfaces: &self.supported_interfaces,
+            security_schemes: &self.security_schemes,
+            extensions: &self.extensions,
+        }
+    }
+}
+
+/// What `extended` adds to `public`; the [`missing`] problems when it is not a superset of it.
+pub fn additions(public: &AgentCard, extended: &AgentCard) -> Result<Additions, Vec<Problem>> {
+    let lacks = missing(public, extended);
+    if !lacks.is_empty() {
+        return Err(lacks);
+    }
+    Ok(Additions {
+        description: (extended.description != public.description)
+            .then(|| extended.description.clone()),
+        skills: extended
+            .skills
+            .iter()
+            .filter(|s| !public.skills.iter().any(|p| p.id == s.id))
+            .cloned()
+            .collect(),
+        supported_interfaces: extended
+            .supported_interfaces
+            .iter()
+            .filter(|i| !public.supported_interfaces.contains(i))
+            .cloned()
+            .collect(),
+        security_schemes: extended
+            .security_schemes
+            .iter()
+            .filter(|(name, _)| !public.security_schemes.contains_key(*name))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        extensions: extended
+            .capabilities
+            .extensions
+            .iter()
+            .filter(|e| !public.capabilities.extensions.contains(e))
+            .cloned()
+            .collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,5 +438,36 @@ mod tests {
             "a public skill"
         );
         assert_eq!(overlay_path(&p, &o, "name"), None);
+    }
+
+    #[test]
+    fn the_additions_of_an_extended_card_give_it_back_over_the_public_card() {
+        let public = public();
+        let mut served: AgentCard = serde_json::from_value(json!({
+            "name": "Weather", "description": "Forecasts and the archive.", "version": "1.0.0",
+            "supportedInterfaces": [
+                {"url": "https://w.example.com/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                {"url": "https://w.example.com/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}],
+            "capabilities": {"streaming": true, "extendedAgentCard": true, "extensions": [
+                {"uri": "https://example.com/ext/a"}, {"uri": "https://example.com/ext/b"}]},
+            "securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}},
+                                "mtls": {"mtlsSecurityScheme": {}}},
+            "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": "forecast", "name": "Forecast", "description": "d", "tags": ["weather"]},
+                       {"id": "archive", "name": "Archive", "description": "d", "tags": ["weather"]}]
+        }))
+        .unwrap();
+        let a = additions(&public, &served).unwrap();
+        assert_eq!(a.description.as_deref(), Some("Forecasts and the archive."));
+        assert_eq!(a.skills.len(), 1);
+        assert_eq!(a.supported_interfaces.len(), 1);
+        assert_eq!(a.security_schemes.keys().collect::<Vec<_>>(), ["mtls"]);
+        assert_eq!(a.extensions.len(), 1);
+        let rebuilt = extend(&public, &a.overlay()).unwrap();
+        assert_eq!(rebuilt, served);
+        // An extended card that changes a public skill is not a superset: refused, named.
+        served.skills[0].description = "changed".into();
+        let problems = additions(&public, &served).unwrap_err();
+        assert_eq!(problems[0].path, "skills[0]");
     }
 }

@@ -139,7 +139,13 @@ fn apply_overrides(a2a: &mut A2aCard, o: &crate::crd::Overrides) {
     if let Some(v) = &o.icon_url {
         a2a.icon_url = Some(v.clone());
     }
-    for skill in &mut a2a.skills {
+    tag_skills(&mut a2a.skills, o);
+}
+
+/// Add `spec.overrides.skillTags` to `skills` (the imported card's, and the skills its imported
+/// extended card adds).
+pub fn tag_skills(skills: &mut [crate::a2a::card::AgentSkill], o: &crate::crd::Overrides) {
+    for skill in skills {
         for tag in &o.skill_tags {
             if !skill.tags.contains(tag) {
                 skill.tags.push(tag.clone());

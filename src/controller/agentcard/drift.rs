@@ -70,6 +70,7 @@ fn agent_source(card: &AgentCard) -> Option<Source> {
         },
         path: card.spec.drift.as_ref().and_then(|d| d.path.clone()),
         refresh_seconds: None,
+        extended_card: None,
     })
 }
 

@@ -144,13 +144,33 @@ async fn reconcile_apply(card: Arc<AgentCard>, ctx: &Context) -> Result<Action, 
     let (existing, routed) = existing_routes(&card, ctx, previous.as_deref());
     // An imported card: fetch it (or keep the last good one), then the same pipeline.
     let report = match &card.spec.source {
-        Some(src) => Some(ctx.sources.look(&card, src, previous.as_deref()).await),
+        Some(src) => {
+            let previous_extended = ctx.written.extended_configmap(&card);
+            let previous = (previous.as_deref(), previous_extended.as_deref());
+            Some(ctx.sources.look(&card, src, previous).await)
+        }
         None => None,
     };
-    let resolved = report.as_ref().and_then(|r| r.card.clone()).map(|base| {
+    let resolved = report.as_ref().and_then(|r| {
         let mut c = (*card).clone();
-        c.spec.card = Some(base);
-        c
+        c.spec.card = Some(r.card.clone()?);
+        // An imported extended card: what the agent's adds to its public card, laid over the
+        // published public card like a declared `spec.extendedCard`.
+        if let Some(a) = &r.extended {
+            let mut skills = a.skills.clone();
+            if let Some(o) = &card.spec.overrides {
+                card::tag_skills(&mut skills, o);
+            }
+            c.spec.extended_card = Some(Box::new(crate::crd::ExtendedCard {
+                description: a.description.clone(),
+                skills,
+                supported_interfaces: a.supported_interfaces.clone(),
+                security_schemes: a.security_schemes.clone(),
+                extensions: a.extensions.clone(),
+                auth: None,
+            }));
+        }
+        Some(c)
     });
     let outcome = match (&report, &resolved) {
         (Some(_), Some(c)) => publish(c, ctx, &existing).await,

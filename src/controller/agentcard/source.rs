@@ -23,12 +23,13 @@ use kube::ResourceExt;
 use super::card::effective_card;
 use super::reach::{Candidate, Reach};
 use crate::a2a::card::AgentCard as A2aCard;
+use crate::a2a::extended::Additions;
 use crate::a2a::import::{import, CardVersion, Imported};
 use crate::a2a::parse::{card_from_value, Strictness};
 use crate::a2a::validate::validate;
 use crate::a2a::Problems;
 use crate::contract::KEY_CARD;
-use crate::crd::{AgentCard, Source, SourceStatus};
+use crate::crd::{AgentCard, Source, SourceExtendedCard, SourceStatus};
 use crate::store::SeenConfigMap;
 
 /// The default path of a card on the agent.
@@ -122,6 +123,8 @@ pub struct Cached {
     pub version: CardVersion,
     /// What the import dropped or changed (kept as warnings while this card is served).
     pub notes: Vec<String>,
+    /// With `source.extendedCard`: what the agent's extended card adds to its public card.
+    pub extended: Option<Additions>,
 }
 
 impl SourceCache {
@@ -398,7 +401,7 @@ pub async fn fetch(
     }
     let mut last = None;
     for p in paths {
-        match fetch_one(http, target, &p, etag).await {
+        match fetch_one(http, target, &p, etag, None).await {
             Ok(Some(f)) => return Ok(f),
             Ok(None) => last = Some(p),
             Err(e) => return Err(e),
@@ -420,6 +423,7 @@ async fn fetch_one(
     target: &Target,
     path: &str,
     etag: Option<&str>,
+    bearer: Option<&str>,
 ) -> Result<Option<Fetched>, SourceError> {
     let shown = format!("{}{path}", target.service_url);
     let mut req = http
@@ -427,6 +431,9 @@ async fn fetch_one(
         .header(http::header::ACCEPT, "application/json");
     if let Some(tag) = etag {
         req = req.header(http::header::IF_NONE_MATCH, tag);
+    }
+    if let Some(token) = bearer {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
     }
     let unreachable = |e: reqwest::Error| SourceError::new("Unreachable", format!("{shown}: {e}"));
     let mut resp = req.send().await.map_err(unreachable)?;
@@ -493,6 +500,10 @@ pub struct Report {
     pub notes: Vec<String>,
     /// Whether the agent answered 304 (the cached card is current).
     pub not_modified: bool,
+    /// With `source.extendedCard`: what the agent's extended card adds to its public card (the
+    /// fresh one when it could be fetched, else the last good one), published as the card's
+    /// extended card.
+    pub extended: Option<Additions>,
 }
 
 /// What the import step uses: the API (Services, EndpointSlices), the HTTP client fetching
@@ -528,14 +539,38 @@ impl Sources {
         &self,
         card: &AgentCard,
         source: &Source,
-        previous: Option<&SeenConfigMap>,
+        previous: (Option<&SeenConfigMap>, Option<&SeenConfigMap>),
     ) -> Report {
         let uid = card.uid().unwrap_or_default();
         if let Some(report) = self.cache.fresh(&uid, source) {
             return report;
         }
         let at = Instant::now();
-        let (report, good) = fetch_and_read(card, source, self, previous).await;
+        let (mut report, mut good, target) = fetch_and_read(card, source, self, previous.0).await;
+        if let Some(want) = &source.extended_card {
+            let last = good
+                .as_ref()
+                .and_then(|g| g.extended.clone())
+                .or_else(|| self.cache.good(&uid, source).and_then(|c| c.extended))
+                .or_else(|| served_additions(card, previous));
+            let fresh = match (&target, &report.card) {
+                (Some(target), Some(public)) => {
+                    Some(fetch_extended(card, want, self, target, public).await)
+                }
+                _ => None,
+            };
+            report.extended = match fresh {
+                Some(Ok(additions)) => Some(additions),
+                Some(Err(e)) => {
+                    report.error.get_or_insert(e);
+                    last
+                }
+                None => last,
+            };
+            if let Some(g) = good.as_mut() {
+                g.extended = report.extended.clone();
+            }
+        }
         self.cache.put(&uid, source, at, good, &report);
         report
     }
@@ -548,12 +583,14 @@ impl Sources {
 }
 
 /// One look at the source: the report, and the good import to remember.
+/// The public card's look: the report, the good import to remember, and where the agent
+/// answered (`None` when it did not).
 async fn fetch_and_read(
     card: &AgentCard,
     source: &Source,
     sources: &Sources,
     previous: Option<&SeenConfigMap>,
-) -> (Report, Option<Cached>) {
+) -> (Report, Option<Cached>, Option<Target>) {
     let ns = card.namespace().unwrap_or_default();
     let uid = card.uid().unwrap_or_default();
     let cached = sources.cache.good(&uid, source);
@@ -575,15 +612,16 @@ async fn fetch_and_read(
         status,
         notes: cached_notes.clone(),
         not_modified: false,
+        extended: None,
     };
     let target = match target(&sources.client, &sources.reach, &ns, source).await {
         Ok(t) => t,
-        Err(e) => return (fail(e, status), cached.clone()),
+        Err(e) => return (fail(e, status), cached.clone(), None),
     };
     let etag = cached.as_ref().and_then(|c| c.etag.as_deref());
     let now = || jiff::Timestamp::now().to_string();
     match fetch(&sources.http, &target, source, etag).await {
-        Err(e) => (fail(e, status), cached.clone()),
+        Err(e) => (fail(e, status), cached.clone(), None),
         Ok(Fetched::NotModified) => {
             status.fetched_at = Some(now());
             let report = Report {
@@ -592,8 +630,9 @@ async fn fetch_and_read(
                 status,
                 notes: cached_notes.clone(),
                 not_modified: true,
+                extended: None,
             };
-            (report, cached.clone())
+            (report, cached.clone(), Some(target))
         }
         Ok(Fetched::Body { body, etag, path }) => {
             let url = format!("{}{path}", target.service_url);
@@ -601,7 +640,7 @@ async fn fetch_and_read(
                 Ok(i) => i,
                 Err(e) => {
                     status.url = url;
-                    return (fail(e, status), cached.clone());
+                    return (fail(e, status), cached.clone(), None);
                 }
             };
             let notes = bounded_notes(&url, &imported.notes);
@@ -610,6 +649,7 @@ async fn fetch_and_read(
                 etag: etag.clone(),
                 version: imported.version,
                 notes: notes.clone(),
+                extended: None,
             };
             let report = Report {
                 card: Some(imported.card),
@@ -622,10 +662,92 @@ async fn fetch_and_read(
                 },
                 notes,
                 not_modified: false,
+                extended: None,
             };
-            (report, Some(good))
+            (report, Some(good), Some(target))
         }
     }
+}
+
+/// The agent's extended card, fetched from `target` with a token the API server issues for the
+/// card's namespace's ServiceAccount `want.serviceAccountName` and audience `want.audience`
+/// (a TokenRequest: the operator never reads a Secret), read as a card and checked to be
+/// `public` (the card just imported) and more.
+async fn fetch_extended(
+    card: &AgentCard,
+    want: &SourceExtendedCard,
+    sources: &Sources,
+    target: &Target,
+    public: &A2aCard,
+) -> Result<Additions, SourceError> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let ns = card.namespace().unwrap_or_default();
+    let sa = &want.service_account_name;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![want.audience.clone()],
+            expiration_seconds: Some(EXTENDED_TOKEN_SECONDS),
+            bound_object_ref: None,
+        },
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(sources.client.clone(), &ns)
+        .create_token_request(sa, &Default::default(), &request)
+        .await
+        .ok()
+        .and_then(|t| t.status)
+        .map(|s| s.token)
+        .ok_or_else(|| {
+            SourceError::new(
+                "CredentialUnavailable",
+                format!(
+                    "no token of ServiceAccount {ns}/{sa} for the extended card (does it exist?)"
+                ),
+            )
+        })?;
+    let path = want
+        .path
+        .as_deref()
+        .unwrap_or(crate::contract::PATH_EXTENDED);
+    let url = format!("{}{path}", target.service_url);
+    let body = match fetch_one(&sources.http, target, path, None, Some(&token)).await? {
+        Some(Fetched::Body { body, .. }) => body,
+        _ => {
+            return Err(SourceError::new(
+                "Unreachable",
+                format!("{url}: HTTP 404 Not Found (the extended card)"),
+            ))
+        }
+    };
+    let extended = read(card, &url, &body)?.card;
+    crate::a2a::extended::additions(public, &extended).map_err(|p| {
+        SourceError::new(
+            "InvalidExtendedCard",
+            format!("{url}: not the public card and more: {}", Problems(p)),
+        )
+    })
+}
+
+/// How long a token the operator requests for fetching an extended card is valid.
+const EXTENDED_TOKEN_SECONDS: i64 = 600;
+
+/// What the served extended card adds to the served card (both read back from their
+/// ConfigMaps after a restart, while the agent cannot be asked).
+fn served_additions(
+    card: &AgentCard,
+    (public, extended): (Option<&SeenConfigMap>, Option<&SeenConfigMap>),
+) -> Option<Additions> {
+    let public = served_card(card, public)?;
+    let cm = extended?;
+    if !super::apply::owned_by_card(&cm.seen, card) {
+        return None;
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(cm.bytes(crate::contract::KEY_EXTENDED)?).ok()?;
+    let mut extended = card_from_value(&value, Strictness::Lenient).ok()?.card;
+    extended.signatures.clear();
+    crate::a2a::extended::additions(&public, &extended).ok()
 }
 
 /// Most import notes kept as status warnings: the agent writes its card, and a card full of
