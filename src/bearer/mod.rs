@@ -18,7 +18,7 @@ pub mod oidc;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::crd::{ExtendedAuth, OidcAuth, ServiceAccountAuth};
 use crate::directory::access::Authorizer;
@@ -27,6 +27,11 @@ use crate::locks::lock;
 /// Most distinct audience sets with an [`Authorizer`] of their own; past it the set least
 /// recently made goes (its caches with it).
 const MAX_REVIEWERS: usize = 256;
+/// How long a token once accepted for a card's auth is accepted again without checking it
+/// (never past the token's own expiry). A changed auth is another key: it checks afresh.
+pub const ACCEPTED_TTL: Duration = Duration::from_secs(10);
+/// Most accepted tokens remembered (expired ones go first when full, then all).
+const MAX_ACCEPTED: usize = 10_000;
 
 /// The operator's flags for extended-card callers.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -63,6 +68,8 @@ pub struct Bearer {
     /// The API server of ServiceAccount tokens (none in `serve --from-dir`).
     client: Option<kube::Client>,
     reviewers: Mutex<HashMap<Vec<String>, Arc<Authorizer>>>,
+    /// Tokens accepted lately: (SHA-256 of the token, fingerprint of the auth) → until when.
+    accepted: Mutex<HashMap<([u8; 32], u64), Instant>>,
 }
 
 /// Errors setting up a [`Bearer`].
@@ -100,25 +107,44 @@ impl Bearer {
             issuers: oidc::Issuers::new(configured, ca.as_deref())?,
             client,
             reviewers: Mutex::default(),
+            accepted: Mutex::default(),
         })
     }
 
     /// Whether the holder of `authorization` (the request's `Authorization` header) is a
-    /// caller `auth` accepts.
+    /// caller `auth` accepts. A token accepted for this `auth` within [`ACCEPTED_TTL`] (and
+    /// before it expires) is accepted again without being checked: a caller repeating its
+    /// request costs a hash.
     pub async fn check(
         &self,
         auth: &ExtendedAuth,
         authorization: Option<&str>,
     ) -> Result<(), Denied> {
         let token = bearer_token(authorization).ok_or(Denied::Missing)?;
-        match (&auth.oidc, &auth.service_account) {
-            (Some(oidc), _) => self.check_oidc(oidc, token).await,
-            (None, Some(sa)) => self.check_service_account(sa, token).await,
-            (None, None) => Err(Denied::Invalid("no caller is accepted".into())),
+        let key = accepted_key(auth, token);
+        let known = lock(&self.accepted).get(&key).copied();
+        if known.is_some_and(|until| Instant::now() < until) {
+            return Ok(());
         }
+        let valid_for = match (&auth.oidc, &auth.service_account) {
+            (Some(oidc), _) => self.check_oidc(oidc, token).await?,
+            (None, Some(sa)) => self.check_service_account(sa, token).await?,
+            (None, None) => return Err(Denied::Invalid("no caller is accepted".into())),
+        };
+        let now = Instant::now();
+        let mut accepted = lock(&self.accepted);
+        if accepted.len() >= MAX_ACCEPTED {
+            accepted.retain(|_, until| *until > now);
+            if accepted.len() >= MAX_ACCEPTED {
+                accepted.clear();
+            }
+        }
+        accepted.insert(key, now + valid_for.min(ACCEPTED_TTL));
+        Ok(())
     }
 
-    async fn check_oidc(&self, oidc: &OidcAuth, token: &str) -> Result<(), Denied> {
+    /// How much longer the accepted token is valid (until its `exp`).
+    async fn check_oidc(&self, oidc: &OidcAuth, token: &str) -> Result<Duration, Denied> {
         let expected = jwt::Expected {
             issuer: &oidc.issuer,
             audiences: &oidc.audiences,
@@ -132,7 +158,7 @@ impl Bearer {
             .keys(&oidc.issuer, false)
             .await
             .map_err(unavailable)?;
-        match jwt::verify(token, &keys, &expected, SystemTime::now()) {
+        let claims = match jwt::verify(token, &keys, &expected, SystemTime::now()) {
             // The issuer may have rotated its keys since they were fetched.
             Err(jwt::Invalid::UnknownKey) => {
                 let keys = self
@@ -140,18 +166,27 @@ impl Bearer {
                     .keys(&oidc.issuer, true)
                     .await
                     .map_err(unavailable)?;
-                jwt::verify(token, &keys, &expected, SystemTime::now()).map(|_| ())
+                jwt::verify(token, &keys, &expected, SystemTime::now())
             }
-            other => other.map(|_| ()),
+            other => other,
         }
-        .map_err(|e| Denied::Invalid(e.to_string()))
+        .map_err(|e| Denied::Invalid(e.to_string()))?;
+        let exp = claims
+            .get("exp")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0);
+        let now = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        Ok(Duration::from_secs_f64((exp - now).clamp(0.0, 86_400.0)))
     }
 
     async fn check_service_account(
         &self,
         sa: &ServiceAccountAuth,
         token: &str,
-    ) -> Result<(), Denied> {
+    ) -> Result<Duration, Denied> {
         let reviewer = self.reviewer(&sa.audiences)?;
         let caller = reviewer
             .caller(Some(&format!("Bearer {token}")))
@@ -171,7 +206,8 @@ impl Bearer {
                 "the caller is a ServiceAccount of a namespace not accepted".into(),
             ));
         }
-        Ok(())
+        // The review's own cache decides how long it stands; this adds at most its period.
+        Ok(ACCEPTED_TTL)
     }
 
     /// The reviewer of tokens for `audiences`.
@@ -196,6 +232,16 @@ impl Bearer {
         reviewers.insert(key, reviewer.clone());
         Ok(reviewer)
     }
+}
+
+/// The key an accepted `token` is remembered under for `auth`: its SHA-256 (the token itself
+/// is never kept) and a fingerprint of the auth.
+fn accepted_key(auth: &ExtendedAuth, token: &str) -> ([u8; 32], u64) {
+    use sha2::Digest;
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    auth.hash(&mut h);
+    (sha2::Sha256::digest(token.as_bytes()).into(), h.finish())
 }
 
 /// The token of a `Bearer` `Authorization` header (scheme case-insensitive, RFC 6750 §2.1).

@@ -132,7 +132,7 @@ pub struct ExtendedCard {
 /// Whose bearer tokens the operator accepts for an extended card: exactly one of an OIDC
 /// issuer's JWTs (verified offline against the issuer's published keys) or Kubernetes
 /// ServiceAccount tokens (reviewed by the API server).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.oidc) != has(self.serviceAccount)").message("exactly one of oidc and serviceAccount"))]
 pub struct ExtendedAuth {
@@ -147,7 +147,7 @@ pub struct ExtendedAuth {
 /// An OpenID Connect issuer whose JWTs are accepted: signed by a key of the issuer's JWKS (found
 /// through its discovery document), issued by it (`iss`), for one of `audiences` (`aud`), not
 /// expired, and carrying every required claim.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OidcAuth {
     /// The issuer URL (`https://…`, the tokens' `iss`). Its discovery document is
@@ -166,7 +166,7 @@ pub struct OidcAuth {
 
 /// Kubernetes ServiceAccount tokens the API server authenticates (a TokenReview) for one of
 /// `audiences`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceAccountAuth {
     /// Accepted audiences: tokens must be made for one of them (the API server's default
