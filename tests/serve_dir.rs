@@ -1254,3 +1254,74 @@ fn mcp_refuses_a_json_rpc_batch_before_parsing_it() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert!(String::from_utf8_lossy(&r.body).contains("search_agents"));
 }
+
+#[test]
+fn past_its_bound_the_manifest_lists_the_first_entries_and_the_registry_api_lists_every_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let card: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(support::vectors().join("cards/v1-minimal.signed.json")).unwrap(),
+    )
+    .unwrap();
+    let total = agentcard_operator::directory::ard::MANIFEST_MAX_ENTRIES + 3;
+    for i in 0..total {
+        let mut c = card.clone();
+        c["name"] = serde_json::json!(format!("Agent {i}"));
+        std::fs::write(
+            dir.path().join(format!("agent-{i:05}.example.org.json")),
+            c.to_string(),
+        )
+        .unwrap();
+    }
+    let s = serve(dir.path(), &["--directory-host", REGISTRY]);
+    let json = |r: support::http::Resp| -> serde_json::Value {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        serde_json::from_slice(&r.body).unwrap()
+    };
+    // Every file is listed before the manifest is read.
+    let listed = support::http::eventually(Duration::from_secs(30), || {
+        let v = json(s.get(REGISTRY, "/agents?pageSize=1", &[]));
+        (v["total"] == total).then_some(())
+    });
+    assert!(listed.is_some(), "not every card is listed");
+    let manifest = json(s.get(REGISTRY, "/.well-known/ard.json", &[]));
+    let entries = manifest["entries"].as_array().unwrap();
+    let max = agentcard_operator::directory::ard::MANIFEST_MAX_ENTRIES;
+    assert_eq!(entries.len(), max + 1, "the bound and the registry entry");
+    let registry = entries.last().unwrap();
+    assert_eq!(registry["type"], "application/ai-registry+json");
+    assert_eq!(
+        registry["metadata"],
+        serde_json::json!({"complete": false, "listedEntries": max, "totalEntries": total})
+    );
+    // Valid for both ARD versions' conformance schemas.
+    support::directory::assert_schema("manifest", &manifest);
+    support::directory::assert_schema_v091("manifest", &manifest);
+    // What a client then does: page the registry API the registry entry names, and find all.
+    let base = registry["url"]
+        .as_str()
+        .unwrap()
+        .strip_suffix("/search")
+        .unwrap()
+        .to_string();
+    assert!(base.ends_with(REGISTRY), "{base}");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut token: Option<String> = None;
+    loop {
+        let path = match &token {
+            None => "/agents?pageSize=100".to_string(),
+            Some(t) => format!("/agents?pageSize=100&pageToken={t}"),
+        };
+        let page = json(s.get(REGISTRY, &path, &[]));
+        for item in page["items"].as_array().unwrap() {
+            seen.insert(item["identifier"].as_str().unwrap().to_string());
+        }
+        match page["pageToken"].as_str() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), total);
+    for e in &entries[..max] {
+        assert!(seen.contains(e["identifier"].as_str().unwrap()));
+    }
+}

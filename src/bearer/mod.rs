@@ -155,7 +155,7 @@ impl Bearer {
         let unavailable = |e: oidc::Unavailable| Denied::Unavailable(e.to_string());
         let keys = self
             .issuers
-            .keys(&oidc.issuer, false)
+            .keys(&oidc.issuer, oidc.discovery_url.as_deref(), false)
             .await
             .map_err(unavailable)?;
         let claims = match jwt::verify(token, &keys, &expected, SystemTime::now()) {
@@ -163,7 +163,7 @@ impl Bearer {
             Err(jwt::Invalid::UnknownKey) => {
                 let keys = self
                     .issuers
-                    .keys(&oidc.issuer, true)
+                    .keys(&oidc.issuer, oidc.discovery_url.as_deref(), true)
                     .await
                     .map_err(unavailable)?;
                 jwt::verify(token, &keys, &expected, SystemTime::now())

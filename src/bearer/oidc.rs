@@ -157,10 +157,17 @@ impl Issuers {
         entries.entry(issuer.to_string()).or_default().clone()
     }
 
-    /// The keys of `issuer`: the kept ones while fresh, unless `refetch` (a token named a key
-    /// they lack) and the last fetch is [`MIN_REFETCH`] old.
-    pub async fn keys(&self, issuer: &str, refetch: bool) -> Result<Arc<Jwks>, Unavailable> {
-        let entry = self.entry(issuer);
+    /// The keys of `issuer` (its discovery document at `discovery`, when the card names one
+    /// and the platform did not configure the issuer): the kept ones while fresh, unless
+    /// `refetch` (a token named a key they lack) and the last fetch is [`MIN_REFETCH`] old.
+    pub async fn keys(
+        &self,
+        issuer: &str,
+        discovery: Option<&str>,
+        refetch: bool,
+    ) -> Result<Arc<Jwks>, Unavailable> {
+        let discovery = discovery.filter(|_| !self.is_configured(issuer));
+        let entry = self.entry(&format!("{issuer}\n{}", discovery.unwrap_or_default()));
         let usable = |held: &Held| {
             let (at, keys) = held.keys.as_ref()?;
             let recent = held.last_try.is_some_and(|t| t.elapsed() < MIN_REFETCH);
@@ -181,7 +188,7 @@ impl Issuers {
             }
         }
         lock(&entry.held).last_try = Some(Instant::now());
-        let fetched = self.fetch(issuer).await;
+        let fetched = self.fetch(issuer, discovery).await;
         let mut held = lock(&entry.held);
         match fetched {
             Ok(keys) => {
@@ -197,11 +204,12 @@ impl Issuers {
     }
 
     /// The discovery document, then the JWKS it names.
-    async fn fetch(&self, issuer: &str) -> Result<Jwks, String> {
+    async fn fetch(&self, issuer: &str, discovery: Option<&str>) -> Result<Jwks, String> {
         let (client, discovery, platform) = match self.configured.get(issuer) {
             Some(url) => (&self.platform, url.clone(), true),
             None => {
-                let url = url::Url::parse(&discovery_url(issuer)).map_err(|e| e.to_string())?;
+                let named = discovery.map_or_else(|| discovery_url(issuer), str::to_string);
+                let url = url::Url::parse(&named).map_err(|e| e.to_string())?;
                 (&self.public, url, false)
             }
         };
@@ -309,14 +317,21 @@ mod tests {
             "https://169.254.169.254",
             "https://[::1]",
         ] {
-            let e = issuers.keys(issuer, false).await.unwrap_err();
+            let e = issuers.keys(issuer, None, false).await.unwrap_err();
             assert!(e.why.contains("not a public address"), "{issuer}: {e}");
         }
         // Tried moments ago: not fetched again, however often asked.
         let e = issuers
-            .keys("https://127.0.0.1:6443", true)
+            .keys("https://127.0.0.1:6443", None, true)
             .await
             .unwrap_err();
         assert!(e.why.contains("moments ago"), "{e}");
+        // A discovery URL a card names on a private address: refused the same way.
+        let private = "https://10.0.0.1/.well-known/openid-configuration";
+        let e = issuers
+            .keys("https://issuer.example", Some(private), false)
+            .await
+            .unwrap_err();
+        assert!(e.why.contains("not a public address"), "{e}");
     }
 }

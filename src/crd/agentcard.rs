@@ -156,6 +156,16 @@ pub struct OidcAuth {
     /// `operator.oidcIssuers`) with its own discovery URL and CA.
     #[x_kube(validation = Rule::new("self.startsWith('https://')").message("must be an https:// URL"))]
     pub issuer: String,
+    /// Where the issuer's discovery document is, when not at
+    /// `<issuer>/.well-known/openid-configuration` (fetched over https from public addresses;
+    /// for an issuer the platform configured, the platform's URL is used instead).
+    #[serde(
+        default,
+        rename = "discoveryURL",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[x_kube(validation = Rule::new("self.startsWith('https://')").message("must be an https:// URL"))]
+    pub discovery_url: Option<String>,
     /// Accepted audiences: a token's `aud` must name one of them.
     #[x_kube(validation = Rule::new("size(self) > 0").message("at least one audience is required"))]
     pub audiences: Vec<String>,

@@ -109,9 +109,32 @@ pub struct RegistryInfo<'a> {
     pub base_url: String,
 }
 
-/// The manifest: every visible entry plus the registry itself.
+/// Most card entries a manifest lists. A manifest is one document every crawler fetches whole;
+/// bounded, it stays under about a megabyte whatever the directory holds. Past the bound it
+/// lists the first entries, and its registry entry says so (`metadata.complete: false`,
+/// `metadata.listedEntries`, `metadata.totalEntries`): the registry API its `url` names
+/// (`POST /search` with `pageToken`, or `GET /agents` with `pageToken`) lists them all.
+pub const MANIFEST_MAX_ENTRIES: usize = 1_000;
+
+/// The manifest: the visible entries (at most [`MANIFEST_MAX_ENTRIES`]) plus the registry
+/// itself.
 pub fn manifest<'a>(info: &RegistryInfo<'_>, entries: impl Iterator<Item = &'a Entry>) -> Value {
-    let mut list: Vec<Value> = entries.map(|e| Value::Object(catalog_entry(e))).collect();
+    manifest_of_at_most(info, entries, MANIFEST_MAX_ENTRIES)
+}
+
+/// The manifest listing at most `max` of `entries`.
+pub fn manifest_of_at_most<'a>(
+    info: &RegistryInfo<'_>,
+    mut entries: impl Iterator<Item = &'a Entry>,
+    max: usize,
+) -> Value {
+    let mut list: Vec<Value> = entries
+        .by_ref()
+        .take(max)
+        .map(|e| Value::Object(catalog_entry(e)))
+        .collect();
+    let listed = list.len();
+    let unlisted = entries.count();
     let mut registry = json!({
         "identifier": info.identifier,
         "displayName": info.display_name,
@@ -120,6 +143,13 @@ pub fn manifest<'a>(info: &RegistryInfo<'_>, entries: impl Iterator<Item = &'a E
     });
     if let Some(d) = info.description {
         registry["description"] = json!(d);
+    }
+    if unlisted > 0 {
+        registry["metadata"] = json!({
+            "complete": false,
+            "listedEntries": listed,
+            "totalEntries": listed + unlisted,
+        });
     }
     list.push(registry);
     json!({
@@ -588,5 +618,46 @@ mod tests {
             .unwrap_err()
             .message
             .contains("colour"));
+    }
+
+    #[test]
+    fn a_manifest_lists_at_most_its_bound_and_its_registry_entry_says_how_many_there_are() {
+        let entries: Vec<Entry> = (0..7)
+            .map(|i| {
+                let placement = crate::directory::entry::Placement {
+                    namespace: "team".into(),
+                    name: format!("a{i}"),
+                    host: format!("a{i}.example.com"),
+                    url: format!("https://a{i}.example.com/.well-known/agent-card.json"),
+                    ..Default::default()
+                };
+                let card = json!({"name": format!("A{i}"), "description": "d", "version": "1",
+                    "supportedInterfaces": [{"url": format!("https://a{i}.example.com/a2a"),
+                        "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+                    "capabilities": {}, "defaultInputModes": ["text/plain"],
+                    "defaultOutputModes": ["text/plain"],
+                    "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]});
+                Entry::build(placement, card.to_string().into()).unwrap()
+            })
+            .collect();
+        let info = RegistryInfo {
+            identifier: "urn:air:example.com:registry:r".into(),
+            display_name: "R",
+            description: None,
+            base_url: "https://dir.example.com".into(),
+        };
+        let full = manifest_of_at_most(&info, entries.iter(), 10);
+        let list = full["entries"].as_array().unwrap();
+        assert_eq!(list.len(), 8);
+        assert!(list[7].get("metadata").is_none());
+        let cut = manifest_of_at_most(&info, entries.iter(), 3);
+        let list = cut["entries"].as_array().unwrap();
+        assert_eq!(list.len(), 4);
+        assert_eq!(list[3]["type"], TYPE_REGISTRY);
+        assert_eq!(list[3]["url"], "https://dir.example.com/search");
+        assert_eq!(
+            list[3]["metadata"],
+            json!({"complete": false, "listedEntries": 3, "totalEntries": 7})
+        );
     }
 }
