@@ -13,14 +13,11 @@
 //!
 //! Errors carry `Cache-Control: no-store`.
 
-use bytes::Bytes;
-use http::header::{
-    AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, VARY, WWW_AUTHENTICATE,
-};
+use http::header::{AUTHORIZATION, RETRY_AFTER, VARY, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use serde_json::json;
 
-use super::http::{document, method_not_allowed, Body, Route};
+use super::http::{document, json_answer, method_not_allowed, Body, Route};
 use crate::bearer::{Bearer, Denied};
 use crate::index::ExtendedRoute;
 
@@ -107,18 +104,7 @@ fn a2a_error(
             "metadata": {},
         }]);
     }
-    let body = Bytes::from(json!({ "error": error }).to_string());
-    let mut resp = Response::new(Body::default());
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-    crate::web::cors(h);
-    if !head {
-        *resp.body_mut() = Body::from(body);
-    }
-    resp
+    json_answer(status, &json!({ "error": error }), head)
 }
 
 /// 401 with the challenge of RFC 6750 §3: the realm is the host; a token that was sent and
@@ -175,6 +161,7 @@ mod tests {
     use super::*;
     use crate::crd::{ExtendedAuth, ServiceAccountAuth};
     use crate::index::Published;
+    use http::header::CACHE_CONTROL;
     use http_body_util::BodyExt;
     use std::sync::Arc;
     use std::time::UNIX_EPOCH;

@@ -179,7 +179,16 @@ fn preflight(req: &HeaderMap) -> Response<Body> {
 
 /// A JSON error answer (`{"error": message}`), with no body for a HEAD request (`head`).
 pub(crate) fn json_error(status: StatusCode, message: &str, head: bool) -> Response<Body> {
-    let body = Bytes::from(serde_json::json!({"error": message}).to_string());
+    json_answer(status, &serde_json::json!({"error": message}), head)
+}
+
+/// A JSON answer with `body`, not cached (`no-store`), with CORS; no body for a HEAD request.
+pub(crate) fn json_answer(
+    status: StatusCode,
+    body: &serde_json::Value,
+    head: bool,
+) -> Response<Body> {
+    let body = Bytes::from(body.to_string());
     let mut resp = Response::new(Body::default());
     *resp.status_mut() = status;
     let h = resp.headers_mut();

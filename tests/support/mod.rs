@@ -332,19 +332,22 @@ pub fn sdk_resolve(base_url: &str, host: &str, jwks: &Path) -> (bool, serde_json
         .args(["--base-url", base_url, "--host", host, "--jwks"])
         .arg(jwks);
     let out = run(cmd, None);
-    let line = String::from_utf8_lossy(&out.stdout)
+    let verdict = verdict_line(&out, "py_resolve");
+    (out.status.success() && verdict["valid"] == true, verdict)
+}
+
+/// The last JSON line an oracle script (`what`) printed: its verdict.
+fn verdict_line(out: &Output, what: &str) -> serde_json::Value {
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .rfind(|l| l.starts_with('{'))
-        .map(str::to_string);
-    let verdict: serde_json::Value = line
-        .and_then(|l| serde_json::from_str(&l).ok())
+        .and_then(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| {
             panic!(
-                "py_resolve printed no verdict: {}",
+                "{what} printed no verdict: {}",
                 String::from_utf8_lossy(&out.stderr)
             )
-        });
-    (out.status.success() && verdict["valid"] == true, verdict)
+        })
 }
 
 /// The Python SDK's transport for `binding` (`HTTP+JSON` or `JSONRPC`) fetching the extended
@@ -372,17 +375,7 @@ pub fn sdk_extended(
         cmd.args(["--token", t]);
     }
     let out = run(cmd, None);
-    let verdict: serde_json::Value = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .rfind(|l| l.starts_with('{'))
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "py_extended printed no verdict: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    (out.status.success(), verdict)
+    (out.status.success(), verdict_line(&out, "py_extended"))
 }
 
 /// An agent built with the official Python SDK serving the public and extended cards of the

@@ -548,10 +548,11 @@ impl Sources {
         let at = Instant::now();
         let (mut report, mut good, target) = fetch_and_read(card, source, self, previous.0).await;
         if let Some(want) = &source.extended_card {
-            let last = good
-                .as_ref()
-                .and_then(|g| g.extended.clone())
-                .or_else(|| self.cache.good(&uid, source).and_then(|c| c.extended))
+            // The last good extended card: remembered, or read back after a restart.
+            let last = self
+                .cache
+                .good(&uid, source)
+                .and_then(|c| c.extended)
                 .or_else(|| served_additions(card, previous));
             let fresh = match (&target, &report.card) {
                 (Some(target), Some(public)) => {
@@ -739,14 +740,7 @@ fn served_additions(
     (public, extended): (Option<&SeenConfigMap>, Option<&SeenConfigMap>),
 ) -> Option<Additions> {
     let public = served_card(card, public)?;
-    let cm = extended?;
-    if !super::apply::owned_by_card(&cm.seen, card) {
-        return None;
-    }
-    let value: serde_json::Value =
-        serde_json::from_slice(cm.bytes(crate::contract::KEY_EXTENDED)?).ok()?;
-    let mut extended = card_from_value(&value, Strictness::Lenient).ok()?.card;
-    extended.signatures.clear();
+    let extended = served(card, extended?, crate::contract::KEY_EXTENDED)?;
     crate::a2a::extended::additions(&public, &extended).ok()
 }
 
@@ -833,13 +827,18 @@ fn schema_path(path: &str) -> bool {
 /// The card the operator serves for `card` (its own ConfigMap, read back after a restart),
 /// as the base of a re-publication while the source cannot be fetched.
 fn served_card(card: &AgentCard, previous: Option<&SeenConfigMap>) -> Option<A2aCard> {
-    let cm = previous?;
-    let ours = super::apply::owned_by_card(&cm.seen, card);
-    let body = cm.bytes(KEY_CARD)?;
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    served(card, previous?, KEY_CARD)
+}
+
+/// The card in `cm`'s `key`, without its signatures, when `cm` is `card`'s own.
+fn served(card: &AgentCard, cm: &SeenConfigMap, key: &str) -> Option<A2aCard> {
+    if !super::apply::owned_by_card(&cm.seen, card) {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(cm.bytes(key)?).ok()?;
     let mut parsed = card_from_value(&value, Strictness::Lenient).ok()?.card;
     parsed.signatures.clear();
-    ours.then_some(parsed)
+    Some(parsed)
 }
 
 #[cfg(test)]
