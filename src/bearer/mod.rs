@@ -7,8 +7,8 @@
 //!   which [`oidc::Issuers`] fetches, keeps and refreshes (bounded; a tenant's issuer only
 //!   on public addresses);
 //! - `serviceAccount`: the API server reviews the token (a TokenReview with the card's
-//!   audiences) through the directory's [`Authorizer`] — one per distinct audience set, so each
-//!   keeps its caches, single-flight and bounded review budgets — and the caller must be a
+//!   audiences) through the directory's [`Authorizer`] — one per distinct audience set, each
+//!   with its caches and single-flight, all sharing one bounded review budget — and the caller must be a
 //!   ServiceAccount (of the listed namespaces, when any are).
 //!
 //! No lock is held across an `.await`.
@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::crd::{ExtendedAuth, OidcAuth, ServiceAccountAuth};
-use crate::directory::access::Authorizer;
+use crate::directory::access::{Authorizer, Budgets};
 use crate::locks::lock;
 
 /// Most distinct audience sets with an [`Authorizer`] of their own; past it the set least
@@ -68,6 +68,9 @@ pub struct Bearer {
     /// The API server of ServiceAccount tokens (none in `serve --from-dir`).
     client: Option<kube::Client>,
     reviewers: Mutex<HashMap<Vec<String>, Arc<Authorizer>>>,
+    /// The review budget every reviewer shares: distinct audience sets (a tenant can make any
+    /// number) never multiply the reviews the API server gets.
+    budgets: Arc<Budgets>,
     /// Tokens accepted lately: (SHA-256 of the token, fingerprint of the auth) → until when.
     accepted: Mutex<HashMap<([u8; 32], u64), Instant>>,
 }
@@ -107,6 +110,7 @@ impl Bearer {
             issuers: oidc::Issuers::new(configured, ca.as_deref())?,
             client,
             reviewers: Mutex::default(),
+            budgets: Arc::default(),
             accepted: Mutex::default(),
         })
     }
@@ -189,7 +193,7 @@ impl Bearer {
     ) -> Result<Duration, Denied> {
         let reviewer = self.reviewer(&sa.audiences)?;
         let caller = reviewer
-            .caller(Some(&format!("Bearer {token}")))
+            .caller_of(token)
             .await
             .map_err(|e| match e.status {
                 401 => Denied::Invalid("the token is not accepted for this audience".into()),
@@ -228,7 +232,11 @@ impl Bearer {
                 reviewers.remove(&k);
             }
         }
-        let reviewer = Arc::new(Authorizer::new(client, key.clone()));
+        let reviewer = Arc::new(Authorizer::sharing(
+            client,
+            key.clone(),
+            self.budgets.clone(),
+        ));
         reviewers.insert(key, reviewer.clone());
         Ok(reviewer)
     }
@@ -262,6 +270,55 @@ mod tests {
         assert_eq!(bearer_token(Some("Basic abc")), None);
         assert_eq!(bearer_token(Some("Bearer ")), None);
         assert_eq!(bearer_token(None), None);
+    }
+
+    #[tokio::test]
+    async fn a_remembered_acceptance_holds_only_for_the_same_auth_and_until_it_ends() {
+        let bearer = Bearer::new(&BearerFlags::default(), None).unwrap();
+        // An issuer that is never fetched (a private address): only the memory can accept.
+        let auth = |audience: &str| ExtendedAuth {
+            oidc: Some(OidcAuth {
+                issuer: "https://10.0.0.1".into(),
+                audiences: vec![audience.into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (a, b) = (auth("https://a.example"), auth("https://b.example"));
+        lock(&bearer.accepted).insert(
+            accepted_key(&a, "t"),
+            Instant::now() + Duration::from_secs(60),
+        );
+        assert!(bearer.check(&a, Some("Bearer t")).await.is_ok());
+        // Another auth (another audience) checks afresh, as does another token.
+        assert!(bearer.check(&b, Some("Bearer t")).await.is_err());
+        assert!(bearer.check(&a, Some("Bearer u")).await.is_err());
+        // Past its time, the acceptance is gone.
+        lock(&bearer.accepted).insert(accepted_key(&a, "t"), Instant::now());
+        assert!(bearer.check(&a, Some("Bearer t")).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn every_audience_set_has_its_reviewer_and_all_share_one_review_budget() {
+        use kube::client::Body;
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let bearer = Bearer::new(&BearerFlags::default(), Some(client)).unwrap();
+        let a = bearer
+            .reviewer(&["https://a".into(), "https://b".into()])
+            .unwrap();
+        let same = bearer
+            .reviewer(&["https://b".into(), "https://a".into()])
+            .unwrap();
+        let other = bearer.reviewer(&["https://c".into()]).unwrap();
+        assert!(
+            Arc::ptr_eq(&a, &same),
+            "one reviewer per audience set, in any order"
+        );
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert!(Arc::ptr_eq(a.budgets(), other.budgets()));
+        assert!(Arc::ptr_eq(a.budgets(), &bearer.budgets));
     }
 
     #[tokio::test]

@@ -131,6 +131,14 @@ struct State {
     grants: Mutex<Cache<(String, String), bool>>,
     /// Tokens and decisions being asked about again in the background (one at a time each).
     refreshing: Mutex<HashSet<String>>,
+    /// The review slots and waiting places (shared by authorizers that share a budget).
+    budgets: Arc<Budgets>,
+}
+
+/// The API server reviews a process may have in flight and waiting, by kind. Authorizers that
+/// share one ([`Authorizer::sharing`]: one per audience set, for extended cards) share these
+/// bounds, so however many of them a tenant makes, the API server sees no more reviews.
+pub struct Budgets {
     token_slots: Semaphore,
     /// Requests waiting for a review of a token never seen (a flood of random tokens waits
     /// here alone).
@@ -141,6 +149,19 @@ struct State {
     /// Slots and waiting places for reviews of tokens and decisions known before.
     refresh_slots: Semaphore,
     refresh_waiting: AtomicUsize,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            token_slots: Semaphore::new(MAX_TOKEN_REVIEWS),
+            waiting: AtomicUsize::new(0),
+            access_slots: Semaphore::new(MAX_ACCESS_REVIEWS),
+            access_waiting: AtomicUsize::new(0),
+            refresh_slots: Semaphore::new(MAX_REFRESHES),
+            refresh_waiting: AtomicUsize::new(0),
+        }
+    }
 }
 
 /// A caller the API server authenticated (from its bearer token).
@@ -252,6 +273,11 @@ impl Authorizer {
     /// An authorizer asking the API server of `client`; `audiences` restrict the tokens
     /// accepted (empty: the API server's own).
     pub fn new(client: Client, audiences: Vec<String>) -> Self {
+        Self::sharing(client, audiences, Arc::default())
+    }
+
+    /// The same, its reviews counted against `budgets` (shared with other authorizers).
+    pub fn sharing(client: Client, audiences: Vec<String>, budgets: Arc<Budgets>) -> Self {
         Authorizer {
             state: Arc::new(State {
                 client,
@@ -261,12 +287,7 @@ impl Authorizer {
                 reviewing: Mutex::new(HashMap::new()),
                 grants: Mutex::new(Cache::new(TTL)),
                 refreshing: Mutex::new(HashSet::new()),
-                token_slots: Semaphore::new(MAX_TOKEN_REVIEWS),
-                waiting: AtomicUsize::new(0),
-                access_slots: Semaphore::new(MAX_ACCESS_REVIEWS),
-                access_waiting: AtomicUsize::new(0),
-                refresh_slots: Semaphore::new(MAX_REFRESHES),
-                refresh_waiting: AtomicUsize::new(0),
+                budgets,
             }),
         }
     }
@@ -286,14 +307,19 @@ impl Authorizer {
     /// Who holds `authorization` (the request's `Authorization` header); 401 without a bearer
     /// token or with one the API server rejects.
     pub async fn caller(&self, authorization: Option<&str>) -> Result<Caller, ApiError> {
-        let token = authorization
-            .and_then(|h| {
-                let (scheme, rest) = h.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-            })
-            .filter(|t| !t.is_empty())
+        let token = crate::bearer::bearer_token(authorization)
             .ok_or_else(|| ApiError::unauthenticated("a bearer token is required"))?;
+        self.caller_of(token).await
+    }
+
+    /// Who holds `token`; 401 when the API server rejects it.
+    pub async fn caller_of(&self, token: &str) -> Result<Caller, ApiError> {
         Ok(Caller(State::user(&self.state, token).await?))
+    }
+
+    /// The review budget this authorizer counts against.
+    pub fn budgets(&self) -> &Arc<Budgets> {
+        &self.state.budgets
     }
 
     /// The client the reviews are asked with (the server's own identity), for what the
@@ -327,8 +353,8 @@ impl Authorizer {
         };
         let api = Api::<SubjectAccessReview>::all(self.state.client.clone());
         let answer = review(
-            &self.state.access_slots,
-            &self.state.access_waiting,
+            &self.state.budgets.access_slots,
+            &self.state.budgets.access_waiting,
             "access review",
             api.create(&PostParams::default(), &asked),
         )
@@ -448,8 +474,8 @@ impl State {
         };
         let api = Api::<TokenReview>::all(self.client.clone());
         let (slots, waiting) = match budget {
-            Budget::New => (&self.token_slots, &self.waiting),
-            Budget::Refresh => (&self.refresh_slots, &self.refresh_waiting),
+            Budget::New => (&self.budgets.token_slots, &self.budgets.waiting),
+            Budget::Refresh => (&self.budgets.refresh_slots, &self.budgets.refresh_waiting),
         };
         let answer = self::review(
             slots,
@@ -519,8 +545,8 @@ impl State {
         };
         let api = Api::<SubjectAccessReview>::all(self.client.clone());
         let (slots, waiting) = match budget {
-            Budget::New => (&self.access_slots, &self.access_waiting),
-            Budget::Refresh => (&self.refresh_slots, &self.refresh_waiting),
+            Budget::New => (&self.budgets.access_slots, &self.budgets.access_waiting),
+            Budget::Refresh => (&self.budgets.refresh_slots, &self.budgets.refresh_waiting),
         };
         let answer = self::review(
             slots,
