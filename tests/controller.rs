@@ -1734,7 +1734,6 @@ fn now_secs() -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_answers_the_rest_extended_card_to_the_callers_its_auth_accepts() {
-    use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 
     // The plane's ServiceAccount issuer as an OIDC issuer the platform configured: its
@@ -1775,11 +1774,8 @@ async fn the_operator_answers_the_rest_extended_card_to_the_callers_its_auth_acc
         )
         .await
         .unwrap();
-    let sas: Api<ServiceAccount> = Api::namespaced(s.client.clone(), &ns);
     for name in ["caller", "stranger"] {
-        let sa: ServiceAccount =
-            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-        sas.create(&Default::default(), &sa).await.unwrap();
+        support::service_account(&s.client, &ns, name).await;
     }
 
     let host = host("extrest", &ns);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agentcard_operator::contract::{content_hash, PATH_CARD, PATH_JWKS};
 use agentcard_operator::crd::AgentCard;
-use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
@@ -582,10 +582,7 @@ async fn inside_a_private_network_namespace() {
     // operator requests for the team's ServiceAccount and the audience the team names, it is
     // published as the card's extended card (signed, the public card and more), and the token
     // the agent received names that ServiceAccount and audience.
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), team);
-    let sa: ServiceAccount =
-        serde_json::from_value(json!({"metadata": {"name": "importer"}})).unwrap();
-    sas.create(&PostParams::default(), &sa).await.unwrap();
+    support::service_account(&client, team, "importer").await;
     std::fs::write(
         &control,
         json!({"mode": "v1", "version": "5.0.0", "extended": true}).to_string(),
@@ -594,14 +591,7 @@ async fn inside_a_private_network_namespace() {
     let mut with_extended = imported("echo", HOST, "echo");
     with_extended["spec"]["source"]["extendedCard"] =
         json!({"serviceAccountName": "importer", "audience": "https://echo.team.internal"});
-    cards
-        .patch(
-            "echo",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&with_extended),
-        )
-        .await
-        .unwrap();
+    support::apply_card(&client, team, &with_extended).await;
     let c = wait_card(
         &cards,
         "echo",
@@ -661,14 +651,7 @@ async fn inside_a_private_network_namespace() {
     // A ServiceAccount that does not exist: the source says so, and both last good cards stay.
     let good_ext = ext_body.clone();
     with_extended["spec"]["source"]["extendedCard"]["serviceAccountName"] = json!("nobody");
-    cards
-        .patch(
-            "echo",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&with_extended),
-        )
-        .await
-        .unwrap();
+    support::apply_card(&client, team, &with_extended).await;
     let c = wait_card(&cards, "echo", &op, "CredentialUnavailable", |c| {
         source_reachable(c).is_some_and(|(s, r, _)| s == "False" && r == "CredentialUnavailable")
     })
@@ -678,14 +661,7 @@ async fn inside_a_private_network_namespace() {
     assert!(message.contains("team/nobody"), "{message}");
     let kept = cms.get("extended-agentcard-echo").await.unwrap();
     assert_eq!(kept.data.unwrap()["extended-agent-card.json"], good_ext);
-    cards
-        .patch(
-            "echo",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&imported("echo", HOST, "echo")),
-        )
-        .await
-        .unwrap();
+    support::apply_card(&client, team, &imported("echo", HOST, "echo")).await;
 
     // A hostile tenant: its source can only name a Service of its own namespace. One that does
     // not exist there (the victim's is in `team`), or an ExternalName Service pointing at the

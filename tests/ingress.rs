@@ -200,24 +200,12 @@ async fn inside_a_private_network_namespace() {
         "skills": [{"id": "more", "name": "More", "description": "For callers.", "tags": ["t"]}],
         "auth": {"serviceAccount": {"audiences": [audience]}}
     });
-    cards
-        .patch(
-            "rest",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&rest),
-        )
-        .await
-        .unwrap();
+    support::apply_card(&client, tenant, &rest).await;
     wait_card(&cards, "rest", &op, "Ready with an extended card", |c| {
         ready(c) && c.status.as_ref().is_some_and(|s| s.extended_card.is_some())
     })
     .await;
-    let sa: k8s_openapi::api::core::v1::ServiceAccount =
-        serde_json::from_value(json!({"metadata": {"name": "caller"}})).unwrap();
-    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), tenant)
-        .create(&PostParams::default(), &sa)
-        .await
-        .unwrap();
+    support::service_account(&client, tenant, "caller").await;
     let token = support::kubectl(
         kubeconfig,
         &[

@@ -1016,7 +1016,6 @@ async fn controllers_that_fail_give_up_the_lease_and_the_process_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_tenant_cannot_route_read_or_replace_a_cards_extended_card() {
-    use k8s_openapi::api::core::v1::ServiceAccount;
     let p = Platform::start(&[]).await;
     let t = rand_tag();
     let host = format!("x-{t}.open.test");
@@ -1024,12 +1023,7 @@ async fn another_tenant_cannot_route_read_or_replace_a_cards_extended_card() {
     let victim = Tenant::new(&p, &format!("victim-{t}")).await;
     let attacker = Tenant::new(&p, &format!("attacker-{t}")).await;
     for (ns, name) in [(&victim.ns, "caller"), (&attacker.ns, "thief")] {
-        let sa: ServiceAccount =
-            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-        Api::<ServiceAccount>::namespaced(p.admin.clone(), ns)
-            .create(&PostParams::default(), &sa)
-            .await
-            .unwrap();
+        support::service_account(&p.admin, ns, name).await;
     }
     let token = |ns: &str, sa: &str| {
         let args = [

@@ -50,6 +50,16 @@ pub async fn apply_card(client: &kube::Client, ns: &str, card: &serde_json::Valu
         .unwrap();
 }
 
+/// Create ServiceAccount `ns/name` (for tokens of it: `kubectl create token`, TokenRequest).
+pub async fn service_account(client: &kube::Client, ns: &str, name: &str) {
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns)
+        .create(&Default::default(), &sa)
+        .await
+        .unwrap();
+}
+
 /// Requests a card server answered, from its `/metrics` (`agentcard_http_requests_total`).
 pub fn requests_answered(metrics: &str) -> f64 {
     metrics
