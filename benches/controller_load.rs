@@ -2,13 +2,19 @@
 //! `cargo bench --bench controller_load` (env: CARDS=1000, CONCURRENCY=32 client writers,
 //! OPERATOR_CONCURRENCY=32 for the operator's --concurrency, AGENTCARD_TEST_KUBECONFIG to use a
 //! running local plane instead of starting one (never KUBECONFIG: it may name a real cluster),
-//! OPERATOR_WRAPPER to run the operator under a profiler).
+//! OPERATOR_WRAPPER to run the operator under a profiler, REFERENCES=0 to skip the two
+//! plain-write references and the old floor: the default above 10,000 cards, where each costs
+//! as long as the run itself). A plane this benchmark starts gets an 8 GiB etcd quota
+//! (AGENTCARD_ETCD_QUOTA). Time on 2 cores: about 8 minutes at 10,000 cards, 70 at 100,000
+//! without the references.
 //!
 //! Reports: how fast the plane accepts N plain ConfigMap writes (the reference), then for N
 //! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
 //! a card's apply to its bytes being served over HTTP, the API requests per card (from the
 //! operator's `agentcard_api_requests_total`), the operator's peak RSS and CPU time; then a
 //! restart with every card unchanged (time to ready and to every card served, and every write);
+//! then a serving-only replica (`serve --from-cluster`): its time until every card is served
+//! and its peak RSS;
 //! last, with the operator stopped, the floor: the same API writes the operator makes for each
 //! card (the client's apply, ConfigMap, Ingress, status, Event), made directly from the
 //! operator's own pure build step, so what the API server alone needs for them is beside the
@@ -64,6 +70,9 @@ async fn main() -> anyhow::Result<()> {
     // `cargo bench` passes --bench; nothing else to parse.
     let n = env_usize("CARDS", 1000);
     let concurrency = env_usize("CONCURRENCY", 32);
+    let references = env_usize("REFERENCES", usize::from(n <= 10_000)) != 0;
+    // Waits scale with the count (a 2-core machine writes a few hundred objects a second).
+    let scaled = |floor_secs: u64, per_sec: usize| Duration::from_secs(floor_secs.max((n / per_sec) as u64));
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let plane = BenchPlane::start(&root)?;
     let kubeconfig = plane.kubeconfig.clone();
@@ -113,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
     // Reference: plain writes of the same number of objects, same concurrency.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ref_ns);
     let started = Instant::now();
-    stream::iter(0..n)
+    stream::iter(0..if references { n } else { 0 })
         .for_each_concurrent(concurrency, |i| {
             let cms = cms.clone();
             async move {
@@ -130,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
     // (CRD schema and CEL validation cost alone).
     let ref_cards: Api<AgentCard> = Api::namespaced(client.clone(), &ref_ns);
     let started = Instant::now();
-    stream::iter(0..n)
+    stream::iter(0..if references { n } else { 0 })
         .for_each_concurrent(concurrency, |i| {
             let ref_cards = ref_cards.clone();
             async move {
@@ -183,8 +192,9 @@ async fn main() -> anyhow::Result<()> {
         Command::new(program)
             .args(prefix)
             .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
-            // Every card lives in one namespace here.
-            .args(["--max-cards-per-namespace", "0"])
+            // Every card lives in one namespace here: no per-namespace bound on their number
+            // or their bytes (100,000 cards pass the default 32 MiB of specs).
+            .args(["--max-cards-per-namespace", "0", "--max-namespace-card-bytes", "0"])
             .args([
                 "--concurrency",
                 &env_usize("OPERATOR_CONCURRENCY", 32).to_string(),
@@ -285,11 +295,12 @@ async fn main() -> anyhow::Result<()> {
 
     // All Ready? (Read from the watch started before the applies: listing every card each
     // second would load the API server the operator is measured against.)
-    let all_ready = tokio::time::timeout(Duration::from_secs(600), ready_watch)
+    let ready_limit = scaled(600, 20);
+    let all_ready = tokio::time::timeout(ready_limit, ready_watch)
         .await
-        .map_err(|_| anyhow::anyhow!("not all {n} Ready after 10 minutes"))???
+        .map_err(|_| anyhow::anyhow!("not all {n} Ready after {ready_limit:?}"))???
         .duration_since(started);
-    let _ = tokio::time::timeout(Duration::from_secs(120), poller).await;
+    let _ = tokio::time::timeout(scaled(120, 500), poller).await;
     // What the cards cost in API requests (the operator counts its own, by verb and resource).
     let calls = read_counts(&scrape(&http, admin).await?);
     let rss = peak_rss_kib(op.id());
@@ -301,32 +312,7 @@ async fn main() -> anyhow::Result<()> {
     let op = Operator(start_operator()?, graceful);
     wait_ready(&http, admin).await?;
     let ready_after = restarted.elapsed();
-    let mut waiting: Vec<usize> = (0..n).collect();
-    while !waiting.is_empty() {
-        anyhow::ensure!(
-            restarted.elapsed() < Duration::from_secs(120),
-            "{} cards not served 2 minutes after the restart",
-            waiting.len()
-        );
-        let missed: Vec<usize> = stream::iter(waiting)
-            .map(|i| {
-                let http = http.clone();
-                async move {
-                    let ok = http
-                        .get(format!("http://{addr}/.well-known/agent-card.json"))
-                        .header("host", host(i))
-                        .send()
-                        .await
-                        .is_ok_and(|r| r.status().is_success());
-                    (!ok).then_some(i)
-                }
-            })
-            .buffer_unordered(32)
-            .filter_map(|m| async move { m })
-            .collect()
-            .await;
-        waiting = missed;
-    }
+    every_card_served(&http, addr, n, &host, restarted, scaled(120, 200), "the restart").await?;
     let restart_served = restarted.elapsed();
     // Writes once every card was reconciled by the new leader and nothing moved for 5 s.
     let mut last = (0.0, Instant::now());
@@ -345,8 +331,9 @@ async fn main() -> anyhow::Result<()> {
             break text;
         }
         anyhow::ensure!(
-            restarted.elapsed() < Duration::from_secs(300),
-            "the restarted operator reconciled {reconciles} of {n} cards in 5 minutes"
+            restarted.elapsed() < scaled(300, 100),
+            "the restarted operator reconciled {reconciles} of {n} cards in {:?}",
+            scaled(300, 100)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
@@ -357,24 +344,56 @@ async fn main() -> anyhow::Result<()> {
     let restart_rss = peak_rss_kib(op.id());
     drop(op);
 
+    // A serving-only replica (`serve --from-cluster`): its start, until it serves every card.
+    let (serve_addr, serve_admin) = (
+        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
+        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
+    );
+    let serving_started = Instant::now();
+    let serving = Operator(
+        Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
+            .args(["serve", "--from-cluster", "--namespace", &op_ns])
+            .args(["--listen", &serve_addr.to_string(), "--admin-listen", &serve_admin.to_string()])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()?,
+        false,
+    );
+    wait_ready(&http, serve_admin).await?;
+    every_card_served(&http, serve_addr, n, &host, serving_started, scaled(120, 200), "serve --from-cluster").await?;
+    let serving_served = serving_started.elapsed();
+    let serving_rss = peak_rss_kib(serving.id());
+    drop(serving);
+
     // The floors, with no operator running (it watches every namespace's cards).
-    let old_floor = writes_floor(&client, run_id, n, concurrency, true, &card).await?;
+    let old_floor = if references {
+        Some(writes_floor(&client, run_id, n, concurrency, true, &card).await?)
+    } else {
+        None
+    };
     let floor = writes_floor(&client, run_id, n, concurrency, false, &card).await?;
     let all_served = last_served.lock().await.map(|t| t.duration_since(started));
     let mut lat: Vec<Duration> = served.lock().await.values().copied().collect();
     lat.sort();
 
     println!("controller load benchmark: {n} objects, concurrency {concurrency}");
-    println!(
-        "  reference: {n} plain ConfigMap writes accepted in {:.2?} ({:.0} writes/s)",
-        reference,
-        n as f64 / reference.as_secs_f64()
-    );
-    println!(
-        "  reference: {n} AgentCards accepted with no operator running in {:.2?} ({:.0} writes/s)",
-        reference_cards,
-        n as f64 / reference_cards.as_secs_f64()
-    );
+    if references {
+        println!(
+            "  reference: {n} plain ConfigMap writes accepted in {:.2?} ({:.0} writes/s)",
+            reference,
+            n as f64 / reference.as_secs_f64()
+        );
+        println!(
+            "  reference: {n} AgentCards accepted with no operator running in {:.2?} ({:.0} writes/s)",
+            reference_cards,
+            n as f64 / reference_cards.as_secs_f64()
+        );
+    } else {
+        println!("  references and the old floor skipped (REFERENCES=0)");
+    }
     println!(
         "  AgentCards: applied in {:.2?} ({:.0} applies/s); all {n} Ready after {:.2?}",
         applied_in,
@@ -418,42 +437,85 @@ async fn main() -> anyhow::Result<()> {
         "  restarted operator peak RSS: {} MiB",
         restart_rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
     );
-    let target = 2.0 * per_card * n as f64 / (n as f64 / reference.as_secs_f64());
     println!(
-        "  target (2 x {per_card:.2} calls x {n} cards / {:.0} writes/s): {target:.1}s; all Ready took {:.2}x that",
-        n as f64 / reference.as_secs_f64(),
-        all_ready.as_secs_f64() / target
+        "  a serving-only replica (serve --from-cluster): every card served {serving_served:.2?} after its start; peak RSS {} MiB",
+        serving_rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
     );
+    if references {
+        let target = 2.0 * per_card * n as f64 / (n as f64 / reference.as_secs_f64());
+        println!(
+            "  target (2 x {per_card:.2} calls x {n} cards / {:.0} writes/s): {target:.1}s; all Ready took {:.2}x that",
+            n as f64 / reference.as_secs_f64(),
+            all_ready.as_secs_f64() / target
+        );
+    }
     println!(
         "  floor: the writes the operator makes for {n} cards, made directly, no operator ({FLOOR_CALLS}): {:.2?}; all Ready took {:.2}x that (target <= 1.1)",
         floor.elapsed,
         all_ready.as_secs_f64() / floor.elapsed.as_secs_f64()
     );
-    println!(
-        "  old floor: the same with the finalizer patch earlier versions made: {:.2?}; the floor is {:.2}x that (target <= 0.8)",
-        old_floor.elapsed,
-        floor.elapsed.as_secs_f64() / old_floor.elapsed.as_secs_f64()
-    );
-    for f in [&old_floor, &floor] {
+    if let Some(old_floor) = &old_floor {
+        println!(
+            "  old floor: the same with the finalizer patch earlier versions made: {:.2?}; the floor is {:.2}x that (target <= 0.8)",
+            old_floor.elapsed,
+            floor.elapsed.as_secs_f64() / old_floor.elapsed.as_secs_f64()
+        );
+    }
+    for f in old_floor.iter().chain([&floor]) {
         if f.failed > 0 {
             println!("    {} floor writes failed in {}", f.failed, f.namespace);
         }
     }
-    if !own_plane {
+    if let (false, Some(old_floor)) = (own_plane, &old_floor) {
         // The old floor's cards carry the finalizer with no operator to remove it.
         old_floor.release(&client, concurrency).await;
     }
-    for name in [
-        &op_ns,
-        &ref_ns,
-        &ns,
-        &floor.namespace,
-        &floor.op_namespace,
-        &old_floor.namespace,
-        &old_floor.op_namespace,
-    ] {
+    let old_floor_namespaces = old_floor
+        .iter()
+        .flat_map(|f| [&f.namespace, &f.op_namespace]);
+    for name in [&op_ns, &ref_ns, &ns, &floor.namespace, &floor.op_namespace]
+        .into_iter()
+        .chain(old_floor_namespaces)
+    {
         let _ = namespaces.delete(name, &Default::default()).await;
     }
     drop(plane);
+    Ok(())
+}
+
+/// Wait until the server at `addr` answers 200 for every card's host (polled 32 at a time,
+/// the ones still missing again), at most `limit` after `since`.
+async fn every_card_served(
+    http: &reqwest::Client,
+    addr: std::net::SocketAddr,
+    n: usize,
+    host: &(dyn Fn(usize) -> String + Sync),
+    since: Instant,
+    limit: Duration,
+    what: &str,
+) -> anyhow::Result<()> {
+    let mut waiting: Vec<usize> = (0..n).collect();
+    while !waiting.is_empty() {
+        anyhow::ensure!(
+            since.elapsed() < limit,
+            "{} cards not served {limit:?} after {what}",
+            waiting.len()
+        );
+        let missed: Vec<usize> = stream::iter(waiting)
+            .map(|i| async move {
+                let ok = http
+                    .get(format!("http://{addr}/.well-known/agent-card.json"))
+                    .header("host", host(i))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                (!ok).then_some(i)
+            })
+            .buffer_unordered(32)
+            .filter_map(|m| async move { m })
+            .collect()
+            .await;
+        waiting = missed;
+    }
     Ok(())
 }

@@ -26,7 +26,7 @@ use crate::contract::PUBLISHED_SELECTOR;
 use crate::crd::{AgentCard, AgentDirectory};
 use crate::process::AbortOnDrop;
 use crate::store::SeenConfigMap;
-use crate::store::{compact_card, compact_meta};
+use crate::store::{compact_card, compact_card_for_serving, compact_meta};
 
 /// A watch event with the object shared.
 pub type Shared<K> = Event<Arc<K>>;
@@ -39,9 +39,31 @@ pub struct Scope {
     pub namespace: Option<String>,
     /// The operator's namespace (its ConfigMaps are kept in every scope).
     pub operator_namespace: String,
+    /// Objects per page of a watch's lists (its first, and any relist after the API server
+    /// has compacted its resource version); 0 stands for [`DEFAULT_LIST_PAGE_SIZE`].
+    pub list_page_size: u32,
+    /// A serving-only replica (`serve --from-cluster`, no controller): cards are stored as
+    /// the card server reads them ([`compact_card_for_serving`]).
+    pub serving_only: bool,
 }
 
+/// Objects per page of the watches' lists unless `--list-page-size` says otherwise: the
+/// API server answers each page from its watch cache, and neither it nor this process holds
+/// a response of every object (at 100,000 cards one would be hundreds of megabytes).
+pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
+
 impl Scope {
+    /// A watch of this scope: lists in pages of [`Scope::list_page_size`], most recent
+    /// semantics (never `resourceVersion=0`, which the API server answers in one piece
+    /// whatever the `limit`).
+    pub fn watch_config(&self) -> watcher::Config {
+        let page = match self.list_page_size {
+            0 => DEFAULT_LIST_PAGE_SIZE,
+            n => n,
+        };
+        watcher::Config::default().page_size(page)
+    }
+
     /// Whether an object of namespace `ns` is kept: every one without a namespace scope, else
     /// those of the watched namespace and of the operator's.
     pub fn keeps(&self, ns: Option<&str>) -> bool {
@@ -234,15 +256,22 @@ impl Hubs {
             None => Api::all(client.clone()),
         };
         let namespaces = match &scope.namespace {
-            Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
-            None => watcher::Config::default(),
+            Some(ns) => scope.watch_config().fields(&format!("metadata.name={ns}")),
+            None => scope.watch_config(),
         };
         let operator_namespace = scope.operator_namespace.clone();
+        let compact: fn(&mut AgentCard) = if scope.serving_only {
+            compact_card_for_serving
+        } else {
+            compact_card
+        };
         Arc::new(Hubs {
+            // Lists page: neither the API server nor this process holds one response with
+            // every card.
             cards: Hub::start(
                 cards,
-                watcher::Config::default().any_semantic(),
-                compact_card,
+                scope.watch_config(),
+                compact,
                 &Scope::default(),
             ),
             namespaces: Hub::start(
@@ -253,13 +282,13 @@ impl Hubs {
             ),
             directories: Hub::start(
                 Api::all(client.clone()),
-                watcher::Config::default().any_semantic(),
+                scope.watch_config(),
                 |d: &mut AgentDirectory| d.metadata.managed_fields = None,
                 &Scope::default(),
             ),
             configmaps: Hub::start(
                 Api::all(client.clone()),
-                watcher::Config::default().labels(PUBLISHED_SELECTOR),
+                scope.watch_config().labels(PUBLISHED_SELECTOR),
                 // Reduced while it is deserialised (`SeenConfigMap: From<ConfigMap>`), then to
                 // what the operator wrote: a tenant's own ConfigMaps labelled as the
                 // operator's are kept as a few bytes each, whatever their size.

@@ -235,6 +235,8 @@ impl State {
 pub struct Index {
     state: RwLock<State>,
     ready: AtomicBool,
+    /// Wakes [`Index::wait_ready`] when the first full sync is done.
+    synced: tokio::sync::Notify,
     /// The host whose cards answer requests for a host with none of its own (`serve
     /// --fallback-host`: an agent serving its card by whatever name or address it is reached).
     fallback_host: Option<String>,
@@ -315,6 +317,21 @@ impl Index {
     /// Mark the first full sync done.
     pub fn mark_ready(&self) {
         self.ready.store(true, Ordering::Release);
+        self.synced.notify_waiters();
+    }
+
+    /// Return once the first full sync is done (at once if it is).
+    pub async fn wait_ready(&self) {
+        loop {
+            // Registered before the check, so a sync finishing in between still wakes it.
+            let synced = self.synced.notified();
+            tokio::pin!(synced);
+            synced.as_mut().enable();
+            if self.is_ready() {
+                return;
+            }
+            synced.await;
+        }
     }
 
     /// Whether the first full sync is done.
@@ -397,6 +414,21 @@ mod tests {
             }
             Hit::Extended(x) => Some(format!("extended {}", x.path)),
         }
+    }
+
+    #[tokio::test]
+    async fn waiting_for_the_first_sync_ends_when_it_is_done() {
+        let index = Arc::new(Index::new());
+        let waiter = tokio::spawn({
+            let index = index.clone();
+            async move { index.wait_ready().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "not ready before the first sync");
+        index.mark_ready();
+        waiter.await.unwrap();
+        // Once ready, at once.
+        index.wait_ready().await;
     }
 
     #[test]

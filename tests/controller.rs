@@ -341,6 +341,42 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_operator_lists_the_cards_in_pages() {
+    // The watches list in pages (`--list-page-size`), never in one response of every object:
+    // at 100,000 cards one response would be hundreds of megabytes in the API server and here.
+    let mut s = setup("pages", &[]).await;
+    let names = ["p1", "p2", "p3"];
+    for name in names {
+        apply(&s.cards, &example(name, &host(name, &s.ns.name))).await.unwrap();
+    }
+    for name in names {
+        wait_card(&s.cards, name, &s.operator, "Ready", ready).await;
+    }
+    s.operator.kill();
+    let op2 = Operator::start(
+        &s.op_ns.name,
+        &s.ns.name,
+        &["--lease-duration", "5", "--list-page-size", "1"],
+    );
+    // Every card served by the new process (it listed them all, one page each).
+    for name in names {
+        let h = host(name, &s.ns.name);
+        support::http::eventually(Duration::from_secs(60), || {
+            (op2.get(&h, PATH_CARD).status == 200).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{name} not served after the restart; log:\n{}", op2.logs()));
+    }
+    let metrics = support::http::request(op2.server.admin, "GET", "/metrics", &[("Host", "a")]);
+    let calls = read_counts(&String::from_utf8_lossy(&metrics.body));
+    let lists = calls
+        .get(&("list".to_string(), "agentcards".to_string()))
+        .copied()
+        .unwrap_or_default();
+    // Three cards, one a page: three list requests (a fourth only if the watch relisted).
+    assert!(lists >= 3.0, "the cards were listed in {lists} request(s): {calls:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_edit_keeps_the_last_good_card_and_says_why() {
     let s = setup("invalid", &[]).await;
     let host = host("inv", &s.ns.name);

@@ -42,9 +42,14 @@ impl BenchPlane {
         }
         let dir = tempfile::tempdir()?;
         eprintln!("starting a control plane in {}", dir.path().display());
+        // etcd's quota: 8 GiB unless AGENTCARD_ETCD_QUOTA says otherwise (its 2 GiB default
+        // is too small for 100,000 cards with their ConfigMaps, Ingresses, Events and the
+        // floor's copies, kept with their history until the API server compacts it).
+        let quota = std::env::var("AGENTCARD_ETCD_QUOTA").unwrap_or_else(|_| (8u64 << 30).to_string());
         let ok = Command::new("bash")
             .arg(root.join("tests/controlplane/start"))
             .arg(dir.path())
+            .env("AGENTCARD_ETCD_QUOTA", quota)
             .stdout(std::process::Stdio::null())
             .status()?;
         anyhow::ensure!(ok.success(), "the control plane did not start");
@@ -152,9 +157,9 @@ pub async fn earlier_runs_gone(namespaces: &Api<Namespace>, limit: Duration) -> 
     }
 }
 
-/// Wait (at most 60 s) until the operator at `admin` answers `/readyz` with a success.
+/// Wait (at most 5 minutes: a restart at 100,000 cards lists them first) until the process at `admin` answers `/readyz` with a success.
 pub async fn wait_ready(http: &reqwest::Client, admin: std::net::SocketAddr) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let ok = http
             .get(format!("http://{admin}/readyz"))

@@ -65,6 +65,7 @@ impl Config {
         crate::hub::Scope {
             namespace: self.watch_namespace.clone(),
             operator_namespace: self.settings.operator_namespace.clone(),
+            ..Default::default()
         }
     }
 }

@@ -54,6 +54,9 @@ pub struct ServeArgs {
     /// Who may read cards' extended cards.
     #[command(flatten)]
     bearer: crate::bearer::BearerFlags,
+    /// With --from-cluster: objects per page of the watches' lists (at start and on a relist).
+    #[arg(long, default_value_t = crate::hub::DEFAULT_LIST_PAGE_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
+    list_page_size: u32,
 }
 
 /// Run the card server alone until SIGTERM.
@@ -109,6 +112,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 let scope = crate::hub::Scope {
                     namespace: None,
                     operator_namespace: args.namespace.clone(),
+                    list_page_size: args.list_page_size,
+                    serving_only: true,
                 };
                 let hubs = crate::hub::Hubs::start(&client, &scope);
                 let federation = Arc::new(crate::directory::federation::Federation::default());

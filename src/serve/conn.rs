@@ -179,9 +179,19 @@ impl<S> HeadGuard<S> {
     /// body, which is no head).
     fn responded(&mut self, data: &[u8]) {
         let interim = data.len() > 9 && data.starts_with(b"HTTP/1.") && data[9] == b'1';
-        if matches!(self.phase, Phase::Request) && !interim {
-            self.phase = Phase::Idle;
-            self.due = Some((Instant::now() + self.idle, Late::Idle));
+        match self.phase {
+            Phase::Request if !interim => {
+                self.phase = Phase::Idle;
+                self.due = Some((Instant::now() + self.idle, Late::Idle));
+            }
+            // More of a response still being written (a change feed's events and heartbeats,
+            // a large body read slowly): the connection is in use, its keep-alive time starts
+            // again. (Counted from the response's first bytes alone, every event stream was
+            // cut after the keep-alive time, however often it sent.)
+            Phase::Idle if !data.is_empty() => {
+                self.due = Some((Instant::now() + self.idle, Late::Idle));
+            }
+            _ => {}
         }
     }
 
@@ -320,6 +330,35 @@ mod tests {
     const TEN: Duration = Duration::from_secs(10);
     /// The keep-alive time of these tests.
     const IDLE: Duration = Duration::from_secs(75);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_still_being_written_keeps_its_connection_past_the_keep_alive_time() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let mut guard = HeadGuard::new(server, TEN, IDLE, Verdicts::default());
+        let (mut rd, mut wr) = tokio::io::split(client);
+        let mut buf = [0u8; 128];
+        wr.write_all(b"GET /v1/changes HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(guard.read(&mut buf).await.unwrap() > 0);
+        guard
+            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await
+            .unwrap();
+        // An event stream: a heartbeat every 15 s for 300 s, the client sending nothing.
+        for _ in 0..20 {
+            let read = tokio::time::timeout(Duration::from_secs(15), guard.read(&mut buf)).await;
+            assert!(read.is_err(), "the stream's connection ended while it was written: {read:?}");
+            guard.write_all(b"3\r\n:\n\n\r\n").await.unwrap();
+            let _ = rd.read(&mut [0u8; 256]).await.unwrap();
+        }
+        // Once nothing more is written, the keep-alive time runs from the last bytes.
+        let n = tokio::time::timeout(IDLE + Duration::from_secs(1), guard.read(&mut buf))
+            .await
+            .expect("kept past its keep-alive time after the last write")
+            .unwrap();
+        assert_eq!(n, 0);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_ends_after_the_keep_alive_time_counted_from_its_last_response() {

@@ -11,5 +11,7 @@
 pub mod compact;
 pub mod seen;
 
-pub use compact::{card_editor, compact_card, compact_meta, digest, operator_annotations};
+pub use compact::{
+    card_editor, compact_card, compact_card_for_serving, compact_meta, digest, operator_annotations,
+};
 pub use seen::{MetaView, OptionalSpec, Owner, SeenConfigMap, SeenIngress, SeenMeta};
