@@ -72,7 +72,8 @@ async fn main() -> anyhow::Result<()> {
     let concurrency = env_usize("CONCURRENCY", 32);
     let references = env_usize("REFERENCES", usize::from(n <= 10_000)) != 0;
     // Waits scale with the count (a 2-core machine writes a few hundred objects a second).
-    let scaled = |floor_secs: u64, per_sec: usize| Duration::from_secs(floor_secs.max((n / per_sec) as u64));
+    let scaled =
+        |floor_secs: u64, per_sec: usize| Duration::from_secs(floor_secs.max((n / per_sec) as u64));
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let plane = BenchPlane::start(&root)?;
     let kubeconfig = plane.kubeconfig.clone();
@@ -194,7 +195,12 @@ async fn main() -> anyhow::Result<()> {
             .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
             // Every card lives in one namespace here: no per-namespace bound on their number
             // or their bytes (100,000 cards pass the default 32 MiB of specs).
-            .args(["--max-cards-per-namespace", "0", "--max-namespace-card-bytes", "0"])
+            .args([
+                "--max-cards-per-namespace",
+                "0",
+                "--max-namespace-card-bytes",
+                "0",
+            ])
             .args([
                 "--concurrency",
                 &env_usize("OPERATOR_CONCURRENCY", 32).to_string(),
@@ -312,7 +318,16 @@ async fn main() -> anyhow::Result<()> {
     let op = Operator(start_operator()?, graceful);
     wait_ready(&http, admin).await?;
     let ready_after = restarted.elapsed();
-    every_card_served(&http, addr, n, &host, restarted, scaled(120, 200), "the restart").await?;
+    every_card_served(
+        &http,
+        addr,
+        n,
+        &host,
+        restarted,
+        scaled(120, 200),
+        "the restart",
+    )
+    .await?;
     let restart_served = restarted.elapsed();
     // Writes once every card was reconciled by the new leader and nothing moved for 5 s.
     let mut last = (0.0, Instant::now());
@@ -353,7 +368,12 @@ async fn main() -> anyhow::Result<()> {
     let serving = Operator(
         Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
             .args(["serve", "--from-cluster", "--namespace", &op_ns])
-            .args(["--listen", &serve_addr.to_string(), "--admin-listen", &serve_admin.to_string()])
+            .args([
+                "--listen",
+                &serve_addr.to_string(),
+                "--admin-listen",
+                &serve_admin.to_string(),
+            ])
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -363,7 +383,16 @@ async fn main() -> anyhow::Result<()> {
         false,
     );
     wait_ready(&http, serve_admin).await?;
-    every_card_served(&http, serve_addr, n, &host, serving_started, scaled(120, 200), "serve --from-cluster").await?;
+    every_card_served(
+        &http,
+        serve_addr,
+        n,
+        &host,
+        serving_started,
+        scaled(120, 200),
+        "serve --from-cluster",
+    )
+    .await?;
     let serving_served = serving_started.elapsed();
     let serving_rss = peak_rss_kib(serving.id());
     drop(serving);

@@ -18,11 +18,11 @@
 
 #[path = "../tests/support/dircards.rs"]
 mod dircards;
+#[path = "support/load.rs"]
+mod load;
 #[allow(dead_code)]
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
-#[path = "support/load.rs"]
-mod load;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -126,7 +126,11 @@ fn upstream(root: &Path, k: usize, n: usize) -> anyhow::Result<Up> {
 fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     let status = out.get(9..12)?.parse().ok()?;
@@ -150,12 +154,16 @@ fn total(addr: SocketAddr, host: &str) -> Option<usize> {
 
 /// A change-feed stream of the hub from its latest cursor: each line read is sent on.
 fn follow_hub(addr: SocketAddr) -> anyhow::Result<std::sync::mpsc::Receiver<(Instant, String)>> {
-    let (status, body) = get(addr, HUB, "/v1/changes?limit=1").ok_or_else(|| anyhow::anyhow!("feed"))?;
+    let (status, body) =
+        get(addr, HUB, "/v1/changes?limit=1").ok_or_else(|| anyhow::anyhow!("feed"))?;
     anyhow::ensure!(status == 200, "the hub's feed answered {status}");
     let start = body.find('{').unwrap_or(0);
     let end = body.rfind('}').map_or(body.len(), |e| e + 1);
     let page: serde_json::Value = serde_json::from_str(&body[start..end])?;
-    let latest = page["metadata"]["latest"].as_str().unwrap_or_default().to_string();
+    let latest = page["metadata"]["latest"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let mut s = TcpStream::connect(addr)?;
     write!(
         s,
@@ -175,7 +183,10 @@ fn follow_hub(addr: SocketAddr) -> anyhow::Result<std::sync::mpsc::Receiver<(Ins
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let (ups, n) = (env_usize("FED_UPSTREAMS", 10), env_usize("FED_CARDS", 10_000));
+    let (ups, n) = (
+        env_usize("FED_UPSTREAMS", 10),
+        env_usize("FED_CARDS", 10_000),
+    );
     let refresh = env_usize("FED_REFRESH", 10) as u64;
     let edits = env_usize("FED_EDITS", 30);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -188,8 +199,18 @@ async fn main() -> anyhow::Result<()> {
             .stdout(Stdio::null())
             .status()
     };
-    kubectl(&["apply", "--server-side", "-f", &root.join("crds").to_string_lossy()])?;
-    kubectl(&["wait", "--for=condition=Established", "crd/agentdirectories.agentcard.dev", "--timeout=60s"])?;
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &root.join("crds").to_string_lossy(),
+    ])?;
+    kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/agentdirectories.agentcard.dev",
+        "--timeout=60s",
+    ])?;
 
     let work = tempfile::tempdir()?;
     let t = Instant::now();
@@ -198,26 +219,40 @@ async fn main() -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     for up in &upstreams {
         while total(up.proxy.addr, "").is_none_or(|t| t < n) {
-            anyhow::ensure!(t.elapsed() < Duration::from_secs(600), "an upstream did not list its cards");
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(600),
+                "an upstream did not list its cards"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
     println!(
         "federation hub benchmark: {ups} upstreams (serve --from-dir) x {n} cards, refreshSeconds {refresh}"
     );
-    println!("  upstreams written and listing every card after {:.1?}", t.elapsed());
+    println!(
+        "  upstreams written and listing every card after {:.1?}",
+        t.elapsed()
+    );
 
     let run_id = std::process::id();
     let op_ns = format!("bench-fedop-{run_id}");
     Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": op_ns}}))?)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": op_ns}}))?,
+        )
         .await?;
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let op = Proc(
         Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
             .args(["run", "--namespace", &op_ns])
-            .args(["--listen", &addr.to_string(), "--admin-listen", &admin.to_string()])
+            .args([
+                "--listen",
+                &addr.to_string(),
+                "--admin-listen",
+                &admin.to_string(),
+            ])
             .env("KUBECONFIG", &plane.kubeconfig)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -271,7 +306,9 @@ async fn main() -> anyhow::Result<()> {
                     .find_map(|l| l.strip_prefix(key))
                     .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             })
-            .map_or("unknown".to_string(), |k| format!("{:.1}", k as f64 / 1024.0))
+            .map_or("unknown".to_string(), |k| {
+                format!("{:.1}", k as f64 / 1024.0)
+            })
     };
     println!(
         "  initial sync: all {want} entries listed at the hub {synced:.2?} after the AgentDirectory's apply; operator RSS {} MiB, peak {} MiB",
@@ -348,8 +385,12 @@ async fn main() -> anyhow::Result<()> {
         rss("VmRSS:"),
         rss("VmHWM:")
     );
-    let _ = dirs.delete(&format!("hub-{run_id}"), &Default::default()).await;
-    let _ = Api::<Namespace>::all(client.clone()).delete(&op_ns, &Default::default()).await;
+    let _ = dirs
+        .delete(&format!("hub-{run_id}"), &Default::default())
+        .await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&op_ns, &Default::default())
+        .await;
     drop(op);
     drop(upstreams);
     drop(plane);

@@ -268,12 +268,7 @@ impl Hubs {
         Arc::new(Hubs {
             // Lists page: neither the API server nor this process holds one response with
             // every card.
-            cards: Hub::start(
-                cards,
-                scope.watch_config(),
-                compact,
-                &Scope::default(),
-            ),
+            cards: Hub::start(cards, scope.watch_config(), compact, &Scope::default()),
             namespaces: Hub::start(
                 Api::all(client.clone()),
                 namespaces,

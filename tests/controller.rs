@@ -347,7 +347,9 @@ async fn a_restarted_operator_lists_the_cards_in_pages() {
     let mut s = setup("pages", &[]).await;
     let names = ["p1", "p2", "p3"];
     for name in names {
-        apply(&s.cards, &example(name, &host(name, &s.ns.name))).await.unwrap();
+        apply(&s.cards, &example(name, &host(name, &s.ns.name)))
+            .await
+            .unwrap();
     }
     for name in names {
         wait_card(&s.cards, name, &s.operator, "Ready", ready).await;
@@ -373,7 +375,10 @@ async fn a_restarted_operator_lists_the_cards_in_pages() {
         .copied()
         .unwrap_or_default();
     // Three cards, one a page: three list requests (a fourth only if the watch relisted).
-    assert!(lists >= 3.0, "the cards were listed in {lists} request(s): {calls:?}");
+    assert!(
+        lists >= 3.0,
+        "the cards were listed in {lists} request(s): {calls:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

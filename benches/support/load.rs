@@ -45,7 +45,8 @@ impl BenchPlane {
         // etcd's quota: 8 GiB unless AGENTCARD_ETCD_QUOTA says otherwise (its 2 GiB default
         // is too small for 100,000 cards with their ConfigMaps, Ingresses, Events and the
         // floor's copies, kept with their history until the API server compacts it).
-        let quota = std::env::var("AGENTCARD_ETCD_QUOTA").unwrap_or_else(|_| (8u64 << 30).to_string());
+        let quota =
+            std::env::var("AGENTCARD_ETCD_QUOTA").unwrap_or_else(|_| (8u64 << 30).to_string());
         let ok = Command::new("bash")
             .arg(root.join("tests/controlplane/start"))
             .arg(dir.path())

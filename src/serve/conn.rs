@@ -348,7 +348,10 @@ mod tests {
         // An event stream: a heartbeat every 15 s for 300 s, the client sending nothing.
         for _ in 0..20 {
             let read = tokio::time::timeout(Duration::from_secs(15), guard.read(&mut buf)).await;
-            assert!(read.is_err(), "the stream's connection ended while it was written: {read:?}");
+            assert!(
+                read.is_err(),
+                "the stream's connection ended while it was written: {read:?}"
+            );
             guard.write_all(b"3\r\n:\n\n\r\n").await.unwrap();
             let _ = rd.read(&mut [0u8; 256]).await.unwrap();
         }

@@ -171,8 +171,10 @@ mod tests {
 
     #[test]
     fn a_serving_replica_keeps_what_the_card_server_reads() {
-        let cond = |t: &str, m: &str| json!({"type": t, "status": "True", "reason": "R", "message": m,
-            "lastTransitionTime": "2026-12-01T00:00:00Z"});
+        let cond = |t: &str, m: &str| {
+            json!({"type": t, "status": "True", "reason": "R", "message": m,
+            "lastTransitionTime": "2026-12-01T00:00:00Z"})
+        };
         let mut card: AgentCard = serde_json::from_value(json!({
             "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
             "metadata": {"name": "c", "namespace": "n", "labels": {"team": "a"}},
@@ -188,19 +190,30 @@ mod tests {
         .unwrap();
         let before = card.clone();
         compact_card_for_serving(&mut card);
-        assert!(card.spec.card.is_none(), "the card as written is not served from the store");
+        assert!(
+            card.spec.card.is_none(),
+            "the card as written is not served from the store"
+        );
         assert_eq!(card.spec.publish, before.spec.publish);
         let extended = card.spec.extended_card.as_ref().unwrap();
-        assert_eq!(extended.auth, before.spec.extended_card.as_ref().unwrap().auth);
+        assert_eq!(
+            extended.auth,
+            before.spec.extended_card.as_ref().unwrap().auth
+        );
         assert_eq!(extended.description, None);
         let status = card.status.as_ref().unwrap();
         let kinds: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(kinds, ["BackendReady", "Drifted"]);
-        assert_eq!(status.conditions[1].message, "same", "drift is listed with its message");
+        assert_eq!(
+            status.conditions[1].message, "same",
+            "drift is listed with its message"
+        );
         assert!(status.warnings.is_empty());
         let was = before.status.as_ref().unwrap();
-        assert_eq!((&status.content_hash, &status.config_map, &status.served),
-                   (&was.content_hash, &was.config_map, &was.served));
+        assert_eq!(
+            (&status.content_hash, &status.config_map, &status.served),
+            (&was.content_hash, &was.config_map, &was.served)
+        );
         assert_eq!(card.metadata.labels, before.metadata.labels);
     }
 
