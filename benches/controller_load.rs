@@ -25,7 +25,6 @@
 //! Readiness comes from a watch, and only cards the watch shows Ready are polled over HTTP: the
 //! benchmark itself adds little load to the API server and the card server it measures.
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -190,8 +189,8 @@ async fn main() -> anyhow::Result<()> {
             Some((p, rest)) => (p.clone(), [rest, &[binary]].concat()),
             None => (binary, Vec::new()),
         };
-        Command::new(program)
-            .args(prefix)
+        let mut cmd = Command::new(program);
+        cmd.args(prefix)
             .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
             // Every card lives in one namespace here: no per-namespace bound on their number
             // or their bytes (100,000 cards pass the default 32 MiB of specs).
@@ -204,20 +203,9 @@ async fn main() -> anyhow::Result<()> {
             .args([
                 "--concurrency",
                 &env_usize("OPERATOR_CONCURRENCY", 32).to_string(),
-            ])
-            .args([
-                "--listen",
-                &addr.to_string(),
-                "--admin-listen",
-                &admin.to_string(),
-            ])
-            .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            // A group of its own: a wrapper and the operator under it stop together.
-            .process_group(0)
-            .spawn()
+            ]);
+        // A group of its own: a wrapper and the operator under it stop together.
+        quiet_server(&mut cmd, addr, admin, &kubeconfig).spawn()
     };
     let graceful = !wrapper.is_empty();
     let op = Operator(start_operator()?, graceful);
@@ -366,20 +354,18 @@ async fn main() -> anyhow::Result<()> {
     );
     let serving_started = Instant::now();
     let serving = Operator(
-        Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
-            .args(["serve", "--from-cluster", "--namespace", &op_ns])
-            .args([
-                "--listen",
-                &serve_addr.to_string(),
-                "--admin-listen",
-                &serve_admin.to_string(),
-            ])
-            .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()?,
+        quiet_server(
+            Command::new(env!("CARGO_BIN_EXE_agentcard-operator")).args([
+                "serve",
+                "--from-cluster",
+                "--namespace",
+                &op_ns,
+            ]),
+            serve_addr,
+            serve_admin,
+            &kubeconfig,
+        )
+        .spawn()?,
         false,
     );
     wait_ready(&http, serve_admin).await?;
@@ -452,7 +438,7 @@ async fn main() -> anyhow::Result<()> {
     }
     println!(
         "  operator peak RSS: {} MiB; CPU time {}",
-        rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+        mib(rss),
         cpu.map_or("unknown".into(), |c| format!("{c:.2?}"))
     );
     println!(
@@ -462,13 +448,10 @@ async fn main() -> anyhow::Result<()> {
     for ((verb, resource), count) in &restart_writes {
         println!("    {verb:>6} {resource:<28} {count:>8.0}");
     }
-    println!(
-        "  restarted operator peak RSS: {} MiB",
-        restart_rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
-    );
+    println!("  restarted operator peak RSS: {} MiB", mib(restart_rss));
     println!(
         "  a serving-only replica (serve --from-cluster): every card served {serving_served:.2?} after its start; peak RSS {} MiB",
-        serving_rss.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+        mib(serving_rss)
     );
     if references {
         let target = 2.0 * per_card * n as f64 / (n as f64 / reference.as_secs_f64());

@@ -261,26 +261,20 @@ async fn main() -> anyhow::Result<()> {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let op = Operator(
-        Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
-            .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
-            .args(["--ingress-tls", "none"])
-            .args(["--max-cards-per-namespace", "0"])
-            .args([
-                "--concurrency",
-                &env_usize("OPERATOR_CONCURRENCY", 32).to_string(),
-            ])
-            .args([
-                "--listen",
-                &addr.to_string(),
-                "--admin-listen",
-                &admin.to_string(),
-            ])
-            .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()?,
+        quiet_server(
+            Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
+                .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
+                .args(["--ingress-tls", "none"])
+                .args(["--max-cards-per-namespace", "0"])
+                .args([
+                    "--concurrency",
+                    &env_usize("OPERATOR_CONCURRENCY", 32).to_string(),
+                ]),
+            addr,
+            admin,
+            &kubeconfig,
+        )
+        .spawn()?,
         false,
     );
     let http = reqwest::Client::builder()

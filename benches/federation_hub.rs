@@ -26,56 +26,27 @@ mod upstream;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
-use load::{env_usize, peak_rss_kib, percentile, BenchPlane};
+use load::{
+    env_usize, mib, percentile, quiet_server, status_kib, wait_ready, BenchPlane, Operator,
+};
 use serde_json::json;
 
 const HUB: &str = "hub.bench.test";
-
-/// Killed when dropped (also when the benchmark fails).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// One upstream: `serve --from-dir` over its card files, and the proxy clients reach it by.
 struct Up {
     cards: PathBuf,
     hosts: Vec<String>,
     proxy: upstream::Proxy,
-    _server: Proc,
-}
-
-fn listening(log: &Path, what: &str) -> anyhow::Result<(SocketAddr, SocketAddr)> {
-    let started = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let addr = |key: &str| {
-            text.split(key)
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|a| a.trim_end_matches(',').parse::<SocketAddr>().ok())
-        };
-        if let (Some(public), Some(admin)) = (addr("listening public="), addr("admin=")) {
-            return Ok((public, admin));
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(120),
-            "{what} did not start: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    /// Stopped when dropped (also when the benchmark fails).
+    _server: Operator,
 }
 
 /// Upstream `k`: `n` generated cards on hosts of its own (`a<i>.up<k>.bench.test`).
@@ -102,17 +73,12 @@ fn upstream(root: &Path, k: usize, n: usize) -> anyhow::Result<Up> {
         std::fs::write(cards.join(format!("{host}.json")), card.to_string())?;
         hosts.push(host);
     }
-    let log = dir.join("server.log");
-    let server = Proc(
-        Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
-            .args(["serve", "--from-dir"])
-            .arg(&cards)
-            .args(["--directory-host", &format!("up{k}.bench.test")])
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?,
+    let (server, public) = dircards::serve_dir(
+        &cards,
+        &format!("up{k}.bench.test"),
+        &dir.join("server.log"),
     );
-    let (public, _) = listening(&log, "an upstream")?;
+    let server = Operator(server, false);
     let proxy = upstream::Proxy::start(public, &format!("up{k}.bench.test"));
     Ok(Up {
         cards,
@@ -154,9 +120,19 @@ fn total(addr: SocketAddr, host: &str) -> Option<usize> {
 
 /// A change-feed stream of the hub from its latest cursor: each line read is sent on.
 fn follow_hub(addr: SocketAddr) -> anyhow::Result<std::sync::mpsc::Receiver<(Instant, String)>> {
-    let (status, body) =
-        get(addr, HUB, "/v1/changes?limit=1").ok_or_else(|| anyhow::anyhow!("feed"))?;
-    anyhow::ensure!(status == 200, "the hub's feed answered {status}");
+    // The feed answers 503 until the lease holder has written the directory's first log.
+    let asked = Instant::now();
+    let body = loop {
+        match get(addr, HUB, "/v1/changes?limit=1") {
+            Some((200, body)) => break body,
+            other => anyhow::ensure!(
+                asked.elapsed() < Duration::from_secs(60),
+                "the hub's feed answered {:?} for a minute",
+                other.map(|(status, _)| status)
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let start = body.find('{').unwrap_or(0);
     let end = body.rfind('}').map_or(body.len(), |e| e + 1);
     let page: serde_json::Value = serde_json::from_str(&body[start..end])?;
@@ -244,25 +220,21 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let op = Proc(
-        Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
-            .args(["run", "--namespace", &op_ns])
-            .args([
-                "--listen",
-                &addr.to_string(),
-                "--admin-listen",
-                &admin.to_string(),
-            ])
-            .env("KUBECONFIG", &plane.kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()?,
+    let op = Operator(
+        quiet_server(
+            Command::new(env!("CARGO_BIN_EXE_agentcard-operator")).args([
+                "run",
+                "--namespace",
+                &op_ns,
+            ]),
+            addr,
+            admin,
+            &plane.kubeconfig,
+        )
+        .spawn()?,
+        false,
     );
-    while get(admin, "admin", "/readyz").is_none_or(|(s, _)| s != 200) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_ready(&reqwest::Client::new(), admin).await?;
 
     let upstream_specs: Vec<serde_json::Value> = upstreams
         .iter()
@@ -298,22 +270,11 @@ async fn main() -> anyhow::Result<()> {
         seen = total(addr, HUB).unwrap_or(0);
     }
     let synced = started.elapsed();
-    let rss = |key: &str| {
-        std::fs::read_to_string(format!("/proc/{}/status", op.0.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix(key))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-            .map_or("unknown".to_string(), |k| {
-                format!("{:.1}", k as f64 / 1024.0)
-            })
-    };
+    let rss = |field: &str| mib(status_kib(op.id(), field));
     println!(
         "  initial sync: all {want} entries listed at the hub {synced:.2?} after the AgentDirectory's apply; operator RSS {} MiB, peak {} MiB",
-        rss("VmRSS:"),
-        peak_rss_kib(op.0.id()).map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+        rss("VmRSS"),
+        rss("VmHWM")
     );
 
     // The hub's change feed: its log is written by the lease holder in rounds after the site
@@ -382,8 +343,8 @@ async fn main() -> anyhow::Result<()> {
     );
     println!(
         "  operator at the end: RSS {} MiB, peak {} MiB",
-        rss("VmRSS:"),
-        rss("VmHWM:")
+        rss("VmRSS"),
+        rss("VmHWM")
     );
     let _ = dirs
         .delete(&format!("hub-{run_id}"), &Default::default())

@@ -109,11 +109,41 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// The peak resident memory of process `pid` so far, in KiB (`VmHWM`).
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM")
+}
+
+/// A memory figure of process `pid` in KiB, as `/proc/<pid>/status` gives it (`VmRSS`,
+/// `VmHWM`).
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// KiB as MiB with one decimal, or `unknown`.
+pub fn mib(kib: Option<u64>) -> String {
+    kib.map_or("unknown".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+}
+
+/// `cmd` set up as a server of a load benchmark: its public and admin addresses, the plane's
+/// `kubeconfig`, warnings only, no output, and a process group of its own (so a profiler
+/// wrapping it stops with it).
+pub fn quiet_server<'a>(
+    cmd: &'a mut Command,
+    listen: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+    kubeconfig: &std::path::Path,
+) -> &'a mut Command {
+    use std::os::unix::process::CommandExt;
+    cmd.args(["--listen", &listen.to_string()])
+        .args(["--admin-listen", &admin.to_string()])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
 }
 
 /// CPU time (user + system) the process `pid` used so far, from `/proc/<pid>/stat`.
@@ -221,13 +251,22 @@ impl Drop for Operator {
 pub fn stop(op: &mut std::process::Child, graceful: bool) {
     let group = format!("-{}", op.id());
     if graceful {
-        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &group])
+            .stderr(std::process::Stdio::null())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline && matches!(op.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &group])
+        .stderr(std::process::Stdio::null())
+        .status();
+    // A process started without a group of its own (a `serve --from-dir` upstream) is killed
+    // alone: waiting for it after the group kill missed it would never end.
+    let _ = op.kill();
     let _ = op.wait();
 }
 

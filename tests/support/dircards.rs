@@ -162,19 +162,28 @@ pub fn serve_generated(
     for (_, _, card_host, json) in generate(n, 50, seed) {
         std::fs::write(cards.join(format!("{card_host}.json")), json.to_string()).expect("write");
     }
-    let log = dir.join("server.log");
+    serve_dir(&cards, host, &dir.join("server.log"))
+}
+
+/// `agentcard-operator serve --from-dir cards` with a public directory on `host`, its log in
+/// `log`; the process and its public address once it listens.
+pub fn serve_dir(
+    cards: &std::path::Path,
+    host: &str,
+    log: &std::path::Path,
+) -> (std::process::Child, std::net::SocketAddr) {
     // Handed to the caller, who kills it.
     #[allow(clippy::zombie_processes)]
     let server = std::process::Command::new(env!("CARGO_BIN_EXE_agentcard-operator"))
         .args(["serve", "--from-dir"])
-        .arg(&cards)
+        .arg(cards)
         .args(["--directory-host", host, "--listen", "127.0.0.1:0"])
         .args(["--admin-listen", "127.0.0.1:0"])
-        .stderr(std::fs::File::create(&log).expect("log"))
+        .stderr(std::fs::File::create(log).expect("log"))
         .spawn()
         .expect("serve");
     loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = std::fs::read_to_string(log).unwrap_or_default();
         if let Some(a) = text
             .split("listening public=")
             .nth(1)
