@@ -719,6 +719,51 @@ mod tests {
         .unwrap()
     }
 
+    #[test]
+    fn a_card_compacted_for_a_serving_replica_is_served_and_listed_the_same() {
+        // What `serve --from-cluster` stores of a card must answer every question the feed
+        // asks of it: a condition or field the view starts to read and the compaction drops
+        // shows up here.
+        let mut full = extended_card("u1", Some("extended"));
+        full.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        let cond = |t: &str, s: &str, r: &str, m: &str| {
+            serde_json::from_value(json!({"type": t, "status": s, "reason": r, "message": m,
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}))
+            .unwrap()
+        };
+        let status = full.status.as_mut().unwrap();
+        status.conditions = vec![
+            cond("Ready", "True", "Published", "served at https://h.example/"),
+            cond("BackendReady", "False", "NoEndpoints", "no ready endpoint"),
+            cond(
+                "Drifted",
+                "True",
+                "Drifted",
+                "skills differ: agent has extra",
+            ),
+        ];
+        status.url = Some("https://h.example/.well-known/agent-card.json".into());
+        status.key_id = Some("k1".into());
+        status.revision = Some(3);
+        status.approvals = vec![serde_json::from_value(
+            json!({"directory": "d", "state": "Approved", "contentHash": "h"}),
+        )
+        .unwrap()];
+        let mut compacted = full.clone();
+        crate::store::compact_card_for_serving(&mut compacted);
+        assert!(compacted.spec.card.is_none(), "something was compacted");
+        let (full, compacted) = (
+            CardView::of(Arc::new(full)),
+            CardView::of(Arc::new(compacted)),
+        );
+        assert!(full.serves_as(&compacted) && compacted.serves_as(&full));
+        assert_eq!(full.labels(), compacted.labels());
+        assert_eq!(full.approvals(), compacted.approvals());
+        assert_eq!(compacted.reachable(), Some(false));
+        assert!(compacted.drift().is_some());
+        assert!(compacted.extended_auth().is_some());
+    }
+
     fn served(f: &ClusterView, host: &str) -> Option<String> {
         match f.index.lookup(host, PATH_CARD)? {
             crate::index::Hit::Card(p) => Some(String::from_utf8_lossy(&p.body).into_owned()),
