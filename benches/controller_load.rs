@@ -2,11 +2,14 @@
 //! `cargo bench --bench controller_load` (env: CARDS=1000, CONCURRENCY=32 client writers,
 //! OPERATOR_CONCURRENCY=32 for the operator's --concurrency, AGENTCARD_TEST_KUBECONFIG to use a
 //! running local plane instead of starting one (never KUBECONFIG: it may name a real cluster),
-//! OPERATOR_WRAPPER to run the operator under a profiler, REFERENCES=0 to skip the two
-//! plain-write references and the old floor: the default above 10,000 cards, where each costs
-//! as long as the run itself). A plane this benchmark starts gets an 8 GiB etcd quota
-//! (AGENTCARD_ETCD_QUOTA). Time on 2 cores: about 8 minutes at 10,000 cards, 70 at 100,000
-//! without the references.
+//! OPERATOR_WRAPPER to run the operator and the serving-only replica under a profiler,
+//! REFERENCES=0 to skip the two plain-write references and the old floor: the default above
+//! 10,000 cards, where each costs as long as the run itself), FLOOR=0 to skip the floor too (a
+//! run that re-measures the rest: it takes as long as the operator's part),
+//! SERVING_PAGE_SIZES=500,2000 to start the serving-only replica once per list page size (one
+//! after the other; default: once, with the operator's default). A plane this
+//! benchmark starts gets an 8 GiB etcd quota (AGENTCARD_ETCD_QUOTA). Time on 2 cores: about 8
+//! minutes at 10,000 cards, 39 at 100,000 without the references, 21 with FLOOR=0.
 //!
 //! Reports: how fast the plane accepts N plain ConfigMap writes (the reference), then for N
 //! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
@@ -183,15 +186,21 @@ async fn main() -> anyhow::Result<()> {
         .split_whitespace()
         .map(str::to_string)
         .collect();
-    let start_operator = || {
+    // The operator's binary, under the wrapper when there is one (the operator and the
+    // serving-only replica alike).
+    let wrapped = || {
         let binary = env!("CARGO_BIN_EXE_agentcard-operator").to_string();
         let (program, prefix) = match wrapper.split_first() {
             Some((p, rest)) => (p.clone(), [rest, &[binary]].concat()),
             None => (binary, Vec::new()),
         };
         let mut cmd = Command::new(program);
-        cmd.args(prefix)
-            .args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
+        cmd.args(prefix);
+        cmd
+    };
+    let start_operator = || {
+        let mut cmd = wrapped();
+        cmd.args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
             // Every card lives in one namespace here: no per-namespace bound on their number
             // or their bytes (100,000 cards pass the default 32 MiB of specs).
             .args([
@@ -317,6 +326,8 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let restart_served = restarted.elapsed();
+    // CPU spent until then: beside the wall time, whether the process or the plane bounds it.
+    let restart_cpu = cpu_time(op.id());
     // Writes once every card was reconciled by the new leader and nothing moved for 5 s.
     let mut last = (0.0, Instant::now());
     let settled = loop {
@@ -347,41 +358,50 @@ async fn main() -> anyhow::Result<()> {
     let restart_rss = peak_rss_kib(op.id());
     drop(op);
 
-    // A serving-only replica (`serve --from-cluster`): its start, until it serves every card.
-    let (serve_addr, serve_admin) = (
-        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
-        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
-    );
-    let serving_started = Instant::now();
-    let serving = Operator(
-        quiet_server(
-            Command::new(env!("CARGO_BIN_EXE_agentcard-operator")).args([
-                "serve",
-                "--from-cluster",
-                "--namespace",
-                &op_ns,
-            ]),
+    // A serving-only replica (`serve --from-cluster`): its start, until it serves every card;
+    // once per page size in SERVING_PAGE_SIZES (0: the default), one replica at a time.
+    let page_sizes: Vec<String> = std::env::var("SERVING_PAGE_SIZES")
+        .unwrap_or_else(|_| "0".into())
+        .split(',')
+        .map(|p| p.trim().to_string())
+        .collect();
+    let mut serving_runs = Vec::new();
+    for page in page_sizes {
+        let (serve_addr, serve_admin) = (
+            std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
+            std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
+        );
+        let serving_started = Instant::now();
+        let serving = Operator(
+            quiet_server(
+                wrapped()
+                    .args(["serve", "--from-cluster", "--namespace", &op_ns])
+                    .args(match page.as_str() {
+                        "0" => vec![],
+                        p => vec!["--list-page-size", p],
+                    }),
+                serve_addr,
+                serve_admin,
+                &kubeconfig,
+            )
+            .spawn()?,
+            graceful,
+        );
+        wait_ready(&http, serve_admin).await?;
+        every_card_served(
+            &http,
             serve_addr,
-            serve_admin,
-            &kubeconfig,
+            n,
+            &host,
+            serving_started,
+            scaled(120, 200),
+            "serve --from-cluster",
         )
-        .spawn()?,
-        false,
-    );
-    wait_ready(&http, serve_admin).await?;
-    every_card_served(
-        &http,
-        serve_addr,
-        n,
-        &host,
-        serving_started,
-        scaled(120, 200),
-        "serve --from-cluster",
-    )
-    .await?;
-    let serving_served = serving_started.elapsed();
-    let serving_rss = peak_rss_kib(serving.id());
-    drop(serving);
+        .await?;
+        let served_after = serving_started.elapsed();
+        let cpu = cpu_time(serving.id());
+        serving_runs.push((page, served_after, cpu, peak_rss_kib(serving.id())));
+    }
 
     // The floors, with no operator running (it watches every namespace's cards).
     let old_floor = if references {
@@ -389,7 +409,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    let floor = writes_floor(&client, run_id, n, concurrency, false, &card).await?;
+    let floor = if env_usize("FLOOR", 1) != 0 {
+        Some(writes_floor(&client, run_id, n, concurrency, false, &card).await?)
+    } else {
+        None
+    };
     let all_served = last_served.lock().await.map(|t| t.duration_since(started));
     let mut lat: Vec<Duration> = served.lock().await.values().copied().collect();
     lat.sort();
@@ -439,20 +463,28 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "  operator peak RSS: {} MiB; CPU time {}",
         mib(rss),
-        cpu.map_or("unknown".into(), |c| format!("{c:.2?}"))
+        cpu_text(cpu)
     );
     println!(
-        "  restart with {n} unchanged cards: ready after {ready_after:.2?}, all served after {restart_served:.2?}; {} reconciles; writes (the Lease is the leader's own):",
+        "  restart with {n} unchanged cards: ready after {ready_after:.2?}, all served after {restart_served:.2?} (CPU {} by then); {} reconciles; writes (the Lease is the leader's own):",
+        cpu_text(restart_cpu),
         last.0
     );
     for ((verb, resource), count) in &restart_writes {
         println!("    {verb:>6} {resource:<28} {count:>8.0}");
     }
     println!("  restarted operator peak RSS: {} MiB", mib(restart_rss));
-    println!(
-        "  a serving-only replica (serve --from-cluster): every card served {serving_served:.2?} after its start; peak RSS {} MiB",
-        mib(serving_rss)
-    );
+    for (page, served_after, cpu, rss) in &serving_runs {
+        let pages = match page.as_str() {
+            "0" => String::new(),
+            p => format!(", lists in pages of {p}"),
+        };
+        println!(
+            "  a serving-only replica (serve --from-cluster{pages}): every card served {served_after:.2?} after its start (CPU {}); peak RSS {} MiB",
+            cpu_text(*cpu),
+            mib(*rss)
+        );
+    }
     if references {
         let target = 2.0 * per_card * n as f64 / (n as f64 / reference.as_secs_f64());
         println!(
@@ -461,19 +493,22 @@ async fn main() -> anyhow::Result<()> {
             all_ready.as_secs_f64() / target
         );
     }
-    println!(
-        "  floor: the writes the operator makes for {n} cards, made directly, no operator ({FLOOR_CALLS}): {:.2?}; all Ready took {:.2}x that (target <= 1.1)",
-        floor.elapsed,
-        all_ready.as_secs_f64() / floor.elapsed.as_secs_f64()
-    );
-    if let Some(old_floor) = &old_floor {
+    match &floor {
+        Some(floor) => println!(
+            "  floor: the writes the operator makes for {n} cards, made directly, no operator ({FLOOR_CALLS}): {:.2?}; all Ready took {:.2}x that (target <= 1.1)",
+            floor.elapsed,
+            all_ready.as_secs_f64() / floor.elapsed.as_secs_f64()
+        ),
+        None => println!("  floor skipped (FLOOR=0)"),
+    }
+    if let (Some(old_floor), Some(floor)) = (&old_floor, &floor) {
         println!(
             "  old floor: the same with the finalizer patch earlier versions made: {:.2?}; the floor is {:.2}x that (target <= 0.8)",
             old_floor.elapsed,
             floor.elapsed.as_secs_f64() / old_floor.elapsed.as_secs_f64()
         );
     }
-    for f in old_floor.iter().chain([&floor]) {
+    for f in old_floor.iter().chain(floor.iter()) {
         if f.failed > 0 {
             println!("    {} floor writes failed in {}", f.failed, f.namespace);
         }
@@ -482,13 +517,11 @@ async fn main() -> anyhow::Result<()> {
         // The old floor's cards carry the finalizer with no operator to remove it.
         old_floor.release(&client, concurrency).await;
     }
-    let old_floor_namespaces = old_floor
+    let floor_namespaces = old_floor
         .iter()
+        .chain(floor.iter())
         .flat_map(|f| [&f.namespace, &f.op_namespace]);
-    for name in [&op_ns, &ref_ns, &ns, &floor.namespace, &floor.op_namespace]
-        .into_iter()
-        .chain(old_floor_namespaces)
-    {
+    for name in [&op_ns, &ref_ns, &ns].into_iter().chain(floor_namespaces) {
         let _ = namespaces.delete(name, &Default::default()).await;
     }
     drop(plane);
@@ -530,4 +563,9 @@ async fn every_card_served(
         waiting = missed;
     }
     Ok(())
+}
+
+/// A process's CPU time as the report prints it.
+fn cpu_text(cpu: Option<Duration>) -> String {
+    cpu.map_or("unknown".into(), |c| format!("{c:.2?}"))
 }

@@ -2,15 +2,17 @@
 //!
 //! Feeds (a watch on the published ConfigMaps, or a directory of files) write into it;
 //! request handlers read from it. Everything a response needs is computed once per card
-//! version when it is inserted — ETag, gzip body, header values — so serving is a lookup and
-//! a clone of reference-counted bytes. The lock is a plain `RwLock` held only for map
+//! version when it is inserted — ETag, header values — so serving is a lookup and a clone of
+//! reference-counted bytes; the gzip body is made on the first request that accepts it and
+//! kept (most of 100,000 cards are never asked for gzip: an encoding made ahead for each was
+//! a twentieth of the operator's memory). The lock is a plain `RwLock` held only for map
 //! operations, never across an `.await`. Until a feed completes its first full sync the index
 //! reports not ready, and after that it keeps the last known cards whatever happens to the feed.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -23,8 +25,9 @@ use crate::contract::{content_hash, PATH_CARD, PATH_DID, PATH_JWKS, PATH_LEGACY}
 pub struct Published {
     /// The exact bytes served.
     pub body: Bytes,
-    /// The gzip encoding of `body`, when it is smaller.
-    pub gzip: Option<Bytes>,
+    /// The gzip encoding of `body` when it is smaller, made once on first use
+    /// ([`Published::gzip`]).
+    gzip: OnceLock<Option<Bytes>>,
     /// Strong ETag of `body` (quoted).
     pub etag: HeaderValue,
     /// Strong ETag of the gzip representation (quoted).
@@ -110,13 +113,27 @@ impl Published {
         self
     }
 
-    /// Prepare `body` for serving: hash, gzip once, format headers.
+    /// The gzip encoding of the body, when it is smaller: compressed by the first caller,
+    /// then shared.
+    pub fn gzip(&self) -> Option<&Bytes> {
+        self.gzip
+            .get_or_init(|| {
+                gzip(&self.body)
+                    .filter(|z| z.len() < self.body.len())
+                    .map(Bytes::from)
+            })
+            .as_ref()
+    }
+
+    /// The content hash of the body (what its ETag quotes).
+    pub fn hash(&self) -> &str {
+        self.etag.to_str().unwrap_or_default().trim_matches('"')
+    }
+
+    /// Prepare `body` for serving: hash, format headers (gzip waits for its first request).
     pub fn new(body: impl Into<Bytes>, last_modified: SystemTime, max_age: u32) -> Self {
         let body: Bytes = body.into();
         let hash = content_hash(&body);
-        let gzip = gzip(&body)
-            .filter(|z| z.len() < body.len())
-            .map(Bytes::from);
         let secs = last_modified
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -124,7 +141,7 @@ impl Published {
         let last_modified = UNIX_EPOCH + Duration::from_secs(secs);
         Published {
             body,
-            gzip,
+            gzip: OnceLock::new(),
             etag: header(&format!("\"{hash}\"")),
             etag_gzip: header(&format!("\"{hash}-gz\"")),
             last_modified,
@@ -531,7 +548,14 @@ mod tests {
         let b = Published::new("x".repeat(1000), SystemTime::now(), 60);
         assert_eq!(a.etag, b.etag);
         assert_ne!(a.etag, a.etag_gzip);
-        assert!(a.gzip.as_ref().is_some_and(|z| z.len() < 1000));
+        assert_eq!(a.hash(), content_hash("x".repeat(1000).as_bytes()));
+        assert!(a.gzip.get().is_none(), "gzip waits for its first request");
+        let z = a.gzip().cloned();
+        assert!(z.as_ref().is_some_and(|z| z.len() < 1000));
+        // The same bytes (one allocation) to every later request.
+        assert_eq!(a.gzip().map(|g| g.as_ptr()), z.as_ref().map(|g| g.as_ptr()));
+        let tiny = Published::new("{}", UNIX_EPOCH, 60);
+        assert!(tiny.gzip().is_none(), "no gzip when it is not smaller");
         assert_eq!(b.cache_control, "public, max-age=60");
     }
 }

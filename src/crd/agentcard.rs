@@ -562,9 +562,11 @@ pub struct AgentCardStatus {
     /// The approvals in one line for `kubectl get` (`directory=approved,other=pending`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<String>,
+    // Boxed: most cards have none, and its inline 48 bytes put a stored card (with its `Arc`)
+    // past the allocator's 1,536-byte size class into the 1,792 one.
     /// With `spec.extendedCard`: the extended card published with the served public card.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extended_card: Option<ExtendedCardStatus>,
+    pub extended_card: Option<Box<ExtendedCardStatus>>,
 }
 
 /// The published extended card.

@@ -89,7 +89,7 @@ pub fn did_document(
 }
 
 pub(crate) fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
-    let gzip = doc.gzip.as_ref().filter(|_| accepts_gzip(req));
+    let gzip = accepts_gzip(req).then(|| doc.gzip()).flatten();
     let etag = if gzip.is_some() {
         &doc.etag_gzip
     } else {

@@ -232,8 +232,6 @@ struct ClusterView {
     extended_cms: HashMap<String, CardBytes>,
     /// AgentCards by uid.
     cards: HashMap<String, CardView>,
-    /// Content hash of what the index serves per card key.
-    serving: HashMap<String, String>,
     /// The directories' change-feed logs as their ConfigMaps bring them.
     logs: Persisted,
     relist_cms: Option<HashSet<String>>,
@@ -252,7 +250,6 @@ impl ClusterView {
             cms: HashMap::new(),
             extended_cms: HashMap::new(),
             cards: HashMap::new(),
-            serving: HashMap::new(),
             logs: Persisted::default(),
             relist_cms: None,
             relist_cards: None,
@@ -286,7 +283,7 @@ impl ClusterView {
             Some(body) => body,
             // The route may have changed with the bytes already served: re-route those.
             None => match self.index.entry(&card.key) {
-                Some(e) if self.serving.get(&card.key) == Some(hash) => e.content.body.clone(),
+                Some(e) if e.content.hash() == hash.as_str() => e.content.body.clone(),
                 _ => return,
             },
         };
@@ -309,7 +306,6 @@ impl ClusterView {
             content,
             extended,
         });
-        self.serving.insert(key.clone(), hash.clone());
         let listed = if self.sites.keeps_entries() {
             entry_of(card, &host, hash, body).map(|entry| listed(card, entry))
         } else {
@@ -362,8 +358,12 @@ impl ClusterView {
     /// The directory entry of `card` as the index serves it now (see [`entry_of`]).
     fn served_entry(&self, card: &CardView) -> Option<Arc<Entry>> {
         let served = self.index.entry(&card.key)?;
-        let hash = self.serving.get(&card.key)?;
-        entry_of(card, &served.host, hash, served.content.body.clone())
+        entry_of(
+            card,
+            &served.host,
+            served.content.hash(),
+            served.content.body.clone(),
+        )
     }
 
     /// Keep directory entries exactly while a directory exists: built for every served card
@@ -382,7 +382,6 @@ impl ClusterView {
     /// Stop serving card `key` (and listing it).
     fn unserve(&mut self, key: &str) {
         self.index.remove(key);
-        self.serving.remove(key);
         self.sites.unserved(key);
     }
 
@@ -790,10 +789,10 @@ mod tests {
         let status = c.status.as_mut().unwrap();
         status.served.as_mut().unwrap().extended_path = Some("/a2a/extendedAgentCard".into());
         if let Some(body) = extended {
-            status.extended_card = Some(crate::crd::ExtendedCardStatus {
+            status.extended_card = Some(Box::new(crate::crd::ExtendedCardStatus {
                 config_map: "extended-agentcard-c".into(),
                 content_hash: content_hash(body.as_bytes()),
-            });
+            }));
             c.spec.extended_card = Some(Box::new(
                 serde_json::from_value(json!({
                     "auth": {"serviceAccount": {"audiences": ["agents"]}}

@@ -131,9 +131,13 @@ pub fn compact_card(card: &mut AgentCard) {
 /// controller: it serves the bytes of the card's ConfigMap as the status names them, so the
 /// card as written (`spec.card`, `spec.source` and the rest of the spec but who may read the
 /// extended card) and the conditions it does not show (all but `BackendReady` and `Drifted`,
-/// which directories list) go. About a third of a stored card at 100,000 cards.
+/// which directories list) go, and so do the status fields only `kubectl` and the
+/// controllers read (skills, warnings, approvals in one line, contenders, …) and the card's
+/// annotations and finalizers. About a third of a stored card at 100,000 cards.
 pub fn compact_card_for_serving(card: &mut AgentCard) {
     compact_card(card);
+    let meta = &mut card.metadata;
+    (meta.annotations, meta.finalizers, meta.managed_fields) = (None, None, None);
     let spec = &mut card.spec;
     spec.extended_card = spec.extended_card.take().and_then(|e| {
         e.auth.map(|auth| {
@@ -151,6 +155,8 @@ pub fn compact_card_for_serving(card: &mut AgentCard) {
             .retain(|c| c.type_ == "BackendReady" || c.type_ == "Drifted");
         (status.warnings, status.contenders) = (Vec::new(), Vec::new());
         status.source = None;
+        (status.skills, status.route_kind, status.operator) = (None, None, None);
+        (status.retired_at, status.origin, status.approval) = (None, None, None);
     }
 }
 
@@ -177,11 +183,14 @@ mod tests {
         };
         let mut card: AgentCard = serde_json::from_value(json!({
             "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
-            "metadata": {"name": "c", "namespace": "n", "labels": {"team": "a"}},
+            "metadata": {"name": "c", "namespace": "n", "labels": {"team": "a"},
+                         "annotations": {"note": "x"}, "finalizers": ["agentcard.dev/f"]},
             "spec": {"publish": {"host": "c.example.com"},
                      "card": {"name": "C", "description": "a long description", "skills": [{"id": "s"}]},
                      "extendedCard": {"description": "more", "auth": {"serviceAccount": {"audiences": ["x"]}}}},
             "status": {"contentHash": "h", "configMap": "agentcard-c", "warnings": ["w"],
+                       "skills": "s", "approval": "d=approved", "operator": "op", "routeKind": "Ingress",
+                       "approvals": [{"directory": "d", "state": "Approved"}],
                        "conditions": [cond("Ready", "served at …"), cond("BackendReady", "up"),
                                       cond("Drifted", "same"), cond("Signed", "signed with k")],
                        "served": {"host": "c.example.com", "since": "2026-12-01T00:00:00Z", "maxAgeSeconds": 300,
@@ -209,12 +218,29 @@ mod tests {
             "drift is listed with its message"
         );
         assert!(status.warnings.is_empty());
+        assert_eq!(
+            (
+                &status.skills,
+                &status.approval,
+                &status.operator,
+                &status.route_kind
+            ),
+            (&None, &None, &None, &None)
+        );
         let was = before.status.as_ref().unwrap();
         assert_eq!(
             (&status.content_hash, &status.config_map, &status.served),
             (&was.content_hash, &was.config_map, &was.served)
         );
+        assert_eq!(
+            status.approvals, was.approvals,
+            "directories that require approval read the verdicts"
+        );
         assert_eq!(card.metadata.labels, before.metadata.labels);
+        assert_eq!(
+            (&card.metadata.annotations, &card.metadata.finalizers),
+            (&None, &None)
+        );
     }
 
     #[test]

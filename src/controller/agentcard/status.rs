@@ -172,13 +172,12 @@ fn published(found: &Found<'_>, built: &Built, warnings: &[String]) -> AgentCard
     status.revision = built.revision.or(status.revision);
     status.key_id = Some(built.key_id.clone());
     status.config_map = built.configmap.metadata.name.clone();
-    status.extended_card = built
-        .extended
-        .as_ref()
-        .map(|e| crate::crd::ExtendedCardStatus {
+    status.extended_card = built.extended.as_ref().map(|e| {
+        Box::new(crate::crd::ExtendedCardStatus {
             config_map: e.configmap.metadata.name.clone().unwrap_or_default(),
             content_hash: e.content_hash.clone(),
-        });
+        })
+    });
     status.warnings = warnings.to_vec();
     status.skills = Some(
         found

@@ -185,7 +185,7 @@ impl Ownership {
             for claim in served {
                 // A persisted overlap (e.g. a host no longer shared) is resolved in favour of
                 // the older claim; the other card loses its route on its reconcile.
-                let _ = claims.acquire(claim);
+                claims.load(claim);
             }
             *guard = Some(claims);
         }

@@ -128,19 +128,33 @@ impl Claims {
         if let Some(blocker) = self.blocker(&want) {
             return Err(Box::new(blocker.clone()));
         }
+        self.insert(want.clone());
+        Ok(want)
+    }
+
+    /// [`Claims::acquire`] for a claim nobody reads afterwards (the table's load from the
+    /// cards' status, one per card): kept as it is, not copied; a claim held or blocked
+    /// already is dropped.
+    pub fn load(&mut self, want: Claim) {
+        if self.held(&want.uid, &want.host, &want.prefix).is_none() && self.blocker(&want).is_none()
+        {
+            self.insert(want);
+        }
+    }
+
+    fn insert(&mut self, claim: Claim) {
         // Most hosts hold one claim, and most cards one host: no room for more until needed.
         let hosts = self
             .hosts_of
-            .entry(want.uid.clone())
+            .entry(claim.uid.clone())
             .or_insert_with(|| Vec::with_capacity(1));
-        if !hosts.contains(&want.host) {
-            hosts.push(want.host.clone());
+        if !hosts.contains(&claim.host) {
+            hosts.push(claim.host.clone());
         }
         self.by_host
-            .entry(want.host.clone())
+            .entry(claim.host.clone())
             .or_insert_with(|| Vec::with_capacity(1))
-            .push(want.clone());
-        Ok(want)
+            .push(claim);
     }
 
     /// Keep only the claim of card `uid` on `keep` (host, prefix), or none; returns the hosts
@@ -235,6 +249,35 @@ mod tests {
                 .card(),
             "a/one"
         );
+    }
+
+    #[test]
+    fn a_load_keeps_what_acquire_would_and_drops_the_rest() {
+        let mut loaded = Claims::new(vec![]);
+        let mut acquired = Claims::new(vec![]);
+        let claims = [
+            claim("h", "/x", "a", "one", 1),
+            claim("h", "/x", "a", "one", 1),
+            claim("h", "/y", "b", "two", 2),
+            claim("h", "/z", "a", "three", 3),
+            claim("g", "", "b", "two", 4),
+        ];
+        for c in claims {
+            let _ = acquired.acquire(c.clone());
+            loaded.load(c);
+        }
+        let sorted = |t: &Claims| {
+            let mut all: Vec<Claim> = t.all().cloned().collect();
+            all.sort_by_key(Claim::card);
+            all
+        };
+        assert_eq!(sorted(&loaded), sorted(&acquired));
+        assert_eq!(
+            loaded.all().count(),
+            3,
+            "the duplicate and the blocked claim dropped"
+        );
+        assert_eq!(loaded.release("b/two"), vec!["g".to_string()]);
     }
 
     #[test]

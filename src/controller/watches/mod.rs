@@ -34,18 +34,28 @@ use crate::process::AbortOnDrop;
 use crate::store::{MetaView, SeenConfigMap};
 
 /// The cards by host and by namespace, kept in step with the card store by [`fan_out_cards`]:
-/// which cards to look at again when a host is freed, and how many cards a namespace has.
-/// Each card's reference is held once (an `Arc` shared by the three maps) and each host once.
+/// which cards to look at again when a host is freed, how many cards a namespace has and how
+/// many bytes of specs. Each card's reference is held once (an `Arc` shared by the three maps)
+/// and each host once.
 #[derive(Default)]
 pub struct CardsByHost {
-    host_of: HashMap<CardKey, Arc<str>>,
+    /// Each card's host and the bytes of its spec.
+    host_of: HashMap<CardKey, Indexed>,
     /// A host has one card, sometimes a few (shared hosts, conflicts): a list, not a set.
     by_host: HashMap<Arc<str>, Vec<CardKey>>,
     by_namespace: HashMap<String, HashSet<CardKey>>,
-    /// Bytes of each card's spec as JSON, and their sum per namespace: what one namespace makes
-    /// every replica hold (`--max-namespace-card-bytes`).
-    sizes: HashMap<ObjectRef<AgentCard>, usize>,
+    /// The bytes of the specs of each namespace's cards: what one namespace makes every
+    /// replica hold (`--max-namespace-card-bytes`).
     bytes_by_namespace: HashMap<String, usize>,
+}
+
+/// What [`CardsByHost`] knows of one card.
+#[derive(Clone)]
+struct Indexed {
+    /// Its host (lower case), shared with `by_host`.
+    host: Arc<str>,
+    /// Bytes of its spec as JSON ([`spec_bytes`]).
+    bytes: usize,
 }
 
 /// Bytes of `card`'s spec as JSON (at least 1: a card always counts).
@@ -57,41 +67,54 @@ pub fn spec_bytes(card: &AgentCard) -> usize {
 type CardKey = Arc<ObjectRef<AgentCard>>;
 
 impl CardsByHost {
-    /// Record `card` (new, or its host changed).
+    /// Record `card` (new, or its spec changed).
     pub fn apply(&mut self, card: &AgentCard) {
         let key = name_ref(card);
-        self.resize(&key, spec_bytes(card));
+        let bytes = spec_bytes(card);
         let host = card.spec.publish.host.to_ascii_lowercase();
-        let shared = match self.host_of.get_key_value(&key) {
-            // Known on this host: nothing moves (its namespace cannot change).
-            Some((_, h)) if **h == *host => return,
-            Some((k, _)) => k.clone(),
-            None => Arc::new(key),
+        let ns = key.namespace.clone().unwrap_or_default();
+        let (shared, old) = match self.host_of.get_key_value(&key) {
+            Some((k, v)) => (k.clone(), Some(v.clone())),
+            None => (Arc::new(key), None),
         };
-        let host: Arc<str> = Arc::from(host);
-        if let Some(old) = self.host_of.insert(shared.clone(), host.clone()) {
-            Self::remove_from_host(&mut self.by_host, &old, &shared);
+        self.count(&ns, old.as_ref().map_or(0, |o| o.bytes), bytes);
+        let same_host = old.as_ref().is_some_and(|o| *o.host == *host);
+        let host: Arc<str> = match &old {
+            Some(o) if same_host => o.host.clone(),
+            _ => Arc::from(host),
+        };
+        // An existing entry keeps its key (the `Arc` the other maps share).
+        self.host_of.insert(
+            shared.clone(),
+            Indexed {
+                host: host.clone(),
+                bytes,
+            },
+        );
+        if same_host {
+            // Known on this host: nothing moves (its namespace cannot change).
+            return;
+        }
+        if let Some(old) = old {
+            Self::remove_from_host(&mut self.by_host, &old.host, &shared);
         }
         self.by_host
             .entry(host)
             .or_insert_with(|| Vec::with_capacity(1))
             .push(shared.clone());
-        let ns = shared.namespace.clone().unwrap_or_default();
         self.by_namespace.entry(ns).or_default().insert(shared);
     }
 
-    /// Record that `key`'s spec takes `bytes` (0: forgotten).
-    fn resize(&mut self, key: &ObjectRef<AgentCard>, bytes: usize) {
-        let ns = key.namespace.clone().unwrap_or_default();
-        let old = if bytes == 0 {
-            self.sizes.remove(key).unwrap_or(0)
-        } else {
-            self.sizes.insert(key.clone(), bytes).unwrap_or(0)
+    /// Count a card of namespace `ns` whose spec took `old` bytes and takes `new` now.
+    fn count(&mut self, ns: &str, old: usize, new: usize) {
+        let sum = match self.bytes_by_namespace.get_mut(ns) {
+            Some(sum) => sum,
+            None if new == 0 => return,
+            None => self.bytes_by_namespace.entry(ns.to_string()).or_default(),
         };
-        let sum = self.bytes_by_namespace.entry(ns.clone()).or_default();
-        *sum = sum.saturating_sub(old).saturating_add(bytes);
+        *sum = sum.saturating_sub(old).saturating_add(new);
         if *sum == 0 {
-            self.bytes_by_namespace.remove(&ns);
+            self.bytes_by_namespace.remove(ns);
         }
     }
 
@@ -102,16 +125,16 @@ impl CardsByHost {
 
     /// Bytes of `key`'s spec (0 when not indexed).
     pub fn size_of(&self, key: &ObjectRef<AgentCard>) -> usize {
-        self.sizes.get(key).copied().unwrap_or(0)
+        self.host_of.get(key).map_or(0, |i| i.bytes)
     }
 
     /// Forget `card`.
     pub fn remove(&mut self, key: &ObjectRef<AgentCard>) {
-        self.resize(key, 0);
-        if let Some(host) = self.host_of.remove(key) {
-            Self::remove_from_host(&mut self.by_host, &host, key);
-        }
         let ns = key.namespace.clone().unwrap_or_default();
+        if let Some(old) = self.host_of.remove(key) {
+            self.count(&ns, old.bytes, 0);
+            Self::remove_from_host(&mut self.by_host, &old.host, key);
+        }
         if let Some(set) = self.by_namespace.get_mut(&ns) {
             set.remove(key);
             if set.is_empty() {
@@ -545,6 +568,41 @@ mod tests {
         index.rebuild([&card("c", "x", "x.example")]);
         assert_eq!(index.count_in("a"), 0);
         assert_eq!(index.on_host("x.example").len(), 1);
+    }
+
+    #[test]
+    fn the_index_counts_each_namespaces_spec_bytes_through_edits_moves_and_deletions() {
+        let mut index = CardsByHost::default();
+        let (one, two) = (card("a", "one", "h.example"), card("a", "two", "h.example"));
+        index.apply(&one);
+        index.apply(&two);
+        index.apply(&card("b", "three", "other.example"));
+        let (r1, r2) = (name_ref(&one), name_ref(&two));
+        assert_eq!(index.size_of(&r1), spec_bytes(&one));
+        assert_eq!(index.bytes_in("a"), spec_bytes(&one) + spec_bytes(&two));
+        // A larger spec on the same host, then on another host: counted once, at its new size.
+        let mut bigger = one.clone();
+        bigger.spec.card.as_mut().unwrap().description = "d".repeat(500);
+        index.apply(&bigger);
+        assert_eq!(index.size_of(&r1), spec_bytes(&bigger));
+        assert_eq!(index.bytes_in("a"), spec_bytes(&bigger) + spec_bytes(&two));
+        bigger.spec.publish.host = "moved.example".into();
+        index.apply(&bigger);
+        assert_eq!(index.bytes_in("a"), spec_bytes(&bigger) + spec_bytes(&two));
+        assert_eq!(index.on_host("moved.example"), vec![r1.clone()]);
+        index.remove(&r1);
+        assert_eq!(
+            (index.size_of(&r1), index.bytes_in("a")),
+            (0, spec_bytes(&two))
+        );
+        index.remove(&r2);
+        index.remove(&r2);
+        assert_eq!(index.bytes_in("a"), 0);
+        assert!(!index.bytes_by_namespace.contains_key("a"));
+        assert_eq!(
+            index.bytes_in("b"),
+            spec_bytes(&card("b", "three", "other.example"))
+        );
     }
 
     #[test]
