@@ -49,11 +49,13 @@ pub struct Scope {
 
 /// Objects per page of the watches' lists unless `--list-page-size` says otherwise: neither
 /// the API server nor this process holds a response of every object (at 100,000 cards one
-/// would be hundreds of megabytes). Pages are fetched one after the other, so the count is
-/// round trips: at 100,000 cards a serving replica had every card served 33.5 s after its
-/// start in pages of 500 and 23.0 s in pages of 2,000 (its CPU 12.2 s and 10.5 s: the waits
-/// are the API server's), for 8 MiB more at its peak.
-pub const DEFAULT_LIST_PAGE_SIZE: u32 = 2000;
+/// would be hundreds of megabytes). A page is held whole as it arrives, before the objects
+/// are trimmed for the stores (an AgentCard with its `managedFields` takes about 16 KB then):
+/// pages of 2,000 cost a replica some 33 MB at the start (measured at 10,000 cards), pages
+/// of 500 a quarter of it. Larger pages take fewer round trips: at 100,000 cards a serving
+/// replica served every card 33.5 s after its start in pages of 500, 23.0 s in pages of
+/// 2,000 (README, Sizing).
+pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
 
 impl Scope {
     /// A watch of this scope: lists in pages of [`Scope::list_page_size`], most recent
