@@ -29,7 +29,7 @@
 //! benchmark itself adds little load to the API server and the card server it measures.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agentcard_operator::controller::api_calls::read_counts;
@@ -86,25 +86,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let client = Client::try_from(config)?;
-    let kubectl = |args: &[&str]| {
-        Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &kubeconfig)
-            .stdout(Stdio::null())
-            .status()
-    };
-    kubectl(&[
-        "apply",
-        "--server-side",
-        "-f",
-        root.join("crds").to_str().unwrap_or("crds"),
-    ])?;
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/agentcards.agentcard.dev",
-        "--timeout=60s",
-    ])?;
+    apply_crds(&kubeconfig, &root, &["crd/agentcards.agentcard.dev"])?;
     let run_id = std::process::id();
     let (op_ns, ref_ns, ns) = (
         format!("bench-op-{run_id}"),

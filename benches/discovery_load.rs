@@ -184,27 +184,14 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let client = Client::try_from(config)?;
-    let crds = root.join("crds");
-    let kubectl = |args: &[&str]| {
-        Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &kubeconfig)
-            .stdout(Stdio::null())
-            .status()
-    };
-    kubectl(&[
-        "apply",
-        "--server-side",
-        "-f",
-        crds.to_str().unwrap_or("crds"),
-    ])?;
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/agentcards.agentcard.dev",
-        "crd/agentdiscoveries.agentcard.dev",
-        "--timeout=60s",
-    ])?;
+    load::apply_crds(
+        &kubeconfig,
+        &root,
+        &[
+            "crd/agentcards.agentcard.dev",
+            "crd/agentdiscoveries.agentcard.dev",
+        ],
+    )?;
     let run_id = std::process::id();
 
     let (op_ns, ns) = (

@@ -27,7 +27,7 @@ mod upstream;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -168,25 +168,11 @@ async fn main() -> anyhow::Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let plane = BenchPlane::start(&root)?;
     let client = plane.client().await?;
-    let kubectl = |args: &[&str]| {
-        Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &plane.kubeconfig)
-            .stdout(Stdio::null())
-            .status()
-    };
-    kubectl(&[
-        "apply",
-        "--server-side",
-        "-f",
-        &root.join("crds").to_string_lossy(),
-    ])?;
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/agentdirectories.agentcard.dev",
-        "--timeout=60s",
-    ])?;
+    load::apply_crds(
+        &plane.kubeconfig,
+        &root,
+        &["crd/agentdirectories.agentcard.dev"],
+    )?;
 
     let work = tempfile::tempdir()?;
     let t = Instant::now();

@@ -77,6 +77,33 @@ impl BenchPlane {
     }
 }
 
+/// Apply the repository's CRDs (`root/crds`) to the plane of `kubeconfig` and wait until the
+/// `established` ones (`crd/<plural>.agentcard.dev`) are served; a kubectl that fails is an
+/// error, not a bench that runs against a plane without them.
+pub fn apply_crds(
+    kubeconfig: &std::path::Path,
+    root: &std::path::Path,
+    established: &[&str],
+) -> anyhow::Result<()> {
+    let kubectl = |args: &[&str]| -> anyhow::Result<()> {
+        let status = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        anyhow::ensure!(
+            status.success(),
+            "kubectl {} failed: {status}",
+            args.join(" ")
+        );
+        Ok(())
+    };
+    let crds = root.join("crds");
+    kubectl(&["apply", "--server-side", "-f", &crds.to_string_lossy()])?;
+    let wait = ["wait", "--for=condition=Established", "--timeout=60s"];
+    kubectl(&[&wait[..], established].concat())
+}
+
 impl Drop for BenchPlane {
     fn drop(&mut self) {
         if let Some(dir) = &self.own {
