@@ -6,8 +6,10 @@
 //! REFERENCES=0 to skip the two plain-write references and the old floor: the default above
 //! 10,000 cards, where each costs as long as the run itself), FLOOR=0 to skip the floor too (a
 //! run that re-measures the rest: it takes as long as the operator's part),
-//! SERVING_PAGE_SIZES=500,2000 to start the serving-only replica once per list page size (one
-//! after the other; default: once, with the operator's default). A plane this
+//! INITIAL_LIST=pages to have the operator and the serving-only replica list in pages instead
+//! of the default streaming lists (`--initial-list`), SERVING_PAGE_SIZES=500,2000 to start the
+//! serving-only replica once per list page size (one after the other; default: once, with the
+//! operator's default). A plane this
 //! benchmark starts gets an 8 GiB etcd quota (AGENTCARD_ETCD_QUOTA). Time on 2 cores: about 8
 //! minutes at 10,000 cards, 39 at 100,000 without the references, 21 with FLOOR=0.
 //!
@@ -170,6 +172,7 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     // The operator's binary, under the wrapper when there is one (the operator and the
     // serving-only replica alike).
+    let initial_list = std::env::var("INITIAL_LIST").unwrap_or_else(|_| "auto".into());
     let wrapped = || {
         let binary = env!("CARGO_BIN_EXE_agentcard-operator").to_string();
         let (program, prefix) = match wrapper.split_first() {
@@ -183,6 +186,7 @@ async fn main() -> anyhow::Result<()> {
     let start_operator = || {
         let mut cmd = wrapped();
         cmd.args(["run", "--namespace", &op_ns, "--watch-namespace", &ns])
+            .args(["--initial-list", &initial_list])
             // Every card lives in one namespace here: no per-namespace bound on their number
             // or their bytes (100,000 cards pass the default 32 MiB of specs).
             .args([
@@ -358,6 +362,7 @@ async fn main() -> anyhow::Result<()> {
             quiet_server(
                 wrapped()
                     .args(["serve", "--from-cluster", "--namespace", &op_ns])
+                    .args(["--initial-list", &initial_list])
                     .args(match page.as_str() {
                         "0" => vec![],
                         p => vec!["--list-page-size", p],
@@ -400,7 +405,9 @@ async fn main() -> anyhow::Result<()> {
     let mut lat: Vec<Duration> = served.lock().await.values().copied().collect();
     lat.sort();
 
-    println!("controller load benchmark: {n} objects, concurrency {concurrency}");
+    println!(
+        "controller load benchmark: {n} objects, concurrency {concurrency}, --initial-list {initial_list}"
+    );
     if references {
         println!(
             "  reference: {n} plain ConfigMap writes accepted in {:.2?} ({:.0} writes/s)",

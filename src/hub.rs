@@ -1,7 +1,8 @@
 //! One watch per kind for the whole process, shared by the card server's feed (every replica)
 //! and the controllers (the lease holder only).
 //!
-//! Data flow: a watcher stream → compaction (what no reader needs, such as `managedFields`, is
+//! Data flow: a watcher stream (a streaming list where the API server allows it, else pages,
+//! see [`list_and_watch`]) → compaction (what no reader needs, such as `managedFields`, is
 //! dropped before it is stored) → the reflector store → [`Hub`] forwards each event, the object
 //! behind an `Arc`, to every subscriber. A subscriber that joins late (the controllers, when
 //! this replica gains the lease) first gets the store's content as a relist (`Init`,
@@ -45,9 +46,25 @@ pub struct Scope {
     /// A serving-only replica (`serve --from-cluster`, no controller): cards are stored as
     /// the card server reads them ([`compact_card_for_serving`]).
     pub serving_only: bool,
+    /// How the watches get their first list (and any relist).
+    pub initial_list: InitialList,
 }
 
-/// Objects per page of the watches' lists unless `--list-page-size` says otherwise: neither
+/// How a watch gets the objects there are before it follows their changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum InitialList {
+    /// A streaming list (Kubernetes `WatchList`: a watch whose first events are every object,
+    /// then a bookmark): one request, each object decoded on its own as it comes, no page held
+    /// whole. An API server that refuses it (`WatchList` off: 1.27–1.31 and 1.33 by default)
+    /// gets [`InitialList::Pages`] instead, from its first refusal on.
+    #[default]
+    Auto,
+    /// Lists in pages of `--list-page-size`, then a watch from the list's resource version.
+    Pages,
+}
+
+/// Objects per page of the watches' lists unless `--list-page-size` says otherwise, when they
+/// list in pages (an API server without streaming lists, or `--initial-list pages`): neither
 /// the API server nor this process holds a response of every object (at 100,000 cards one
 /// would be hundreds of megabytes). A page is held whole as it arrives, before the objects
 /// are trimmed for the stores (an AgentCard with its `managedFields` takes about 16 KB then):
@@ -58,9 +75,9 @@ pub struct Scope {
 pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
 
 impl Scope {
-    /// A watch of this scope: lists in pages of [`Scope::list_page_size`], most recent
-    /// semantics (never `resourceVersion=0`, which the API server answers in one piece
-    /// whatever the `limit`).
+    /// A watch of this scope: its lists (in pages, when it lists: [`Scope::initial_list`]) are
+    /// in pages of [`Scope::list_page_size`], most recent semantics (never
+    /// `resourceVersion=0`, which the API server answers in one piece whatever the `limit`).
     pub fn watch_config(&self) -> watcher::Config {
         let page = match self.list_page_size {
             0 => DEFAULT_LIST_PAGE_SIZE,
@@ -118,11 +135,13 @@ where
         + Sync
         + 'static,
 {
-    /// Start watching `api` (with `config`), each object trimmed by `compact` before it is
-    /// stored and forwarded, and only the objects `scope` keeps stored at all.
+    /// Start watching `api` (with `config`, its first list as `initial` says), each object
+    /// trimmed by `compact` before it is stored and forwarded, and only the objects `scope`
+    /// keeps stored at all.
     pub fn start(
         api: Api<K>,
         config: watcher::Config,
+        initial: InitialList,
         compact: impl FnMut(&mut K) + Send + 'static,
         scope: &Scope,
     ) -> Hub<K> {
@@ -131,7 +150,7 @@ where
             senders: Vec::new(),
             synced: false,
         }));
-        let feed = watcher(api, config)
+        let feed = list_and_watch(api, config, initial)
             .default_backoff()
             .filter(scope.event_filter())
             .modify(compact);
@@ -225,6 +244,64 @@ where
     }
 }
 
+/// The events of a watch of `api` (with `config`), its first list (and every relist) made as
+/// `initial` says. With [`InitialList::Auto`] the API server is asked for a streaming list;
+/// when it refuses that request (`WatchList` off: 422 Invalid, or 400 from a server that
+/// knows the parameter but not the value) before the watch ever delivered anything, the
+/// watch goes on in pages, for good (each refusal would cost a round trip and a backoff).
+/// Any other error is the watch's own: it is passed on, and the backoff retries as it is.
+pub fn list_and_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    initial: InitialList,
+) -> futures::stream::BoxStream<'static, watcher::Result<Event<K>>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    if initial == InitialList::Pages {
+        return watcher(api, config).boxed();
+    }
+    let streamed = watcher(api.clone(), config.clone().streaming_lists()).boxed();
+    // The fallback, until the streaming list has worked once.
+    let fallback = Some((api, config));
+    futures::stream::unfold(
+        (streamed, fallback),
+        |(mut events, mut fallback)| async move {
+            loop {
+                let event = events.next().await?;
+                match (&event, fallback.take()) {
+                    (Err(e), Some((api, config))) if refuses_streaming_lists(e) => {
+                        tracing::warn!(
+                            kind = %K::kind(&()),
+                            error = %e,
+                            "the API server refuses streaming lists (WatchList); listing in pages"
+                        );
+                        events = watcher(api, config).boxed();
+                    }
+                    (Ok(_), _) => return Some((event, (events, None))),
+                    (Err(_), keep) => return Some((event, (events, keep))),
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
+/// Whether `e` is an API server's refusal of a streaming list request (rather than a failure
+/// of the watch): the request was rejected as invalid.
+fn refuses_streaming_lists(e: &watcher::Error) -> bool {
+    matches!(
+        e,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+            if status.code == 422 || status.code == 400
+    )
+}
+
 /// `o`'s reference by namespace and name only: what a store looks objects up by, and what the
 /// indexes and the controllers' queues hold (`ObjectRef::from_obj` also copies the uid and
 /// resourceVersion, which no lookup or comparison reads).
@@ -248,6 +325,8 @@ pub struct Hubs {
     pub directories: Hub<AgentDirectory>,
     /// Every ConfigMap with a published card or the JWKS, as the stores keep a ConfigMap.
     pub configmaps: Hub<SeenConfigMap>,
+    /// How these watches get their first list, for the ones the controllers start later.
+    pub initial_list: InitialList,
 }
 
 impl Hubs {
@@ -273,28 +352,202 @@ impl Hubs {
         Arc::new(Hubs {
             // Lists page: neither the API server nor this process holds one response with
             // every card.
-            cards: Hub::start(cards, scope.watch_config(), compact, &Scope::default()),
+            cards: Hub::start(
+                cards,
+                scope.watch_config(),
+                scope.initial_list,
+                compact,
+                &Scope::default(),
+            ),
             namespaces: Hub::start(
                 Api::all(client.clone()),
                 namespaces,
+                scope.initial_list,
                 |ns: &mut Namespace| compact_meta(&mut ns.metadata),
                 &Scope::default(),
             ),
             directories: Hub::start(
                 Api::all(client.clone()),
                 scope.watch_config(),
+                scope.initial_list,
                 |d: &mut AgentDirectory| d.metadata.managed_fields = None,
                 &Scope::default(),
             ),
             configmaps: Hub::start(
                 Api::all(client.clone()),
                 scope.watch_config().labels(PUBLISHED_SELECTOR),
+                scope.initial_list,
                 // Reduced while it is deserialised (`SeenConfigMap: From<ConfigMap>`), then to
                 // what the operator wrote: a tenant's own ConfigMaps labelled as the
                 // operator's are kept as a few bytes each, whatever their size.
                 move |cm: &mut SeenConfigMap| cm.keep_only_ours(&operator_namespace),
                 scope,
             ),
+            initial_list: scope.initial_list,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, Response};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::client::Body;
+    use serde_json::{json, Value};
+
+    type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    fn respond(code: u16, body: &Value) -> Response<Body> {
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let mut response = Response::new(Body::from(bytes));
+        *response.status_mut() = http::StatusCode::from_u16(code).unwrap_or_default();
+        response
+    }
+
+    fn cm(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "n", "resourceVersion": "5"}})
+    }
+
+    /// The API server's side: each request's query, answered by `answer` (a watch answered
+    /// `None` is left open, as a quiet watch is).
+    fn serve(
+        mut handle: Handle,
+        answer: impl Fn(usize, &str) -> Option<Response<Body>> + Send + 'static,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut open = Vec::new();
+            let mut n = 0;
+            while let Some((request, send)) = handle.next_request().await {
+                let query = request.uri().query().unwrap_or_default().to_string();
+                let _ = tx.send(query.clone());
+                match answer(n, &query) {
+                    Some(response) => send.send_response(response),
+                    None => open.push(send),
+                }
+                n += 1;
+            }
+        });
+        rx
+    }
+
+    /// The names of the objects of the first list, from `Init` to `InitDone`.
+    async fn first_list(
+        events: &mut futures::stream::BoxStream<'static, watcher::Result<Event<ConfigMap>>>,
+    ) -> Vec<String> {
+        let mut names = Vec::new();
+        while let Some(event) = events.next().await {
+            match event.expect("no watch error passed on") {
+                Event::InitApply(o) => names.push(o.metadata.name.unwrap_or_default()),
+                Event::InitDone => return names,
+                _ => {}
+            }
+        }
+        panic!("the watch ended before its first list was done")
+    }
+
+    #[tokio::test]
+    async fn a_streaming_list_is_one_watch_request() {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let api: Api<ConfigMap> = Api::all(kube::Client::new(service, "default"));
+        let queries = serve(handle, |n, _| {
+            (n == 0).then(|| {
+                let line = |v: Value| serde_json::to_string(&v).unwrap_or_default() + "\n";
+                let body = [
+                    line(json!({"type": "ADDED", "object": cm("a")})),
+                    line(json!({"type": "ADDED", "object": cm("b")})),
+                    line(json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"resourceVersion": "6",
+                                     "annotations": {"k8s.io/initial-events-end": "true"}}}})),
+                ]
+                .concat();
+                Response::new(Body::from(body.into_bytes()))
+            })
+        });
+        let config = watcher::Config::default().page_size(1);
+        let mut events = list_and_watch(api, config, InitialList::Auto);
+        assert_eq!(first_list(&mut events).await, ["a", "b"]);
+        let mut queries = queries;
+        let first = queries.recv().await.unwrap_or_default();
+        assert!(
+            first.contains("watch=true") && first.contains("sendInitialEvents=true"),
+            "{first}"
+        );
+        assert!(
+            queries.try_recv().is_err(),
+            "nothing listed beside the stream"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_streaming_list_is_made_in_pages_from_then_on() {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let api: Api<ConfigMap> = Api::all(kube::Client::new(service, "default"));
+        // A server with WatchList off: the streaming watch is invalid; lists page.
+        let mut queries = serve(handle, |_, query| {
+            if query.contains("sendInitialEvents=true") {
+                return Some(respond(
+                    422,
+                    &json!({"kind": "Status", "apiVersion": "v1",
+                    "status": "Failure", "reason": "Invalid", "code": 422,
+                    "message": "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}),
+                ));
+            }
+            if query.contains("watch=true") {
+                return None;
+            }
+            let (items, cont) = if query.contains("continue=next") {
+                (vec![cm("b")], "")
+            } else {
+                (vec![cm("a")], "next")
+            };
+            Some(respond(
+                200,
+                &json!({"apiVersion": "v1", "kind": "ConfigMapList",
+                "metadata": {"resourceVersion": "5", "continue": cont}, "items": items}),
+            ))
+        });
+        let config = watcher::Config::default().page_size(1);
+        let mut events = list_and_watch(api, config, InitialList::Auto);
+        assert_eq!(first_list(&mut events).await, ["a", "b"]);
+        let mut asked = Vec::new();
+        while let Ok(q) = queries.try_recv() {
+            asked.push(q);
+        }
+        assert_eq!(asked.len(), 3, "{asked:?}");
+        assert!(asked[0].contains("sendInitialEvents=true"), "{asked:?}");
+        for page in &asked[1..] {
+            assert!(
+                page.contains("limit=1") && !page.contains("watch=true"),
+                "{asked:?}"
+            );
+        }
+        // The watch that follows is a plain one, from the list's version.
+        let following = tokio::spawn(async move { events.next().await.is_some() });
+        let follow = queries.recv().await.unwrap_or_default();
+        following.abort();
+        assert!(
+            follow.contains("watch=true")
+                && follow.contains("resourceVersion=5")
+                && !follow.contains("sendInitialEvents"),
+            "{follow}"
+        );
+    }
+
+    #[test]
+    fn only_an_invalid_request_counts_as_a_refusal() {
+        let error = |code: u16| {
+            watcher::Error::WatchStartFailed(kube::Error::Api(
+                kube::core::Status::failure("x", "Invalid")
+                    .with_code(code)
+                    .boxed(),
+            ))
+        };
+        assert!(refuses_streaming_lists(&error(422)));
+        assert!(refuses_streaming_lists(&error(400)));
+        assert!(!refuses_streaming_lists(&error(403)));
+        assert!(!refuses_streaming_lists(&error(500)));
     }
 }

@@ -147,10 +147,15 @@ pub struct RunArgs {
     #[arg(long)]
     watch_namespace: Option<String>,
     /// Objects per page of the watches' lists (cards, namespaces, directories, published
-    /// ConfigMaps; at start and on a relist): smaller pages hold less at once, larger ones
-    /// take fewer requests.
+    /// ConfigMaps; at start and on a relist) when they list in pages (see --initial-list):
+    /// smaller pages hold less at once, larger ones take fewer requests.
     #[arg(long, default_value_t = crate::hub::DEFAULT_LIST_PAGE_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     list_page_size: u32,
+    /// How the watches get their first list: `auto` asks for a streaming list (Kubernetes
+    /// WatchList: one request, no page held whole) and lists in pages where the API server
+    /// refuses it; `pages` always lists in pages.
+    #[arg(long, value_enum, default_value_t = crate::hub::InitialList::Auto)]
+    initial_list: crate::hub::InitialList,
     /// Most AgentCard reconciles at once (0: unbounded, which holds an API connection and its
     /// buffers per reconcile in flight).
     #[arg(long, default_value_t = 32)]
@@ -359,6 +364,7 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
             operator_namespace: args.namespace.clone(),
             list_page_size: args.list_page_size,
             serving_only: false,
+            initial_list: args.initial_list,
         },
     );
     let federation = Arc::new(crate::directory::federation::Federation::default());

@@ -338,12 +338,24 @@ async fn updates_republish_and_unchanged_cards_keep_identical_bytes_across_resta
     assert_eq!(watches("agentcards"), 1.0, "{calls:?}");
     assert_eq!(watches("namespaces"), 1.0, "{calls:?}");
     assert_eq!(watches("configmaps"), 2.0, "{calls:?}");
+    // The local plane serves streaming lists (WatchList): the shared watches' first lists are
+    // their watches' first events, with no list request (and no page held whole).
+    let lists = |resource: &str| {
+        calls
+            .get(&("list".to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or_default()
+    };
+    for resource in ["agentcards", "namespaces"] {
+        assert_eq!(lists(resource), 0.0, "{resource} listed: {calls:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_operator_lists_the_cards_in_pages() {
-    // The watches list in pages (`--list-page-size`), never in one response of every object:
-    // at 100,000 cards one response would be hundreds of megabytes in the API server and here.
+    // Where they list (`--initial-list pages`, or an API server without streaming lists) the
+    // watches list in pages (`--list-page-size`), never in one response of every object: at
+    // 100,000 cards one response would be hundreds of megabytes in the API server and here.
     let mut s = setup("pages", &[]).await;
     let names = ["p1", "p2", "p3"];
     for name in names {
@@ -358,7 +370,14 @@ async fn a_restarted_operator_lists_the_cards_in_pages() {
     let op2 = Operator::start(
         &s.op_ns.name,
         &s.ns.name,
-        &["--lease-duration", "5", "--list-page-size", "1"],
+        &[
+            "--lease-duration",
+            "5",
+            "--initial-list",
+            "pages",
+            "--list-page-size",
+            "1",
+        ],
     );
     // Every card served by the new process (it listed them all, one page each).
     for name in names {

@@ -90,6 +90,7 @@ pub async fn run(
     let approvals = crate::hub::Hub::<AgentCardApproval>::start(
         kube::Api::all(client.clone()),
         watcher::Config::default(),
+        hubs.initial_list,
         |_| {},
         &crate::hub::Scope::default(),
     );

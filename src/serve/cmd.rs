@@ -54,9 +54,14 @@ pub struct ServeArgs {
     /// Who may read cards' extended cards.
     #[command(flatten)]
     bearer: crate::bearer::BearerFlags,
-    /// With --from-cluster: objects per page of the watches' lists (at start and on a relist).
+    /// With --from-cluster: objects per page of the watches' lists (at start and on a relist)
+    /// when they list in pages (see --initial-list).
     #[arg(long, default_value_t = crate::hub::DEFAULT_LIST_PAGE_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     list_page_size: u32,
+    /// With --from-cluster: how the watches get their first list (`auto`: streaming where the
+    /// API server allows it, else pages; `pages`).
+    #[arg(long, value_enum, default_value_t = crate::hub::InitialList::Auto)]
+    initial_list: crate::hub::InitialList,
 }
 
 /// Run the card server alone until SIGTERM.
@@ -114,6 +119,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     operator_namespace: args.namespace.clone(),
                     list_page_size: args.list_page_size,
                     serving_only: true,
+                    initial_list: args.initial_list,
                 };
                 let hubs = crate::hub::Hubs::start(&client, &scope);
                 let federation = Arc::new(crate::directory::federation::Federation::default());
