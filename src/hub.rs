@@ -27,7 +27,7 @@ use crate::contract::PUBLISHED_SELECTOR;
 use crate::crd::{AgentCard, AgentDirectory};
 use crate::process::AbortOnDrop;
 use crate::store::SeenConfigMap;
-use crate::store::{compact_card, compact_card_for_serving, compact_meta};
+use crate::store::{compact_card, compact_meta, CardFields, ServedCard};
 
 /// A watch event with the object shared.
 pub type Shared<K> = Event<Arc<K>>;
@@ -43,9 +43,6 @@ pub struct Scope {
     /// Objects per page of a watch's lists (its first, and any relist after the API server
     /// has compacted its resource version); 0 stands for [`DEFAULT_LIST_PAGE_SIZE`].
     pub list_page_size: u32,
-    /// A serving-only replica (`serve --from-cluster`, no controller): cards are stored as
-    /// the card server reads them ([`compact_card_for_serving`]).
-    pub serving_only: bool,
     /// How the watches get their first list (and any relist).
     pub initial_list: InitialList,
 }
@@ -316,9 +313,9 @@ pub fn name_ref<K: kube::Resource<DynamicType = ()>>(o: &K) -> ObjectRef<K> {
 
 /// The watches the card server and the controllers share: every AgentCard, Namespace and
 /// AgentDirectory, and the ConfigMaps the operator publishes (cards and the JWKS).
-pub struct Hubs {
-    /// Every AgentCard (compacted).
-    pub cards: Hub<AgentCard>,
+pub struct Hubs<C: StoredCard = AgentCard> {
+    /// Every AgentCard, in its stored form (compacted).
+    pub cards: Hub<C>,
     /// Every Namespace.
     pub namespaces: Hub<Namespace>,
     /// Every AgentDirectory.
@@ -329,12 +326,42 @@ pub struct Hubs {
     pub initial_list: InitialList,
 }
 
-impl Hubs {
+/// A form the card store keeps AgentCards in: the full `AgentCard` where controllers run, the
+/// [`ServedCard`] the card server alone needs on a serving-only replica.
+pub trait StoredCard:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + CardFields
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// Trim a card before the store holds it.
+    fn compact(&mut self);
+}
+
+/// The operator's form: the controllers read all of it ([`compact_card`]).
+impl StoredCard for AgentCard {
+    fn compact(&mut self) {
+        compact_card(self)
+    }
+}
+
+/// A serving-only replica's form ([`ServedCard::compact`]).
+impl StoredCard for ServedCard {
+    fn compact(&mut self) {
+        ServedCard::compact(self)
+    }
+}
+
+impl<C: StoredCard> Hubs<C> {
     /// Start the four watches, for `scope`: with one namespace, its cards are listed from
     /// that namespace alone, its Namespace alone, and of the published ConfigMaps only those
     /// of that namespace and of the operator's are stored (two namespaces cannot share one
     /// watch).
-    pub fn start(client: &Client, scope: &Scope) -> Arc<Hubs> {
+    pub fn start(client: &Client, scope: &Scope) -> Arc<Hubs<C>> {
         let cards = match &scope.namespace {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
@@ -344,11 +371,6 @@ impl Hubs {
             None => scope.watch_config(),
         };
         let operator_namespace = scope.operator_namespace.clone();
-        let compact: fn(&mut AgentCard) = if scope.serving_only {
-            compact_card_for_serving
-        } else {
-            compact_card
-        };
         Arc::new(Hubs {
             // Lists page: neither the API server nor this process holds one response with
             // every card.
@@ -356,7 +378,7 @@ impl Hubs {
                 cards,
                 scope.watch_config(),
                 scope.initial_list,
-                compact,
+                C::compact,
                 &Scope::default(),
             ),
             namespaces: Hub::start(

@@ -357,13 +357,12 @@ async fn serve_and_lead(args: RunArgs) -> Result<()> {
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let content = Content::default();
     // One watch per kind for the card server and the controllers.
-    let hubs = crate::hub::Hubs::start(
+    let hubs = crate::hub::Hubs::<crate::crd::AgentCard>::start(
         &client,
         &crate::hub::Scope {
             namespace: args.watch_namespace.clone(),
             operator_namespace: args.namespace.clone(),
             list_page_size: args.list_page_size,
-            serving_only: false,
             initial_list: args.initial_list,
         },
     );

@@ -118,10 +118,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     namespace: None,
                     operator_namespace: args.namespace.clone(),
                     list_page_size: args.list_page_size,
-                    serving_only: true,
                     initial_list: args.initial_list,
                 };
-                let hubs = crate::hub::Hubs::start(&client, &scope);
+                let hubs = crate::hub::Hubs::<crate::store::ServedCard>::start(&client, &scope);
                 let federation = Arc::new(crate::directory::federation::Federation::default());
                 let upstreams = crate::directory::federation::spawn(
                     hubs.clone(),

@@ -33,16 +33,16 @@ use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 
 use crate::contract::*;
-use crate::crd::{AgentCard, AgentDirectory, ServedRoute};
+use crate::crd::{AgentDirectory, ServedRoute};
 use crate::directory::entry::{Drift, Entry, Placement};
 use crate::directory::federation::Federation;
 use crate::directory::feed::persisted::{Gone, Persisted};
 use crate::directory::sites::hosted::Hosted;
 use crate::directory::sites::{Listed, Sites};
-use crate::hub::Hubs;
+use crate::hub::{Hubs, StoredCard};
 use crate::index::{CardEntry, ExtendedRoute, Index, Published};
 use crate::serve::Content;
-use crate::store::{MetaView, SeenConfigMap};
+use crate::store::{CardFields, MetaView, SeenConfigMap};
 
 /// How long changes are gathered before the directories are rebuilt.
 const REBUILD_DELAY: Duration = Duration::from_millis(50);
@@ -82,69 +82,65 @@ impl PartialEq for CardBytes {
 #[derive(Clone)]
 struct CardView {
     key: String,
-    /// The object the shared card store holds (the feed keeps no copy of it).
-    card: Arc<AgentCard>,
+    /// The object the shared card store holds, in its stored form (the feed keeps no copy).
+    card: Arc<dyn CardFields>,
 }
 
 impl CardView {
-    fn of(card: Arc<AgentCard>) -> Self {
+    fn of(card: Arc<dyn CardFields>) -> Self {
+        let meta = card.meta();
         CardView {
             key: format!(
                 "{}/{}",
-                card.namespace().unwrap_or_default(),
-                card.name_any()
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default()
             ),
             card,
         }
     }
 
     fn namespace(&self) -> &str {
-        self.card.metadata.namespace.as_deref().unwrap_or_default()
+        self.card.meta().namespace.as_deref().unwrap_or_default()
     }
 
     fn name(&self) -> &str {
-        self.card.metadata.name.as_deref().unwrap_or_default()
-    }
-
-    fn status(&self) -> Option<&crate::crd::AgentCardStatus> {
-        self.card.status.as_ref()
+        self.card.meta().name.as_deref().unwrap_or_default()
     }
 
     fn route(&self) -> Option<&ServedRoute> {
-        self.status()?.served.as_ref()
+        self.card.served()
     }
 
     fn hash(&self) -> Option<&String> {
-        self.status()?.content_hash.as_ref()
+        self.card.content_hash()
     }
 
     fn config_map(&self) -> Option<&str> {
-        self.status()?.config_map.as_deref()
+        self.card.config_map()
     }
 
     fn url(&self) -> Option<&str> {
-        self.status()?.url.as_deref()
+        self.card.url()
     }
 
     fn key_id(&self) -> Option<&str> {
-        self.status()?.key_id.as_deref()
+        self.card.key_id()
     }
 
     fn labels(&self) -> &BTreeMap<String, String> {
-        self.card.labels()
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.card.meta().labels.as_ref().unwrap_or(&EMPTY)
     }
 
     /// The verdicts of directories that require approval, as the operator wrote them.
     fn approvals(&self) -> &[crate::crd::ApprovalStatus] {
-        self.status()
-            .map(|s| s.approvals.as_slice())
-            .unwrap_or_default()
+        self.card.approvals()
     }
 
     /// `BackendReady` as the operator found it: ready, not ready, or not known.
     fn reachable(&self) -> Option<bool> {
-        self.status()?
-            .conditions
+        self.card
+            .conditions()
             .iter()
             .find(|c| c.type_ == "BackendReady")
             .map(|c| c.status == "True")
@@ -152,8 +148,8 @@ impl CardView {
 
     /// `Drifted` as the operator found it; `None` while drift is off.
     fn drift(&self) -> Option<Box<Drift>> {
-        self.status()?
-            .conditions
+        self.card
+            .conditions()
             .iter()
             .find(|c| c.type_ == "Drifted")
             .map(|c| Box::new(Drift::of_condition(&c.reason, &c.message)))
@@ -161,11 +157,11 @@ impl CardView {
 
     /// Who may read the extended card (`spec.extendedCard.auth`).
     fn extended_auth(&self) -> Option<&crate::crd::ExtendedAuth> {
-        self.card.spec.extended_card.as_ref()?.auth.as_ref()
+        self.card.extended_auth()
     }
 
     fn deleting(&self) -> bool {
-        self.card.metadata.deletion_timestamp.is_some()
+        self.card.meta().deletion_timestamp.is_some()
     }
 
     /// Whether `self` and `other` serve the same (what directories select them by aside).
@@ -178,9 +174,8 @@ impl CardView {
             && self.key_id() == other.key_id()
             && self.reachable() == other.reachable()
             && self.drift() == other.drift()
-            && self.status().and_then(|s| s.revision) == other.status().and_then(|s| s.revision)
-            && self.status().and_then(|s| s.extended_card.as_ref())
-                == other.status().and_then(|s| s.extended_card.as_ref())
+            && self.card.revision() == other.card.revision()
+            && self.card.extended_card() == other.card.extended_card()
             && self.extended_auth() == other.extended_auth()
             && self.deleting() == other.deleting()
     }
@@ -213,7 +208,7 @@ fn entry_of(card: &CardView, host: &str, hash: &str, body: Bytes) -> Option<Arc<
         reachable: card.reachable(),
         lifecycle: card.route().and_then(|r| r.lifecycle.clone()),
         drift: card.drift(),
-        revision: card.status().and_then(|s| s.revision),
+        revision: card.card.revision(),
     };
     Entry::build(placement, body).map(Arc::new)
 }
@@ -332,7 +327,7 @@ impl ClusterView {
         // never answered while the public card still advertises one); who may read it is the
         // spec's say at once (a narrowed audience applies before the next reconcile), nobody
         // while the spec has no auth left.
-        let status = card.status().and_then(|s| s.extended_card.as_ref());
+        let status = card.card.extended_card();
         let auth = status.map(|_| Arc::new(card.extended_auth().cloned().unwrap_or_default()));
         let content = match (&auth, status) {
             (Some(_), Some(st)) => self
@@ -504,8 +499,10 @@ impl ClusterView {
         self.extended_cms.remove(&source(cm));
     }
 
-    fn apply_card(&mut self, card: Arc<AgentCard>) {
-        let Some(uid) = card.uid() else { return };
+    fn apply_card(&mut self, card: Arc<dyn CardFields>) {
+        let Some(uid) = card.meta().uid.clone() else {
+            return;
+        };
         let view = CardView::of(card);
         let Some(previous) = self.cards.insert(uid.clone(), view.clone()) else {
             return self.settle(&uid);
@@ -581,12 +578,12 @@ impl ClusterView {
         self.sync_listing();
     }
 
-    fn on_card_event(&mut self, event: Event<Arc<AgentCard>>) {
+    fn on_card_event(&mut self, event: Event<Arc<dyn CardFields>>) {
         match event {
             Event::Init => self.relist_cards = Some(HashSet::new()),
             Event::InitApply(card) => {
-                if let (Some(seen), Some(uid)) = (self.relist_cards.as_mut(), card.uid()) {
-                    seen.insert(uid);
+                if let (Some(seen), Some(uid)) = (self.relist_cards.as_mut(), &card.meta().uid) {
+                    seen.insert(uid.clone());
                 }
                 self.apply_card(card);
             }
@@ -607,25 +604,36 @@ impl ClusterView {
             }
             Event::Apply(card) => self.apply_card(card),
             Event::Delete(card) => {
-                if let Some(uid) = card.uid() {
-                    self.remove_card(&uid);
+                if let Some(uid) = &card.meta().uid {
+                    self.remove_card(uid);
                 }
             }
         }
     }
 }
 
+/// A card event with the card as the view reads it, whichever form the store keeps.
+fn as_fields<C: StoredCard>(event: Event<Arc<C>>) -> Event<Arc<dyn CardFields>> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(c) => Event::InitApply(c),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(c) => Event::Apply(c),
+        Event::Delete(c) => Event::Delete(c),
+    }
+}
+
 enum Change {
     ConfigMap(Event<Arc<SeenConfigMap>>),
-    Card(Event<Arc<AgentCard>>),
+    Card(Event<Arc<dyn CardFields>>),
     Namespace(Event<Arc<Namespace>>),
     Directory(Event<Arc<AgentDirectory>>),
 }
 
 /// Keep `content` in step with the published, confirmed cards (and the directories' sites and
 /// logs) until the process ends, from the process's shared watches.
-pub async fn watch_cluster(
-    hubs: Arc<Hubs>,
+pub async fn watch_cluster<C: StoredCard>(
+    hubs: Arc<Hubs<C>>,
     operator_ns: String,
     content: Content,
     federation: Arc<Federation>,
@@ -633,7 +641,10 @@ pub async fn watch_cluster(
     let mut federated = federation.changes();
     let mut events = futures::stream::select_all([
         hubs.configmaps.subscribe().map(Change::ConfigMap).boxed(),
-        hubs.cards.subscribe().map(Change::Card).boxed(),
+        hubs.cards
+            .subscribe()
+            .map(|e| Change::Card(as_fields(e)))
+            .boxed(),
         hubs.namespaces.subscribe().map(Change::Namespace).boxed(),
         hubs.directories.subscribe().map(Change::Directory).boxed(),
     ]);
@@ -679,6 +690,7 @@ pub async fn watch_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::AgentCard;
     use crate::directory::feed::FeedLog;
     use serde_json::json;
 
@@ -748,9 +760,14 @@ mod tests {
             json!({"directory": "d", "state": "Approved", "contentHash": "h"}),
         )
         .unwrap()];
-        let mut compacted = full.clone();
-        crate::store::compact_card_for_serving(&mut compacted);
-        assert!(compacted.spec.card.is_none(), "something was compacted");
+        // The same card as a serving replica reads and stores it.
+        let mut compacted: crate::store::ServedCard =
+            serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
+        compacted.compact();
+        assert!(
+            compacted.conditions().len() < full.status.as_ref().unwrap().conditions.len(),
+            "something was compacted"
+        );
         let (full, compacted) = (
             CardView::of(Arc::new(full)),
             CardView::of(Arc::new(compacted)),

@@ -127,39 +127,6 @@ pub fn compact_card(card: &mut AgentCard) {
     }
 }
 
-/// Trim an AgentCard further for a serving-only replica (`serve --from-cluster`), which has no
-/// controller: it serves the bytes of the card's ConfigMap as the status names them, so the
-/// card as written (`spec.card`, `spec.source` and the rest of the spec but who may read the
-/// extended card) and the conditions it does not show (all but `BackendReady` and `Drifted`,
-/// which directories list) go, and so do the status fields only `kubectl` and the
-/// controllers read (skills, warnings, approvals in one line, contenders, …) and the card's
-/// annotations and finalizers. About a third of a stored card at 100,000 cards.
-pub fn compact_card_for_serving(card: &mut AgentCard) {
-    compact_card(card);
-    let meta = &mut card.metadata;
-    (meta.annotations, meta.finalizers, meta.managed_fields) = (None, None, None);
-    let spec = &mut card.spec;
-    spec.extended_card = spec.extended_card.take().and_then(|e| {
-        e.auth.map(|auth| {
-            Box::new(crate::crd::agentcard::ExtendedCard {
-                auth: Some(auth),
-                ..Default::default()
-            })
-        })
-    });
-    (spec.card, spec.source, spec.overrides, spec.defaults) = (None, None, None, None);
-    (spec.backend, spec.drift, spec.lifecycle) = (None, None, None);
-    if let Some(status) = card.status.as_mut() {
-        status
-            .conditions
-            .retain(|c| c.type_ == "BackendReady" || c.type_ == "Drifted");
-        (status.warnings, status.contenders) = (Vec::new(), Vec::new());
-        status.source = None;
-        (status.skills, status.route_kind, status.operator) = (None, None, None);
-        (status.retired_at, status.origin, status.approval) = (None, None, None);
-    }
-}
-
 /// A digest of what is written, to tell whether a write would repeat the last one.
 pub fn digest(value: &impl serde::Serialize) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -174,74 +141,6 @@ pub fn digest(value: &impl serde::Serialize) -> u64 {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn a_serving_replica_keeps_what_the_card_server_reads() {
-        let cond = |t: &str, m: &str| {
-            json!({"type": t, "status": "True", "reason": "R", "message": m,
-            "lastTransitionTime": "2026-12-01T00:00:00Z"})
-        };
-        let mut card: AgentCard = serde_json::from_value(json!({
-            "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
-            "metadata": {"name": "c", "namespace": "n", "labels": {"team": "a"},
-                         "annotations": {"note": "x"}, "finalizers": ["agentcard.dev/f"]},
-            "spec": {"publish": {"host": "c.example.com"},
-                     "card": {"name": "C", "description": "a long description", "skills": [{"id": "s"}]},
-                     "extendedCard": {"description": "more", "auth": {"serviceAccount": {"audiences": ["x"]}}}},
-            "status": {"contentHash": "h", "configMap": "agentcard-c", "warnings": ["w"],
-                       "skills": "s", "approval": "d=approved", "operator": "op", "routeKind": "Ingress",
-                       "approvals": [{"directory": "d", "state": "Approved"}],
-                       "conditions": [cond("Ready", "served at …"), cond("BackendReady", "up"),
-                                      cond("Drifted", "same"), cond("Signed", "signed with k")],
-                       "served": {"host": "c.example.com", "since": "2026-12-01T00:00:00Z", "maxAgeSeconds": 300,
-                                  "publishedAt": "2026-12-01T00:00:00Z"}}
-        }))
-        .unwrap();
-        let before = card.clone();
-        compact_card_for_serving(&mut card);
-        assert!(
-            card.spec.card.is_none(),
-            "the card as written is not served from the store"
-        );
-        assert_eq!(card.spec.publish, before.spec.publish);
-        let extended = card.spec.extended_card.as_ref().unwrap();
-        assert_eq!(
-            extended.auth,
-            before.spec.extended_card.as_ref().unwrap().auth
-        );
-        assert_eq!(extended.description, None);
-        let status = card.status.as_ref().unwrap();
-        let kinds: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
-        assert_eq!(kinds, ["BackendReady", "Drifted"]);
-        assert_eq!(
-            status.conditions[1].message, "same",
-            "drift is listed with its message"
-        );
-        assert!(status.warnings.is_empty());
-        assert_eq!(
-            (
-                &status.skills,
-                &status.approval,
-                &status.operator,
-                &status.route_kind
-            ),
-            (&None, &None, &None, &None)
-        );
-        let was = before.status.as_ref().unwrap();
-        assert_eq!(
-            (&status.content_hash, &status.config_map, &status.served),
-            (&was.content_hash, &was.config_map, &was.served)
-        );
-        assert_eq!(
-            status.approvals, was.approvals,
-            "directories that require approval read the verdicts"
-        );
-        assert_eq!(card.metadata.labels, before.metadata.labels);
-        assert_eq!(
-            (&card.metadata.annotations, &card.metadata.finalizers),
-            (&None, &None)
-        );
-    }
 
     #[test]
     fn only_the_operators_annotation_fields_are_kept() {

@@ -5,13 +5,14 @@
 //! Data flow: a watch deserialises each object → [`compact`] drops what no reader needs
 //! (`managedFields` but the operator's annotation keys, kubectl's last-applied copy) or
 //! [`seen`] reduces it to its stored form ([`SeenConfigMap`], [`SeenIngress`]: identity,
-//! compact metadata, shared data bytes or a spec digest) → the reflector store → readers look
-//! at metadata through [`MetaView`].
+//! compact metadata, shared data bytes or a spec digest), or, on a serving-only replica, an
+//! AgentCard is read as the [`ServedCard`] the card server needs ([`served`]) → the reflector
+//! store → readers look at metadata through [`MetaView`], at a card through [`CardFields`].
 
 pub mod compact;
 pub mod seen;
+pub mod served;
 
-pub use compact::{
-    card_editor, compact_card, compact_card_for_serving, compact_meta, digest, operator_annotations,
-};
+pub use compact::{card_editor, compact_card, compact_meta, digest, operator_annotations};
 pub use seen::{MetaView, OptionalSpec, Owner, SeenConfigMap, SeenIngress, SeenMeta};
+pub use served::{CardFields, ServedCard};

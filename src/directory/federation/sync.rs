@@ -22,14 +22,14 @@ use crate::a2a::Jwks;
 use crate::crd::agentdirectory::{Upstream, UpstreamKind};
 use crate::crd::AgentDirectory;
 use crate::directory::entry::Entry;
-use crate::hub::Hubs;
+use crate::hub::{Hubs, StoredCard};
 use crate::process::AbortOnDrop;
 
 /// Start syncing every directory's upstreams; stops when the handle is dropped. `secrets`
 /// reads trusted JWKS Secrets (the operator's namespace); `client` reads the API server's
 /// addresses, which no upstream may make the operator connect to.
-pub fn spawn(
-    hubs: Arc<Hubs>,
+pub fn spawn<C: StoredCard>(
+    hubs: Arc<Hubs<C>>,
     federation: Arc<Federation>,
     secrets: kube::Api<k8s_openapi::api::core::v1::Secret>,
     client: kube::Client,
@@ -59,8 +59,8 @@ fn own_identifier(d: &AgentDirectory) -> String {
 }
 
 /// One sync task per directory and upstream, in step with the AgentDirectories.
-async fn manage(
-    hubs: Arc<Hubs>,
+async fn manage<C: StoredCard>(
+    hubs: Arc<Hubs<C>>,
     federation: Arc<Federation>,
     secrets: kube::Api<k8s_openapi::api::core::v1::Secret>,
     api_server: Arc<crate::net::ApiServer>,
