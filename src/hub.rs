@@ -340,6 +340,13 @@ pub trait StoredCard:
 {
     /// Trim a card before the store holds it.
     fn compact(&mut self);
+
+    /// Trim a published ConfigMap before the store holds it, for the readers a process with
+    /// this card form has: every ConfigMap is first reduced to what the operator wrote
+    /// ([`SeenConfigMap::keep_only_ours`]).
+    fn compact_configmap(cm: &mut SeenConfigMap, operator_namespace: &str) {
+        cm.keep_only_ours(operator_namespace)
+    }
 }
 
 /// The operator's form: the controllers read all of it ([`compact_card`]).
@@ -349,10 +356,15 @@ impl StoredCard for AgentCard {
     }
 }
 
-/// A serving-only replica's form ([`ServedCard::compact`]).
+/// A serving-only replica's form ([`ServedCard::compact`]); its card ConfigMaps keep what the
+/// card server reads ([`SeenConfigMap::keep_only_served`]).
 impl StoredCard for ServedCard {
     fn compact(&mut self) {
         ServedCard::compact(self)
+    }
+
+    fn compact_configmap(cm: &mut SeenConfigMap, operator_namespace: &str) {
+        cm.keep_only_served(operator_namespace)
     }
 }
 
@@ -402,7 +414,7 @@ impl<C: StoredCard> Hubs<C> {
                 // Reduced while it is deserialised (`SeenConfigMap: From<ConfigMap>`), then to
                 // what the operator wrote: a tenant's own ConfigMaps labelled as the
                 // operator's are kept as a few bytes each, whatever their size.
-                move |cm: &mut SeenConfigMap| cm.keep_only_ours(&operator_namespace),
+                move |cm: &mut SeenConfigMap| C::compact_configmap(cm, &operator_namespace),
                 scope,
             ),
             initial_list: scope.initial_list,

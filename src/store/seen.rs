@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::{Ingress, IngressSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::compact::{digest, operator_annotations, ANN_LAST_APPLIED};
 use crate::contract::{
@@ -424,6 +424,33 @@ impl SeenConfigMap {
         }
     }
 
+    /// [`SeenConfigMap::keep_only_ours`] for a serving-only replica (`serve --from-cluster`),
+    /// which reads of a card's own ConfigMap (public or extended card) only its content
+    /// label, its controller and its bytes: the card's status says where and what is served,
+    /// so the annotations and other labels the operator writes there (about half a kilobyte a
+    /// card), which only the controllers compare, go. The JWKS and feed ConfigMaps keep theirs.
+    pub fn keep_only_served(&mut self, operator_namespace: &str) {
+        self.keep_only_ours(operator_namespace);
+        let content = match self.seen.label(LABEL_CONTENT) {
+            Some(c @ (CONTENT_CARD | CONTENT_EXTENDED)) => c.to_string(),
+            _ => return,
+        };
+        let controller = self.seen.controller().map(|o| OwnerReference {
+            api_version: o.api_version.to_string(),
+            kind: o.kind.to_string(),
+            name: o.name.to_string(),
+            uid: o.uid.to_string(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        });
+        let mut kept = ObjectMeta {
+            labels: Some([(LABEL_CONTENT.to_string(), content)].into()),
+            owner_references: controller.map(|o| vec![o]),
+            ..ObjectMeta::default()
+        };
+        self.seen = SeenMeta::take(&mut kept);
+    }
+
     fn in_namespace(&self, ns: &str) -> bool {
         self.metadata.namespace.as_deref() == Some(ns)
     }
@@ -551,6 +578,36 @@ mod tests {
             .map(|(k, v)| k.len() + v.len())
             .sum::<usize>()
             + cm.seen.text.len()
+    }
+
+    #[test]
+    fn a_serving_replica_keeps_of_a_cards_configmap_what_the_card_server_reads() {
+        for (name, content, key) in [
+            ("agentcard-a", CONTENT_CARD, KEY_CARD),
+            ("extended-agentcard-a", CONTENT_EXTENDED, KEY_EXTENDED),
+        ] {
+            let mut full = configmap("team", name, content, Some(("AgentCard", "a")));
+            full.keep_only_ours("ops");
+            let mut served = configmap("team", name, content, Some(("AgentCard", "a")));
+            served.keep_only_served("ops");
+            assert_eq!(served.bytes(key), full.bytes(key));
+            assert_eq!(served.seen.label(LABEL_CONTENT), Some(content));
+            assert_eq!(served.seen.controller(), full.seen.controller());
+            assert!(served.seen.controller().is_some());
+            assert_eq!(served.seen.annotation("big"), None);
+            assert!(
+                held_bytes(&served) + 4096 <= held_bytes(&full),
+                "{} of {}",
+                held_bytes(&served),
+                held_bytes(&full)
+            );
+            assert_eq!(served.metadata.name, full.metadata.name);
+        }
+        // The operator's own ConfigMaps keep the annotations the card server reads there.
+        let mut jwks = configmap("ops", "jwks", CONTENT_JWKS, None);
+        jwks.keep_only_served("ops");
+        assert_eq!(jwks.seen.annotation("big").map(str::len), Some(4096));
+        assert_eq!(jwks.text(KEY_JWKS), Some("{}"));
     }
 
     #[test]
