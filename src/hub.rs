@@ -72,9 +72,9 @@ pub enum InitialList {
 pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
 
 impl Scope {
-    /// A watch of this scope: its lists (in pages, when it lists: [`Scope::initial_list`]) are
-    /// in pages of [`Scope::list_page_size`], most recent semantics (never
-    /// `resourceVersion=0`, which the API server answers in one piece whatever the `limit`).
+    /// A watch of this scope. When it lists (see [`Scope::initial_list`]) it lists in pages
+    /// of [`Scope::list_page_size`], most recent semantics (never `resourceVersion=0`, which
+    /// the API server answers in one piece whatever the `limit`).
     pub fn watch_config(&self) -> watcher::Config {
         let page = match self.list_page_size {
             0 => DEFAULT_LIST_PAGE_SIZE,
