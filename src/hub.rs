@@ -53,7 +53,7 @@ pub enum InitialList {
     /// A streaming list (Kubernetes `WatchList`: a watch whose first events are every object,
     /// then a bookmark): one request, each object decoded on its own as it comes, no page held
     /// whole. An API server that refuses it (`WatchList` off: 1.27–1.31 and 1.33 by default)
-    /// gets [`InitialList::Pages`] instead, from its first refusal on.
+    /// gets pages instead, from its first refusal on.
     #[default]
     Auto,
     /// Lists in pages of `--list-page-size`, then a watch from the list's resource version.

@@ -153,7 +153,8 @@ pub struct RunArgs {
     list_page_size: u32,
     /// How the watches get their first list: `auto` asks for a streaming list (Kubernetes
     /// WatchList: one request, no page held whole) and lists in pages where the API server
-    /// refuses it; `pages` always lists in pages.
+    /// refuses it; `pages` always lists in pages (needed before Kubernetes 1.27, whose API
+    /// servers ignore the streaming request).
     #[arg(long, value_enum, default_value_t = crate::hub::InitialList::Auto)]
     initial_list: crate::hub::InitialList,
     /// Most AgentCard reconciles at once (0: unbounded, which holds an API connection and its

@@ -59,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::hub::DEFAULT_LIST_PAGE_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     list_page_size: u32,
     /// With --from-cluster: how the watches get their first list (`auto`: streaming where the
-    /// API server allows it, else pages; `pages`).
+    /// API server allows it, else pages; `pages`, needed before Kubernetes 1.27).
     #[arg(long, value_enum, default_value_t = crate::hub::InitialList::Auto)]
     initial_list: crate::hub::InitialList,
 }
