@@ -109,6 +109,30 @@ impl Scope {
     }
 }
 
+/// What a watch of this module can watch and share: a kind without dynamic type that kube's
+/// watcher decodes and its store holds, shared across tasks.
+pub trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 struct Subscribers<K> {
     senders: Vec<UnboundedSender<Shared<K>>>,
     synced: bool,
@@ -122,16 +146,7 @@ pub struct Hub<K: kube::Resource<DynamicType = ()> + 'static> {
     _task: AbortOnDrop,
 }
 
-impl<K> Hub<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+impl<K: Watched> Hub<K> {
     /// Start watching `api` (with `config`, its first list as `initial` says), each object
     /// trimmed by `compact` before it is stored and forwarded, and only the objects `scope`
     /// keeps stored at all.
@@ -247,19 +262,11 @@ where
 /// knows the parameter but not the value) before the watch ever delivered anything, the
 /// watch goes on in pages, for good (each refusal would cost a round trip and a backoff).
 /// Any other error is the watch's own: it is passed on, and the backoff retries as it is.
-pub fn list_and_watch<K>(
+pub fn list_and_watch<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     initial: InitialList,
-) -> futures::stream::BoxStream<'static, watcher::Result<Event<K>>>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
-{
+) -> futures::stream::BoxStream<'static, watcher::Result<Event<K>>> {
     if initial == InitialList::Pages {
         return watcher(api, config).boxed();
     }
@@ -329,14 +336,7 @@ pub struct Hubs<C: StoredCard = AgentCard> {
 /// A form the card store keeps AgentCards in: the full `AgentCard` where controllers run, the
 /// [`ServedCard`] the card server alone needs on a serving-only replica.
 pub trait StoredCard:
-    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-    + CardFields
-    + Clone
-    + serde::de::DeserializeOwned
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
+    Watched + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + CardFields
 {
     /// Trim a card before the store holds it.
     fn compact(&mut self);
