@@ -14,9 +14,7 @@ use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 
-use crate::crd::{
-    AgentCard, AgentCardStatus, ApprovalStatus, ExtendedAuth, ExtendedCardStatus, ServedRoute,
-};
+use crate::crd::{AgentCard, ApprovalStatus, ExtendedAuth, ExtendedCardStatus, ServedRoute};
 
 /// The conditions a serving replica keeps: the ones directories list (reachability, drift).
 pub const SERVED_CONDITIONS: [&str; 2] = ["BackendReady", "Drifted"];
@@ -48,52 +46,60 @@ pub trait CardFields: Send + Sync {
     fn extended_auth(&self) -> Option<&ExtendedAuth>;
 }
 
+/// The `CardFields` answers read from `metadata` and `status`, which both stored forms name
+/// and type alike (the spec differs: see each `extended_auth`).
+macro_rules! status_fields {
+    () => {
+        fn meta(&self) -> &ObjectMeta {
+            &self.metadata
+        }
+
+        fn served(&self) -> Option<&ServedRoute> {
+            self.status.as_ref()?.served.as_ref()
+        }
+
+        fn content_hash(&self) -> Option<&String> {
+            self.status.as_ref()?.content_hash.as_ref()
+        }
+
+        fn config_map(&self) -> Option<&str> {
+            self.status.as_ref()?.config_map.as_deref()
+        }
+
+        fn url(&self) -> Option<&str> {
+            self.status.as_ref()?.url.as_deref()
+        }
+
+        fn key_id(&self) -> Option<&str> {
+            self.status.as_ref()?.key_id.as_deref()
+        }
+
+        fn conditions(&self) -> &[Condition] {
+            self.status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default()
+        }
+
+        fn revision(&self) -> Option<i64> {
+            self.status.as_ref()?.revision
+        }
+
+        fn approvals(&self) -> &[ApprovalStatus] {
+            self.status
+                .as_ref()
+                .map(|s| s.approvals.as_slice())
+                .unwrap_or_default()
+        }
+
+        fn extended_card(&self) -> Option<&ExtendedCardStatus> {
+            self.status.as_ref()?.extended_card.as_deref()
+        }
+    };
+}
+
 impl CardFields for AgentCard {
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn served(&self) -> Option<&ServedRoute> {
-        self.status.as_ref()?.served.as_ref()
-    }
-
-    fn content_hash(&self) -> Option<&String> {
-        self.status.as_ref()?.content_hash.as_ref()
-    }
-
-    fn config_map(&self) -> Option<&str> {
-        self.status.as_ref()?.config_map.as_deref()
-    }
-
-    fn url(&self) -> Option<&str> {
-        self.status.as_ref()?.url.as_deref()
-    }
-
-    fn key_id(&self) -> Option<&str> {
-        self.status.as_ref()?.key_id.as_deref()
-    }
-
-    fn conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default()
-    }
-
-    fn revision(&self) -> Option<i64> {
-        self.status.as_ref()?.revision
-    }
-
-    fn approvals(&self) -> &[ApprovalStatus] {
-        self.status
-            .as_ref()
-            .map(|s: &AgentCardStatus| s.approvals.as_slice())
-            .unwrap_or_default()
-    }
-
-    fn extended_card(&self) -> Option<&ExtendedCardStatus> {
-        self.status.as_ref()?.extended_card.as_deref()
-    }
+    status_fields!();
 
     fn extended_auth(&self) -> Option<&ExtendedAuth> {
         self.spec.extended_card.as_ref()?.auth.as_ref()
@@ -169,51 +175,7 @@ impl ServedCard {
 }
 
 impl CardFields for ServedCard {
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn served(&self) -> Option<&ServedRoute> {
-        self.status.as_ref()?.served.as_ref()
-    }
-
-    fn content_hash(&self) -> Option<&String> {
-        self.status.as_ref()?.content_hash.as_ref()
-    }
-
-    fn config_map(&self) -> Option<&str> {
-        self.status.as_ref()?.config_map.as_deref()
-    }
-
-    fn url(&self) -> Option<&str> {
-        self.status.as_ref()?.url.as_deref()
-    }
-
-    fn key_id(&self) -> Option<&str> {
-        self.status.as_ref()?.key_id.as_deref()
-    }
-
-    fn conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default()
-    }
-
-    fn revision(&self) -> Option<i64> {
-        self.status.as_ref()?.revision
-    }
-
-    fn approvals(&self) -> &[ApprovalStatus] {
-        self.status
-            .as_ref()
-            .map(|s| s.approvals.as_slice())
-            .unwrap_or_default()
-    }
-
-    fn extended_card(&self) -> Option<&ExtendedCardStatus> {
-        self.status.as_ref()?.extended_card.as_deref()
-    }
+    status_fields!();
 
     fn extended_auth(&self) -> Option<&ExtendedAuth> {
         self.spec.extended_card.as_ref()?.auth.as_deref()
