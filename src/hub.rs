@@ -11,6 +11,10 @@
 //! subscriber reacting to an event reads at least that version from the store; a relist's
 //! objects are forwarded at its end, once the store holds them. Subscribers get the very
 //! objects the store holds (one `Arc` each), not copies.
+//!
+//! A hub that keeps nothing ([`Keep::Nothing`], a serving replica's cards and ConfigMaps) has
+//! no store: its one subscriber, registered before the watch starts, gets each event as it
+//! comes and keeps what it reads of each object itself.
 
 use std::sync::{Arc, Mutex};
 
@@ -136,11 +140,29 @@ impl<K> Watched for K where
 struct Subscribers<K> {
     senders: Vec<UnboundedSender<Shared<K>>>,
     synced: bool,
+    /// [`Keep::Nothing`]: the one subscriber's receiver, registered before the watch started
+    /// (so it misses nothing), until [`Hub::subscribe`] hands it out.
+    first: Option<UnboundedReceiver<Shared<K>>>,
+}
+
+/// What a hub keeps of the objects it watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// A reflector store every reader shares (the controllers read objects from it), and
+    /// from which a subscriber that joins late gets a relist.
+    Store,
+    /// No store: one subscriber, which keeps what it reads of each object itself (a serving
+    /// replica's view of the cards and their ConfigMaps). Each event goes to it as it comes,
+    /// a relist's objects included, and no object outlives what that subscriber keeps of it:
+    /// at 100,000 cards a stored ConfigMap and the store's tables cost about a kilobyte a
+    /// card. [`Hub::store`] stays empty.
+    Nothing,
 }
 
 /// One kind's watch: its store, and the subscribers its events go to.
 pub struct Hub<K: kube::Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
+    keep: Keep,
     subscribers: Arc<Mutex<Subscribers<K>>>,
     listed: tokio::sync::watch::Receiver<bool>,
     _task: AbortOnDrop,
@@ -149,18 +171,27 @@ pub struct Hub<K: kube::Resource<DynamicType = ()> + 'static> {
 impl<K: Watched> Hub<K> {
     /// Start watching `api` (with `config`, its first list as `initial` says), each object
     /// trimmed by `compact` before it is stored and forwarded, and only the objects `scope`
-    /// keeps stored at all.
+    /// keeps stored at all; `keep` says whether a store holds them.
     pub fn start(
         api: Api<K>,
         config: watcher::Config,
         initial: InitialList,
         compact: impl FnMut(&mut K) + Send + 'static,
         scope: &Scope,
+        keep: Keep,
     ) -> Hub<K> {
         let (store, mut writer) = reflector::store();
+        let (senders, first) = match keep {
+            Keep::Store => (Vec::new(), None),
+            Keep::Nothing => {
+                let (tx, rx) = futures::channel::mpsc::unbounded();
+                (vec![tx], Some(rx))
+            }
+        };
         let subscribers = Arc::new(Mutex::new(Subscribers {
-            senders: Vec::new(),
+            senders,
             synced: false,
+            first,
         }));
         let feed = list_and_watch(api, config, initial)
             .default_backoff()
@@ -183,6 +214,10 @@ impl<K: Watched> Hub<K> {
                             continue;
                         }
                     };
+                    if keep == Keep::Nothing {
+                        forward_unstored(&forward, &listed_tx, event);
+                        continue;
+                    }
                     writer.apply_watcher_event(&event);
                     // Subscribers get the store's own `Arc`s: what they keep of an object (the
                     // card server keeps the card bytes) shares its memory with the store.
@@ -222,6 +257,7 @@ impl<K: Watched> Hub<K> {
         ));
         Hub {
             store,
+            keep,
             subscribers,
             listed,
             _task: AbortOnDrop(task),
@@ -240,10 +276,18 @@ impl<K: Watched> Hub<K> {
     }
 
     /// The events from now on, after the store's content as a relist when the watch has
-    /// listed already. Dropping the receiver unsubscribes.
+    /// listed already. Dropping the receiver unsubscribes. A hub that keeps nothing has one
+    /// subscriber, registered at its start: the first call gets every event; a later one
+    /// could not be given what came before, and gets a stream that ends at once (logged).
     pub fn subscribe(&self) -> UnboundedReceiver<Shared<K>> {
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let mut subs = crate::locks::lock(&self.subscribers);
+        if self.keep == Keep::Nothing {
+            return subs.first.take().unwrap_or_else(|| {
+                tracing::error!(kind = %K::kind(&()), "a second subscriber of a watch that keeps no store gets nothing");
+                rx
+            });
+        }
         if subs.synced {
             let _ = tx.unbounded_send(Event::Init);
             for o in self.store.state() {
@@ -254,6 +298,29 @@ impl<K: Watched> Hub<K> {
         subs.senders.push(tx);
         rx
     }
+}
+
+/// Forward `event` of a hub that keeps nothing ([`Keep::Nothing`]) to its subscriber as it
+/// comes, a relist's objects included (no store to read them back from at its end).
+fn forward_unstored<K>(
+    forward: &Mutex<Subscribers<K>>,
+    listed_tx: &tokio::sync::watch::Sender<bool>,
+    event: Event<K>,
+) {
+    let shared = match event {
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(Arc::new(o)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(o) => Event::Apply(Arc::new(o)),
+        Event::Delete(o) => Event::Delete(Arc::new(o)),
+    };
+    let mut subs = crate::locks::lock(forward);
+    if matches!(shared, Event::InitDone) {
+        subs.synced = true;
+        listed_tx.send_replace(true);
+    }
+    subs.senders
+        .retain(|tx| tx.unbounded_send(shared.clone()).is_ok());
 }
 
 /// The events of a watch of `api` (with `config`), its first list (and every relist) made as
@@ -338,6 +405,10 @@ pub struct Hubs<C: StoredCard = AgentCard> {
 pub trait StoredCard:
     Watched + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + CardFields
 {
+    /// Whether a store holds the cards and the published ConfigMaps: the controllers read
+    /// them from stores; a serving replica's view keeps what it reads of each itself.
+    const KEEP: Keep;
+
     /// Trim a card before the store holds it.
     fn compact(&mut self);
 
@@ -351,6 +422,8 @@ pub trait StoredCard:
 
 /// The operator's form: the controllers read all of it ([`compact_card`]).
 impl StoredCard for AgentCard {
+    const KEEP: Keep = Keep::Store;
+
     fn compact(&mut self) {
         compact_card(self)
     }
@@ -359,6 +432,8 @@ impl StoredCard for AgentCard {
 /// A serving-only replica's form ([`ServedCard::compact`]); its card ConfigMaps keep what the
 /// card server reads ([`SeenConfigMap::keep_only_served`]).
 impl StoredCard for ServedCard {
+    const KEEP: Keep = Keep::Nothing;
+
     fn compact(&mut self) {
         ServedCard::compact(self)
     }
@@ -392,6 +467,7 @@ impl<C: StoredCard> Hubs<C> {
                 scope.initial_list,
                 C::compact,
                 &Scope::default(),
+                C::KEEP,
             ),
             namespaces: Hub::start(
                 Api::all(client.clone()),
@@ -399,6 +475,7 @@ impl<C: StoredCard> Hubs<C> {
                 scope.initial_list,
                 |ns: &mut Namespace| compact_meta(&mut ns.metadata),
                 &Scope::default(),
+                Keep::Store,
             ),
             directories: Hub::start(
                 Api::all(client.clone()),
@@ -406,6 +483,8 @@ impl<C: StoredCard> Hubs<C> {
                 scope.initial_list,
                 |d: &mut AgentDirectory| d.metadata.managed_fields = None,
                 &Scope::default(),
+                // Federation reads the directories from the store, in every process.
+                Keep::Store,
             ),
             configmaps: Hub::start(
                 Api::all(client.clone()),
@@ -416,6 +495,7 @@ impl<C: StoredCard> Hubs<C> {
                 // operator's are kept as a few bytes each, whatever their size.
                 move |cm: &mut SeenConfigMap| C::compact_configmap(cm, &operator_namespace),
                 scope,
+                C::KEEP,
             ),
             initial_list: scope.initial_list,
         })
@@ -513,6 +593,78 @@ mod tests {
             queries.try_recv().is_err(),
             "nothing listed beside the stream"
         );
+    }
+
+    /// A hub over an API server whose streaming list holds ConfigMaps `a` and `b`, then stays
+    /// quiet; waits until the hub has listed them.
+    async fn listed_hub(keep: Keep) -> Hub<ConfigMap> {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let api: Api<ConfigMap> = Api::all(kube::Client::new(service, "default"));
+        let _queries = serve(handle, |n, _| {
+            (n == 0).then(|| {
+                let line = |v: Value| serde_json::to_string(&v).unwrap_or_default() + "\n";
+                let body = [
+                    line(json!({"type": "ADDED", "object": cm("a")})),
+                    line(json!({"type": "ADDED", "object": cm("b")})),
+                    line(json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"resourceVersion": "6",
+                                     "annotations": {"k8s.io/initial-events-end": "true"}}}})),
+                ]
+                .concat();
+                Response::new(Body::from(body.into_bytes()))
+            })
+        });
+        let config = watcher::Config::default();
+        let hub = Hub::start(
+            api,
+            config,
+            InitialList::Auto,
+            |_| {},
+            &Scope::default(),
+            keep,
+        );
+        let mut listed = hub.listed();
+        listed.wait_for(|l| *l).await.expect("the hub lists");
+        hub
+    }
+
+    /// The objects a subscriber got up to the end of the first list, with how many hold each.
+    async fn relisted(rx: &mut UnboundedReceiver<Shared<ConfigMap>>) -> Vec<(String, usize)> {
+        let mut got = Vec::new();
+        while let Some(event) = rx.next().await {
+            match event {
+                Event::InitApply(o) => got.push((
+                    o.metadata.name.clone().unwrap_or_default(),
+                    Arc::strong_count(&o),
+                )),
+                Event::InitDone => return got,
+                _ => {}
+            }
+        }
+        panic!("the events ended before the first list was done")
+    }
+
+    #[tokio::test]
+    async fn a_hub_that_keeps_nothing_hands_its_subscriber_every_object_and_holds_none() {
+        // Subscribed only after the list is done: the subscriber registered at the start got
+        // it all the same.
+        let hub = listed_hub(Keep::Nothing).await;
+        let mut rx = hub.subscribe();
+        let got = relisted(&mut rx).await;
+        // The subscriber's `Arc` is the only one: no store holds the objects.
+        assert_eq!(got, [("a".to_string(), 1), ("b".to_string(), 1)]);
+        assert!(hub.store().state().is_empty());
+        // A second subscriber could not be given the list: its stream ends.
+        assert!(hub.subscribe().next().await.is_none());
+
+        // A hub with a store shares each object with it, and relists it to a late subscriber.
+        let hub = listed_hub(Keep::Store).await;
+        let mut rx = hub.subscribe();
+        assert_eq!(
+            relisted(&mut rx).await,
+            [("a".to_string(), 2), ("b".to_string(), 2)]
+        );
+        assert_eq!(hub.store().state().len(), 2);
     }
 
     #[tokio::test]

@@ -93,6 +93,7 @@ pub async fn run(
         hubs.initial_list,
         |_| {},
         &crate::hub::Scope::default(),
+        crate::hub::Keep::Store,
     );
     tasks.extend([
         AbortOnDrop::spawn(

@@ -545,7 +545,12 @@ impl ClusterView {
 
     fn on_cm_event(&mut self, event: Event<Arc<SeenConfigMap>>) {
         match event {
-            Event::Init => self.relist_cms = Some(HashSet::new()),
+            // What a relist no longer lists goes at its end; before the first list there is
+            // nothing to drop, and no set of 100,000 names to hold.
+            Event::Init => {
+                let held = !self.cms.is_empty() || self.logs.sources().next().is_some();
+                self.relist_cms = held.then(HashSet::new);
+            }
             Event::InitApply(cm) => {
                 if let Some(seen) = self.relist_cms.as_mut() {
                     seen.insert(source(&cm));
@@ -555,6 +560,7 @@ impl ClusterView {
             Event::InitDone => {
                 if let Some(seen) = self.relist_cms.take() {
                     self.cms.retain(|s, _| seen.contains(s));
+                    self.extended_cms.retain(|s, _| seen.contains(s));
                     let gone: Vec<String> = self
                         .logs
                         .sources()
@@ -580,7 +586,7 @@ impl ClusterView {
 
     fn on_card_event(&mut self, event: Event<Arc<dyn CardFields>>) {
         match event {
-            Event::Init => self.relist_cards = Some(HashSet::new()),
+            Event::Init => self.relist_cards = (!self.cards.is_empty()).then(HashSet::new),
             Event::InitApply(card) => {
                 if let (Some(seen), Some(uid)) = (self.relist_cards.as_mut(), &card.meta().uid) {
                     seen.insert(uid.clone());
