@@ -108,14 +108,20 @@ impl MetaView for kube::api::DynamicObject {
 /// Labels, annotations (without kubectl's last-applied copy), owners, and which annotations
 /// the operator set, of a stored object: every string in one allocation (see the module doc).
 ///
-/// `text` holds, back to back: the label keys and values (sorted by key), the annotation keys
-/// and values (sorted by key), then each owner's apiVersion, kind, name and uid; `ends[i]` is
-/// where string `i` ends. `flags` holds, per owner, whether it is the controller, then per
-/// annotation, whether the operator set it (the keys in its `managedFields`).
+/// The strings are, in order: the label keys and values (sorted by key), the annotation keys
+/// and values (sorted by key), then each owner's apiVersion, kind, name and uid. `spans[i]`
+/// says where string `i` is: its low 24 bits are where the strings held in `text` end so far
+/// (string `i`'s own end when `text` holds it), its high 8 bits [`Span`]'s tag. A string the
+/// operator writes on every object (a key of its labels and annotations, a content label's
+/// value, an owner's apiVersion and kind: [`KNOWN`]) is not held but named, and so is one
+/// equal to an earlier string of the same object (the card's uid is a label's value and its
+/// owner's uid): of the half kilobyte of strings on a card's ConfigMap, about a third is
+/// held. `flags` holds, per owner, whether it is the controller, then per annotation, whether
+/// the operator set it (the keys in its `managedFields`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeenMeta {
     text: Box<str>,
-    ends: Box<[u32]>,
+    spans: Box<[u32]>,
     flags: Box<[bool]>,
     labels: u32,
     annotations: u32,
@@ -123,6 +129,77 @@ pub struct SeenMeta {
 
 /// The strings of one owner reference in [`SeenMeta`]: apiVersion, kind, name, uid.
 const OWNER_STRINGS: usize = 4;
+
+/// The strings the operator writes on the objects it owns, which [`SeenMeta`] names by their
+/// place here rather than holding (at most 127).
+const KNOWN: &[&str] = &[
+    crate::contract::LABEL_MANAGED_BY,
+    crate::contract::MANAGER,
+    crate::contract::LABEL_CARD_UID,
+    crate::contract::LABEL_CONTENT,
+    crate::contract::LABEL_DISCOVERED_BY,
+    CONTENT_CARD,
+    CONTENT_EXTENDED,
+    CONTENT_JWKS,
+    CONTENT_FEED,
+    CONTENT_FEED_PART,
+    crate::contract::ANN_CARD,
+    crate::contract::ANN_HOST,
+    crate::contract::ANN_PATH_PREFIX,
+    crate::contract::ANN_LEGACY_PATH,
+    crate::contract::ANN_CONTENT_HASH,
+    crate::contract::ANN_MAX_AGE,
+    crate::contract::ANN_KEY_ID,
+    crate::contract::ANN_PUBLISHED_AT,
+    crate::contract::ANN_DIRECTORY,
+    crate::contract::ANN_FEED_PART,
+    CARD_API_VERSION,
+    "AgentCard",
+    "AgentDirectory",
+    "",
+    "true",
+    "false",
+];
+
+/// Where [`SeenMeta`] finds one string, as its `spans` entry encodes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Span {
+    /// Held in `text`, up to this end.
+    Held(usize),
+    /// [`KNOWN`]'s string at this place.
+    Known(usize),
+    /// The same as the object's string at this (earlier) place.
+    Same(usize),
+}
+
+/// The bits of a `spans` entry that hold the end of `text` so far (Kubernetes keeps an
+/// object's metadata far below 16 MiB).
+const SPAN_END: u32 = (1 << 24) - 1;
+/// Tags 1..=127 name [`KNOWN`]'s strings; 128..=255 an earlier string of the object.
+const SPAN_SAME: u32 = 128;
+/// How many of an object's first strings a later one may name ([`Span::Same`]).
+const SAME_MAX: usize = 127;
+const _: () = assert!(KNOWN.len() < SPAN_SAME as usize);
+
+impl Span {
+    fn encode(self, end: usize) -> u32 {
+        let end = u32::try_from(end).unwrap_or(SPAN_END).min(SPAN_END);
+        let tag = match self {
+            Span::Held(_) => 0,
+            Span::Known(k) => u32::try_from(k + 1).unwrap_or(0),
+            Span::Same(i) => SPAN_SAME + u32::try_from(i).unwrap_or(0),
+        };
+        tag << 24 | end
+    }
+
+    fn decode(entry: u32) -> Span {
+        match entry >> 24 {
+            0 => Span::Held((entry & SPAN_END) as usize),
+            tag if tag < SPAN_SAME => Span::Known(tag as usize - 1),
+            tag => Span::Same((tag - SPAN_SAME) as usize),
+        }
+    }
+}
 
 impl SeenMeta {
     /// Move labels, annotations and owners out of `meta` (and read the operator's annotation
@@ -133,21 +210,37 @@ impl SeenMeta {
         let mut annotations = meta.annotations.take().unwrap_or_default();
         annotations.remove(ANN_LAST_APPLIED);
         let owners = meta.owner_references.take().unwrap_or_default();
-        let mut text = String::new();
-        let mut ends = Vec::new();
-        let mut push = |s: &str| {
-            text.push_str(s);
-            ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
-        };
         // A BTreeMap iterates in key order: the pairs come out sorted.
-        for (k, v) in labels.iter().chain(annotations.iter()) {
-            push(k);
-            push(v);
-        }
-        for o in &owners {
-            for s in [&o.api_version, &o.kind, &o.name, &o.uid] {
-                push(s);
-            }
+        let strings: Vec<&str> = labels
+            .iter()
+            .chain(annotations.iter())
+            .flat_map(|(k, v)| [k.as_str(), v.as_str()])
+            .chain(owners.iter().flat_map(|o| {
+                [
+                    o.api_version.as_str(),
+                    o.kind.as_str(),
+                    o.name.as_str(),
+                    o.uid.as_str(),
+                ]
+            }))
+            .collect();
+        let mut text = String::new();
+        let mut spans = Vec::with_capacity(strings.len());
+        for (i, s) in strings.iter().enumerate() {
+            // Only the first 127 strings can be named again: a tenant's object with
+            // thousands of annotations costs a bounded search per string.
+            let earlier = &strings[..i.min(SAME_MAX)];
+            let span = match KNOWN.iter().position(|k| k == s) {
+                Some(k) => Span::Known(k),
+                None => match earlier.iter().position(|e| e == s) {
+                    Some(j) => Span::Same(j),
+                    None => {
+                        text.push_str(s);
+                        Span::Held(text.len())
+                    }
+                },
+            };
+            spans.push(span.encode(text.len()));
         }
         let flags = owners
             .iter()
@@ -156,7 +249,7 @@ impl SeenMeta {
             .collect();
         let seen = SeenMeta {
             text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
+            spans: spans.into_boxed_slice(),
             flags,
             labels: u32::try_from(labels.len()).unwrap_or(u32::MAX),
             annotations: u32::try_from(annotations.len()).unwrap_or(u32::MAX),
@@ -173,14 +266,24 @@ impl SeenMeta {
         seen
     }
 
-    /// String `i` of `text`.
+    /// String `i`.
     fn string(&self, i: usize) -> &str {
-        let start = i
-            .checked_sub(1)
-            .and_then(|p| self.ends.get(p))
-            .map_or(0, |&e| e as usize);
-        let end = self.ends.get(i).map_or(start, |&e| e as usize);
-        self.text.get(start..end).unwrap_or_default()
+        let Some(&entry) = self.spans.get(i) else {
+            return "";
+        };
+        match Span::decode(entry) {
+            Span::Held(end) => {
+                let start = i
+                    .checked_sub(1)
+                    .and_then(|p| self.spans.get(p))
+                    .map_or(0, |&e| (e & SPAN_END) as usize);
+                self.text.get(start..end).unwrap_or_default()
+            }
+            Span::Known(k) => KNOWN.get(k).copied().unwrap_or_default(),
+            // Always an earlier, held or known string: no chain to follow.
+            Span::Same(j) if j < i => self.string(j),
+            Span::Same(_) => "",
+        }
     }
 
     /// The value of key `key` among the `count` pairs from pair `first` on.
@@ -752,6 +855,64 @@ mod tests {
         assert_eq!(view.controller(), typed.controller());
         assert_eq!(view.operator_annotations(), ["mine".to_string()].into());
         assert_eq!(view.operator_annotations(), typed.operator_annotations());
+    }
+
+    #[test]
+    fn the_operators_own_strings_and_repeats_are_named_not_held() {
+        use crate::contract::{
+            ANN_CARD, ANN_CONTENT_HASH, ANN_HOST, ANN_LEGACY_PATH, LABEL_CARD_UID,
+            LABEL_MANAGED_BY, MANAGER,
+        };
+        let uid = "0f8e5b1c-2d3a-4b5c-8d9e-0a1b2c3d4e5f";
+        let hash = format!("sha256:{}", "ab".repeat(32));
+        let many: serde_json::Map<String, serde_json::Value> = (0..70)
+            .map(|i| (format!("t{i:02}"), json!(format!("v{i}"))))
+            .collect();
+        let mut meta: ObjectMeta = serde_json::from_value(json!({
+            "name": "card-w", "namespace": "team",
+            "labels": {LABEL_MANAGED_BY: MANAGER, LABEL_CARD_UID: uid, LABEL_CONTENT: CONTENT_CARD},
+            "annotations": {ANN_CARD: "team/w", ANN_HOST: "w.example.com", ANN_LEGACY_PATH: "false",
+                            ANN_CONTENT_HASH: hash, "example.com/x": "w.example.com"},
+            "ownerReferences": [{"apiVersion": CARD_API_VERSION, "kind": "AgentCard", "name": "w",
+                                 "uid": uid, "controller": true}]
+        }))
+        .unwrap();
+        let seen = SeenMeta::take(&mut meta);
+        // Held: the uid once, "team/w", the host once, the hash, a tenant's key, "w".
+        let held = [uid, "team/w", "w.example.com", &hash, "example.com/x", "w"];
+        assert_eq!(seen.text.len(), held.iter().map(|h| h.len()).sum::<usize>());
+        assert_eq!(seen.label(LABEL_MANAGED_BY), Some(MANAGER));
+        assert_eq!(seen.label(LABEL_CARD_UID), Some(uid));
+        assert_eq!(seen.label(LABEL_CONTENT), Some(CONTENT_CARD));
+        assert_eq!(seen.annotation(ANN_CARD), Some("team/w"));
+        assert_eq!(seen.annotation(ANN_HOST), Some("w.example.com"));
+        assert_eq!(seen.annotation("example.com/x"), Some("w.example.com"));
+        assert_eq!(seen.annotation(ANN_LEGACY_PATH), Some("false"));
+        assert_eq!(seen.annotation(ANN_CONTENT_HASH), Some(hash.as_str()));
+        let owner = seen.controller().expect("its controller");
+        assert_eq!(
+            (owner.api_version, owner.kind, owner.name, owner.uid),
+            (CARD_API_VERSION, "AgentCard", "w", uid)
+        );
+
+        // A repeat of one of the first 127 strings is named; of a later one, held again.
+        let mut meta: ObjectMeta = serde_json::from_value(json!({
+            "labels": many,
+            "annotations": {"u1": "v0", "u2": "v65"},
+        }))
+        .unwrap();
+        let seen = SeenMeta::take(&mut meta);
+        for i in 0..70 {
+            assert_eq!(
+                seen.label(&format!("t{i:02}")),
+                Some(format!("v{i}").as_str())
+            );
+        }
+        assert_eq!(seen.annotation("u1"), Some("v0"));
+        assert_eq!(seen.annotation("u2"), Some("v65"));
+        // "v0" (string 1) is named; "v65" (string 131, past the first 127) is held again.
+        let labels: usize = (0..70).map(|i| format!("t{i:02}v{i}").len()).sum();
+        assert_eq!(seen.text.len(), labels + "u1u2v65".len());
     }
 
     #[test]
