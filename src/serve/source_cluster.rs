@@ -82,7 +82,8 @@ impl PartialEq for CardBytes {
 #[derive(Clone)]
 struct CardView {
     key: String,
-    /// The object the shared card store holds, in its stored form (the feed keeps no copy).
+    /// The card in its stored form: the card store's own `Arc` where controllers run (no
+    /// copy), the one holder in a serving replica, which keeps no store ([`StoredCard::KEEP`]).
     card: Arc<dyn CardFields>,
 }
 

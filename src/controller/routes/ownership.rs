@@ -178,7 +178,8 @@ impl Ownership {
             })
             .chain(directories)
             .collect();
-        served.sort_by(|a, b| a.since.cmp(&b.since).then(a.card().cmp(&b.card())));
+        // The names are formatted only for a tie (claims taken in the same second).
+        served.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.card().cmp(&b.card())));
         let mut guard = crate::locks::lock(&self.claims);
         if guard.is_none() {
             let mut claims = Claims::new(self.shared_hosts.clone());
