@@ -238,6 +238,8 @@ fn the_rendered_chart_is_least_privilege_restricted_and_carries_the_generated_cr
     for flag in [
         "--shared-hosts=shared.agents.example.com",
         "--watch-namespace=agents",
+        "--initial-list=pages",
+        "--list-page-size=2000",
         "--no-create-signing-secret",
         "--signing-secret=platform-signing-keys",
         "--ingress-class=public",
