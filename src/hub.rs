@@ -242,15 +242,7 @@ impl<K: Watched> Hub<K> {
                         }
                         Event::Delete(o) => vec![Event::Delete(Arc::new(o))],
                     };
-                    let mut subs = crate::locks::lock(&forward);
-                    for event in shared {
-                        if matches!(event, Event::InitDone) {
-                            subs.synced = true;
-                            listed_tx.send_replace(true);
-                        }
-                        subs.senders
-                            .retain(|tx| tx.unbounded_send(event.clone()).is_ok());
-                    }
+                    dispatch(&forward, &listed_tx, shared);
                 }
             },
             span,
@@ -314,13 +306,25 @@ fn forward_unstored<K>(
         Event::Apply(o) => Event::Apply(Arc::new(o)),
         Event::Delete(o) => Event::Delete(Arc::new(o)),
     };
-    let mut subs = crate::locks::lock(forward);
-    if matches!(shared, Event::InitDone) {
-        subs.synced = true;
-        listed_tx.send_replace(true);
+    dispatch(forward, listed_tx, [shared]);
+}
+
+/// Send `events` to every subscriber (dropping those gone); the end of a list marks the hub
+/// listed.
+fn dispatch<K>(
+    subscribers: &Mutex<Subscribers<K>>,
+    listed_tx: &tokio::sync::watch::Sender<bool>,
+    events: impl IntoIterator<Item = Shared<K>>,
+) {
+    let mut subs = crate::locks::lock(subscribers);
+    for event in events {
+        if matches!(event, Event::InitDone) {
+            subs.synced = true;
+            listed_tx.send_replace(true);
+        }
+        subs.senders
+            .retain(|tx| tx.unbounded_send(event.clone()).is_ok());
     }
-    subs.senders
-        .retain(|tx| tx.unbounded_send(shared.clone()).is_ok());
 }
 
 /// The events of a watch of `api` (with `config`), its first list (and every relist) made as
@@ -547,6 +551,22 @@ mod tests {
         rx
     }
 
+    /// A streaming list's answer: ConfigMaps `a` and `b`, then the bookmark that ends it.
+    fn streaming_list_of_a_and_b() -> Response<Body> {
+        let line = |v: Value| serde_json::to_string(&v).unwrap_or_default() + "\n";
+        let body = [
+            line(json!({"type": "ADDED", "object": cm("a")})),
+            line(json!({"type": "ADDED", "object": cm("b")})),
+            line(
+                json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"resourceVersion": "6",
+                             "annotations": {"k8s.io/initial-events-end": "true"}}}}),
+            ),
+        ]
+        .concat();
+        Response::new(Body::from(body.into_bytes()))
+    }
+
     /// The names of the objects of the first list, from `Init` to `InitDone`.
     async fn first_list(
         events: &mut futures::stream::BoxStream<'static, watcher::Result<Event<ConfigMap>>>,
@@ -566,20 +586,7 @@ mod tests {
     async fn a_streaming_list_is_one_watch_request() {
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let api: Api<ConfigMap> = Api::all(kube::Client::new(service, "default"));
-        let queries = serve(handle, |n, _| {
-            (n == 0).then(|| {
-                let line = |v: Value| serde_json::to_string(&v).unwrap_or_default() + "\n";
-                let body = [
-                    line(json!({"type": "ADDED", "object": cm("a")})),
-                    line(json!({"type": "ADDED", "object": cm("b")})),
-                    line(json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"resourceVersion": "6",
-                                     "annotations": {"k8s.io/initial-events-end": "true"}}}})),
-                ]
-                .concat();
-                Response::new(Body::from(body.into_bytes()))
-            })
-        });
+        let queries = serve(handle, |n, _| (n == 0).then(streaming_list_of_a_and_b));
         let config = watcher::Config::default().page_size(1);
         let mut events = list_and_watch(api, config, InitialList::Auto);
         assert_eq!(first_list(&mut events).await, ["a", "b"]);
@@ -600,20 +607,7 @@ mod tests {
     async fn listed_hub(keep: Keep) -> Hub<ConfigMap> {
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let api: Api<ConfigMap> = Api::all(kube::Client::new(service, "default"));
-        let _queries = serve(handle, |n, _| {
-            (n == 0).then(|| {
-                let line = |v: Value| serde_json::to_string(&v).unwrap_or_default() + "\n";
-                let body = [
-                    line(json!({"type": "ADDED", "object": cm("a")})),
-                    line(json!({"type": "ADDED", "object": cm("b")})),
-                    line(json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"resourceVersion": "6",
-                                     "annotations": {"k8s.io/initial-events-end": "true"}}}})),
-                ]
-                .concat();
-                Response::new(Body::from(body.into_bytes()))
-            })
-        });
+        let _queries = serve(handle, |n, _| (n == 0).then(streaming_list_of_a_and_b));
         let config = watcher::Config::default();
         let hub = Hub::start(
             api,
