@@ -549,7 +549,9 @@ impl ClusterView {
             // What a relist no longer lists goes at its end; before the first list there is
             // nothing to drop, and no set of 100,000 names to hold.
             Event::Init => {
-                let held = !self.cms.is_empty() || self.logs.sources().next().is_some();
+                let held = !self.cms.is_empty()
+                    || !self.extended_cms.is_empty()
+                    || self.logs.sources().next().is_some();
                 self.relist_cms = held.then(HashSet::new);
             }
             Event::InitApply(cm) => {
@@ -965,6 +967,37 @@ mod tests {
         );
         f.apply_card(Arc::new(deleting));
         assert_eq!(served(&f, "h.example"), None);
+    }
+
+    #[test]
+    fn a_relist_drops_the_configmaps_it_no_longer_lists_and_a_first_list_keeps_no_set() {
+        let mut f = feed();
+        // A first list: nothing held yet, so no set of names is kept.
+        f.on_cm_event(Event::Init);
+        assert!(f.relist_cms.is_none());
+        f.on_cm_event(Event::InitApply(Arc::new(extended_cm(
+            "a", "x-ext", "u", "e",
+        ))));
+        f.on_cm_event(Event::InitApply(Arc::new(cm(
+            "a",
+            "agentcard-c",
+            "u",
+            "one",
+            "",
+        ))));
+        f.on_cm_event(Event::InitDone);
+        assert_eq!((f.cms.len(), f.extended_cms.len()), (1, 1));
+        // A relist without the public card: it goes, the extended card stays.
+        f.on_cm_event(Event::Init);
+        f.on_cm_event(Event::InitApply(Arc::new(extended_cm(
+            "a", "x-ext", "u", "e",
+        ))));
+        f.on_cm_event(Event::InitDone);
+        assert_eq!((f.cms.len(), f.extended_cms.len()), (0, 1));
+        // Holding an extended card alone, a relist without it drops it too.
+        f.on_cm_event(Event::Init);
+        f.on_cm_event(Event::InitDone);
+        assert_eq!((f.cms.len(), f.extended_cms.len()), (0, 0));
     }
 
     #[test]
