@@ -13,7 +13,8 @@ use http::header::{
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 
 use crate::index::{Hit, Index, Published};
-pub(crate) use crate::web::{cors, if_none_match};
+pub(crate) use crate::web::cors;
+use crate::web::if_none_match_with;
 pub use crate::web::{preflight_for, Body, Route};
 
 const ALLOWED: &str = "GET, HEAD, OPTIONS";
@@ -90,11 +91,7 @@ pub fn did_document(
 
 pub(crate) fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response<Body> {
     let gzip = accepts_gzip(req).then(|| doc.gzip()).flatten();
-    let etag = if gzip.is_some() {
-        &doc.etag_gzip
-    } else {
-        &doc.etag
-    };
+    let etag = gzip.map_or(&doc.etag, |z| &z.etag);
     let not_modified = match req.get(IF_NONE_MATCH) {
         Some(inm) => if_none_match_matches(inm, doc),
         None => req
@@ -109,7 +106,7 @@ pub(crate) fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response
     let h = resp.headers_mut();
     h.insert(ETAG, etag.clone());
     h.insert(CACHE_CONTROL, doc.cache_control.clone());
-    h.insert(LAST_MODIFIED, doc.last_modified_header.clone());
+    h.insert(LAST_MODIFIED, doc.last_modified_header());
     h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
     cors(h);
     h.insert(
@@ -124,7 +121,7 @@ pub(crate) fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response
     let body = match gzip {
         Some(z) => {
             h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-            z.clone()
+            z.body.clone()
         }
         None => doc.body.clone(),
     };
@@ -138,12 +135,7 @@ pub(crate) fn document(doc: &Published, head: bool, req: &HeaderMap) -> Response
 /// RFC 9110 §13.1.2: `*`, or any listed tag equal to a current representation's tag under
 /// weak comparison (the `W/` prefix ignored).
 fn if_none_match_matches(value: &HeaderValue, doc: &Published) -> bool {
-    // Both tags are quoted hex digests. One that were no visible ASCII could match no tag a
-    // client sends (a value that is no visible ASCII matches nothing), which NUL stands for.
-    fn tag(v: &HeaderValue) -> &str {
-        v.to_str().unwrap_or("\0")
-    }
-    if_none_match(value, &[tag(&doc.etag), tag(&doc.etag_gzip)])
+    if_none_match_with(value, |tag| doc.has_tag(tag))
 }
 
 /// Whether `Accept-Encoding` admits gzip (q > 0), explicitly or by `*`.

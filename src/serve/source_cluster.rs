@@ -81,7 +81,8 @@ impl PartialEq for CardBytes {
 /// what directories select it by.
 #[derive(Clone)]
 struct CardView {
-    key: String,
+    /// `namespace/name`: also the source of the card's index entry (one copy, shared).
+    key: Arc<str>,
     /// The card in its stored form: the card store's own `Arc` where controllers run (no
     /// copy), the one holder in a serving replica, which keeps no store ([`StoredCard::KEEP`]).
     card: Arc<dyn CardFields>,
@@ -95,7 +96,8 @@ impl CardView {
                 "{}/{}",
                 meta.namespace.as_deref().unwrap_or_default(),
                 meta.name.as_deref().unwrap_or_default()
-            ),
+            )
+            .into(),
             card,
         }
     }
@@ -295,7 +297,7 @@ impl ClusterView {
         let extended = self.extended_route(uid, card, route, modified, max_age);
         self.index.upsert(CardEntry {
             source: key.clone(),
-            host: host.clone(),
+            host: host.as_str().into(),
             prefix: normalize_prefix(&route.path_prefix),
             legacy: route.legacy_path,
             created: since,
@@ -369,7 +371,7 @@ impl ClusterView {
             let all: Vec<(String, Listed)> = self
                 .cards
                 .values()
-                .filter_map(|c| Some((c.key.clone(), listed(c, self.served_entry(c)?))))
+                .filter_map(|c| Some((c.key.to_string(), listed(c, self.served_entry(c)?))))
                 .collect();
             self.sites.fill(all);
         }

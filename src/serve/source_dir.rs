@@ -62,8 +62,8 @@ pub fn static_site(index: &Index, host: &str) -> Site {
                 .unwrap_or_default();
             let placement = Placement {
                 namespace: "static".into(),
-                name: e.host.clone(),
-                host: e.host.clone(),
+                name: e.host.to_string(),
+                host: e.host.to_string(),
                 url: format!("https://{}{PATH_CARD}", e.host),
                 content_hash: content_hash(&e.content.body),
                 key_id: String::new(),
@@ -397,8 +397,8 @@ fn refresh(
     } else {
         let stem = name.strip_suffix(".json").unwrap_or(name);
         index.upsert(CardEntry {
-            source: name.to_string(),
-            host: stem.trim_end_matches('.').to_ascii_lowercase(),
+            source: name.into(),
+            host: stem.trim_end_matches('.').to_ascii_lowercase().into(),
             prefix: String::new(),
             legacy: opts.legacy,
             created: stamp.modified,
