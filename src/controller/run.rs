@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use kube::runtime::controller::Error as ControllerError;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
@@ -27,7 +28,7 @@ use super::keys::watch::{self as key_watch, PublisherInputs};
 use super::metrics::ControllerMetrics;
 use super::routes::ownership::{Ownership, OwnershipInputs};
 use super::routes::watch as route_watch;
-use super::triggers;
+use super::triggers::{self, gate_limit, Gate};
 use super::watches::approvals as approval_watch;
 use super::watches::start as card_watch;
 use super::writes::seen::Written;
@@ -247,17 +248,32 @@ async fn run_card_controller(
     config: &Config,
     triggers: impl Stream<Item = ObjectRef<AgentCard>> + Send + 'static,
 ) {
+    // The queue takes a few reconciles of work at a time; the rest waits in the edges.
+    let gate = Gate::new(gate_limit(config.concurrency));
     Controller::for_stream(
         futures::stream::pending::<Result<AgentCard, watcher::Error>>(),
         ctx.cards.clone(),
     )
     .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
-    .reconcile_on(triggers)
+    .reconcile_on(gate.hold(Box::pin(triggers)))
     .run(agentcard::reconcile, agentcard::error_policy, ctx.clone())
-    .for_each(|res| async move {
+    .for_each(|res| {
+        match &res {
+            Ok((r, _)) => gate.answered(r),
+            Err(ControllerError::ReconcilerFailed(_, r) | ControllerError::ObjectNotFound(r)) => {
+                // Reported with its type erased: the card of the same namespace and name.
+                let card = ObjectRef::new(&r.name);
+                gate.answered(&match r.namespace.as_deref() {
+                    Some(ns) => card.within(ns),
+                    None => card,
+                })
+            }
+            Err(_) => {}
+        }
         if let Err(e) = res {
             tracing::debug!(error = %e, "controller event");
         }
+        futures::future::ready(())
     })
     .await;
 }

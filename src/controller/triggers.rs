@@ -6,9 +6,18 @@
 //! ([`CardTriggers`], [`DirectoryTriggers`]) are merged into the two controllers' trigger
 //! streams by [`crate::controller::run`]. An edge sends an object's reference only; the
 //! reconcile reads the object from the store, so a burst of events for one object costs one
-//! reconcile (the controller's queue deduplicates them).
+//! reconcile (the controller's queue deduplicates them). A [`Gate`] lets the card controller's
+//! queue take only a few references more than it can reconcile at once: the rest wait in
+//! their edges' channels, where a waiting reference costs a fifth of what the queue spends on
+//! one (a restart or a bulk apply queues every card).
+
+use std::collections::{HashSet, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use futures::channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
+use futures::task::AtomicWaker;
 use futures::Stream;
 use kube::runtime::reflector::ObjectRef;
 
@@ -181,6 +190,145 @@ pub fn edges() -> (ToCards, CardTriggers, ToDirectories, DirectoryTriggers) {
     )
 }
 
+/// How many references a controller's queue holds at most through a [`Gate`], for a
+/// controller running `concurrency` reconciles at once (0: unbounded, no gate): enough that
+/// a reconcile ending finds the next one queued.
+pub fn gate_limit(concurrency: u16) -> usize {
+    match concurrency {
+        0 => usize::MAX,
+        n => usize::from(n).saturating_mul(4).max(64),
+    }
+}
+
+/// Holds the card controller's triggers back while its queue has `limit` references it has
+/// not answered yet. kube's controller queue takes every trigger at once and keeps two copies
+/// of each reference (its map and its delay queue, about 700 bytes a card): at a restart or
+/// a bulk apply, one per card. Through the gate the queue holds at most `limit`; the rest
+/// wait here, in arrival order, each card once (a `namespace/name` key, about 80 bytes) —
+/// a card triggered again while it waits is still one reconcile, as it was in the queue.
+/// A reference is answered when the controller reports it (a reconcile ended, or the card
+/// was gone: [`Gate::answered`]).
+pub struct Gate {
+    state: Mutex<GateState>,
+    limit: usize,
+    waker: AtomicWaker,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Triggered, not let through yet: in arrival order, and as a set.
+    waiting: VecDeque<Arc<str>>,
+    waiting_set: HashSet<Arc<str>>,
+    /// Let through and not answered yet.
+    queued: HashSet<ObjectRef<AgentCard>>,
+}
+
+/// The key a waiting card is held by.
+fn waiting_key(r: &ObjectRef<AgentCard>) -> Arc<str> {
+    format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name).into()
+}
+
+/// The reference of a waiting key (a namespace and a name hold no `/`).
+fn waiting_ref(key: &str) -> ObjectRef<AgentCard> {
+    match key.split_once('/') {
+        Some(("", name)) => ObjectRef::new(name),
+        Some((ns, name)) => ObjectRef::new(name).within(ns),
+        None => ObjectRef::new(key),
+    }
+}
+
+impl Gate {
+    /// A gate letting `limit` references wait in the queue.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Gate {
+            state: Mutex::new(GateState::default()),
+            limit: limit.max(1),
+            waker: AtomicWaker::new(),
+        })
+    }
+
+    /// `triggers`, held back while the queue is full.
+    pub fn hold<S>(self: &Arc<Self>, triggers: S) -> Gated<S>
+    where
+        S: Stream<Item = ObjectRef<AgentCard>> + Unpin,
+    {
+        Gated {
+            gate: self.clone(),
+            inner: Some(triggers),
+        }
+    }
+
+    /// The controller reported `r`: one place in the queue is free again.
+    pub fn answered(&self, r: &ObjectRef<AgentCard>) {
+        let freed = {
+            let mut state = crate::locks::lock(&self.state);
+            state.queued.remove(r) && !state.waiting.is_empty()
+        };
+        if freed {
+            self.waker.wake();
+        }
+    }
+
+    /// How many references are let through and not answered, and how many cards wait.
+    pub fn counts(&self) -> (usize, usize) {
+        let state = crate::locks::lock(&self.state);
+        (state.queued.len(), state.waiting.len())
+    }
+}
+
+/// A trigger stream behind a [`Gate`].
+pub struct Gated<S> {
+    gate: Arc<Gate>,
+    /// `None` once it ended.
+    inner: Option<S>,
+}
+
+impl<S> Stream for Gated<S>
+where
+    S: Stream<Item = ObjectRef<AgentCard>> + Unpin,
+{
+    type Item = ObjectRef<AgentCard>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // Registered before the queue is looked at: an answer in between wakes this task.
+        this.gate.waker.register(cx.waker());
+        // Take in every trigger there is (the edges' channels keep none waiting).
+        while let Some(inner) = this.inner.as_mut() {
+            match Pin::new(inner).poll_next(cx) {
+                Poll::Ready(Some(r)) => {
+                    let key = waiting_key(&r);
+                    let mut state = crate::locks::lock(&this.gate.state);
+                    if state.waiting_set.insert(key.clone()) {
+                        state.waiting.push_back(key);
+                    }
+                }
+                Poll::Ready(None) => this.inner = None,
+                Poll::Pending => break,
+            }
+        }
+        let mut state = crate::locks::lock(&this.gate.state);
+        if state.queued.len() < this.gate.limit {
+            if let Some(key) = state.waiting.pop_front() {
+                state.waiting_set.remove(&key);
+                let r = waiting_ref(&key);
+                state.queued.insert(r.clone());
+                // Room for 100,000 waiting cards is given back as they leave.
+                let len = state.waiting.len();
+                if state.waiting.capacity() > 64 && len < state.waiting.capacity() / 4 {
+                    state.waiting.shrink_to(len * 2);
+                    state.waiting_set.shrink_to(len * 2);
+                }
+                return Poll::Ready(Some(r));
+            }
+        }
+        if this.inner.is_none() && state.waiting.is_empty() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +371,78 @@ mod tests {
         let mut got: Vec<String> = dirs.merged().map(|r| r.name).collect().await;
         got.sort();
         assert_eq!(got, (0..5).map(|i| format!("d{i}")).collect::<Vec<_>>());
+    }
+
+    fn card_ref(name: &str) -> ObjectRef<AgentCard> {
+        ObjectRef::new(name).within("ns")
+    }
+
+    fn next(g: &mut Gated<UnboundedReceiver<ObjectRef<AgentCard>>>) -> Option<String> {
+        futures::FutureExt::now_or_never(g.next())
+            .flatten()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+    }
+
+    #[tokio::test]
+    async fn a_gate_lets_through_as_many_cards_as_are_answered_each_waiting_card_once() {
+        let (tx, rx) = unbounded();
+        let gate = Gate::new(2);
+        let mut gated = gate.hold(rx);
+        for name in ["a", "b", "c", "b", "d", "c"] {
+            tx.unbounded_send(card_ref(name)).unwrap();
+        }
+        assert_eq!(next(&mut gated).as_deref(), Some("ns/a"));
+        assert_eq!(next(&mut gated).as_deref(), Some("ns/b"));
+        // Two unanswered: the queue is full; c and d wait, each once (sent twice).
+        assert_eq!(next(&mut gated), None);
+        assert_eq!(gate.counts(), (2, 2));
+        // An answer for a card the gate never let through frees nothing.
+        gate.answered(&card_ref("z"));
+        assert_eq!(next(&mut gated), None);
+        // "a" again while queued: it waits behind c and d.
+        tx.unbounded_send(card_ref("a")).unwrap();
+        gate.answered(&card_ref("a"));
+        assert_eq!(next(&mut gated).as_deref(), Some("ns/c"));
+        assert_eq!(next(&mut gated), None);
+        gate.answered(&card_ref("b"));
+        assert_eq!(next(&mut gated).as_deref(), Some("ns/d"));
+        assert_eq!(gate.counts(), (2, 1));
+        drop(tx);
+        gate.answered(&card_ref("c"));
+        assert_eq!(next(&mut gated).as_deref(), Some("ns/a"));
+        // The edges ended and nothing waits: the stream ends.
+        assert_eq!(futures::FutureExt::now_or_never(gated.next()), Some(None));
+        // A cluster-scoped reference (none is a card, but it round-trips).
+        assert_eq!(
+            waiting_ref(&waiting_key(&ObjectRef::new("x"))),
+            ObjectRef::new("x")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_wakes_a_stream_held_back() {
+        let (tx, rx) = unbounded();
+        let gate = Gate::new(1);
+        let mut gated = gate.hold(rx);
+        tx.unbounded_send(card_ref("a")).unwrap();
+        tx.unbounded_send(card_ref("b")).unwrap();
+        assert_eq!(gated.next().await.map(|r| r.name).as_deref(), Some("a"));
+        let answer = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                tokio::task::yield_now().await;
+                gate.answered(&card_ref("a"));
+            })
+        };
+        // Pending until the answer comes, then "b".
+        assert_eq!(gated.next().await.map(|r| r.name).as_deref(), Some("b"));
+        answer.await.unwrap();
+    }
+
+    #[test]
+    fn the_queue_holds_four_reconciles_of_work_and_no_gate_when_unbounded() {
+        assert_eq!(gate_limit(32), 128);
+        assert_eq!(gate_limit(1), 64);
+        assert_eq!(gate_limit(0), usize::MAX);
     }
 }
