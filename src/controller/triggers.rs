@@ -223,13 +223,15 @@ struct GateState {
     queued: HashSet<ObjectRef<AgentCard>>,
 }
 
-/// The key a waiting card is held by.
-fn waiting_key(r: &ObjectRef<AgentCard>) -> Arc<str> {
+/// A card's reference as a compact key, `namespace/name` (about 48 bytes with its `Arc`; an
+/// `ObjectRef` is 96 bytes inline and two allocations): what the gate and the cards-by-host
+/// index hold per card.
+pub fn card_key(r: &ObjectRef<AgentCard>) -> Arc<str> {
     format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name).into()
 }
 
-/// The reference of a waiting key (a namespace and a name hold no `/`).
-fn waiting_ref(key: &str) -> ObjectRef<AgentCard> {
+/// The reference a [`card_key`] stands for (a namespace and a name hold no `/`).
+pub fn card_ref(key: &str) -> ObjectRef<AgentCard> {
     match key.split_once('/') {
         Some(("", name)) => ObjectRef::new(name),
         Some((ns, name)) => ObjectRef::new(name).within(ns),
@@ -297,7 +299,7 @@ where
         while let Some(inner) = this.inner.as_mut() {
             match Pin::new(inner).poll_next(cx) {
                 Poll::Ready(Some(r)) => {
-                    let key = waiting_key(&r);
+                    let key = card_key(&r);
                     let mut state = crate::locks::lock(&this.gate.state);
                     if state.waiting_set.insert(key.clone()) {
                         state.waiting.push_back(key);
@@ -311,7 +313,7 @@ where
         if state.queued.len() < this.gate.limit {
             if let Some(key) = state.waiting.pop_front() {
                 state.waiting_set.remove(&key);
-                let r = waiting_ref(&key);
+                let r = card_ref(&key);
                 state.queued.insert(r.clone());
                 // Room for 100,000 waiting cards is given back as they leave.
                 let len = state.waiting.len();
@@ -373,7 +375,7 @@ mod tests {
         assert_eq!(got, (0..5).map(|i| format!("d{i}")).collect::<Vec<_>>());
     }
 
-    fn card_ref(name: &str) -> ObjectRef<AgentCard> {
+    fn in_ns(name: &str) -> ObjectRef<AgentCard> {
         ObjectRef::new(name).within("ns")
     }
 
@@ -389,7 +391,7 @@ mod tests {
         let gate = Gate::new(2);
         let mut gated = gate.hold(rx);
         for name in ["a", "b", "c", "b", "d", "c"] {
-            tx.unbounded_send(card_ref(name)).unwrap();
+            tx.unbounded_send(in_ns(name)).unwrap();
         }
         assert_eq!(next(&mut gated).as_deref(), Some("ns/a"));
         assert_eq!(next(&mut gated).as_deref(), Some("ns/b"));
@@ -397,24 +399,24 @@ mod tests {
         assert_eq!(next(&mut gated), None);
         assert_eq!(gate.counts(), (2, 2));
         // An answer for a card the gate never let through frees nothing.
-        gate.answered(&card_ref("z"));
+        gate.answered(&in_ns("z"));
         assert_eq!(next(&mut gated), None);
         // "a" again while queued: it waits behind c and d.
-        tx.unbounded_send(card_ref("a")).unwrap();
-        gate.answered(&card_ref("a"));
+        tx.unbounded_send(in_ns("a")).unwrap();
+        gate.answered(&in_ns("a"));
         assert_eq!(next(&mut gated).as_deref(), Some("ns/c"));
         assert_eq!(next(&mut gated), None);
-        gate.answered(&card_ref("b"));
+        gate.answered(&in_ns("b"));
         assert_eq!(next(&mut gated).as_deref(), Some("ns/d"));
         assert_eq!(gate.counts(), (2, 1));
         drop(tx);
-        gate.answered(&card_ref("c"));
+        gate.answered(&in_ns("c"));
         assert_eq!(next(&mut gated).as_deref(), Some("ns/a"));
         // The edges ended and nothing waits: the stream ends.
         assert_eq!(futures::FutureExt::now_or_never(gated.next()), Some(None));
         // A cluster-scoped reference (none is a card, but it round-trips).
         assert_eq!(
-            waiting_ref(&waiting_key(&ObjectRef::new("x"))),
+            card_ref(&card_key(&ObjectRef::new("x"))),
             ObjectRef::new("x")
         );
     }
@@ -424,14 +426,14 @@ mod tests {
         let (tx, rx) = unbounded();
         let gate = Gate::new(1);
         let mut gated = gate.hold(rx);
-        tx.unbounded_send(card_ref("a")).unwrap();
-        tx.unbounded_send(card_ref("b")).unwrap();
+        tx.unbounded_send(in_ns("a")).unwrap();
+        tx.unbounded_send(in_ns("b")).unwrap();
         assert_eq!(gated.next().await.map(|r| r.name).as_deref(), Some("a"));
         let answer = {
             let gate = gate.clone();
             tokio::spawn(async move {
                 tokio::task::yield_now().await;
-                gate.answered(&card_ref("a"));
+                gate.answered(&in_ns("a"));
             })
         };
         // Pending until the answer comes, then "b".

@@ -27,6 +27,7 @@ use kube::ResourceExt;
 
 use super::agentdirectory::count::Recount;
 use crate::contract::{ANN_ALLOWED_HOSTS, ANN_DIRECTORY, CONTENT_CARD, LABEL_CONTENT};
+use crate::controller::triggers::{card_key, card_ref};
 use crate::controller::writes::seen::{Unseen, WriteMemo};
 use crate::crd::AgentCard;
 use crate::hub::{name_ref, Shared};
@@ -35,8 +36,8 @@ use crate::store::{MetaView, SeenConfigMap};
 
 /// The cards by host and by namespace, kept in step with the card store by [`fan_out_cards`]:
 /// which cards to look at again when a host is freed, how many cards a namespace has and how
-/// many bytes of specs. Each card's reference is held once (an `Arc` shared by the three maps)
-/// and each host once.
+/// many bytes of specs. Each card's reference is held once (a `namespace/name` key, an `Arc`
+/// shared by the three maps: [`card_key`]) and each host once.
 #[derive(Default)]
 pub struct CardsByHost {
     /// Each card's host and the bytes of its spec.
@@ -63,19 +64,19 @@ pub fn spec_bytes(card: &AgentCard) -> usize {
     serde_json::to_vec(&card.spec).map_or(1, |v| v.len().max(1))
 }
 
-/// A card's reference as the [`CardsByHost`] holds it.
-type CardKey = Arc<ObjectRef<AgentCard>>;
+/// A card's reference as the [`CardsByHost`] holds it ([`card_key`]).
+type CardKey = Arc<str>;
 
 impl CardsByHost {
     /// Record `card` (new, or its spec changed).
     pub fn apply(&mut self, card: &AgentCard) {
-        let key = name_ref(card);
+        let key = card_key(&name_ref(card));
         let bytes = spec_bytes(card);
         let host = card.spec.publish.host.to_ascii_lowercase();
-        let ns = key.namespace.clone().unwrap_or_default();
+        let ns = card.metadata.namespace.clone().unwrap_or_default();
         let (shared, old) = match self.host_of.get_key_value(&key) {
             Some((k, v)) => (k.clone(), Some(v.clone())),
-            None => (Arc::new(key), None),
+            None => (key, None),
         };
         self.count(&ns, old.as_ref().map_or(0, |o| o.bytes), bytes);
         let same_host = old.as_ref().is_some_and(|o| *o.host == *host);
@@ -125,29 +126,26 @@ impl CardsByHost {
 
     /// Bytes of `key`'s spec (0 when not indexed).
     pub fn size_of(&self, key: &ObjectRef<AgentCard>) -> usize {
-        self.host_of.get(key).map_or(0, |i| i.bytes)
+        self.host_of.get(&card_key(key)).map_or(0, |i| i.bytes)
     }
 
     /// Forget `card`.
-    pub fn remove(&mut self, key: &ObjectRef<AgentCard>) {
-        let ns = key.namespace.clone().unwrap_or_default();
-        if let Some(old) = self.host_of.remove(key) {
+    pub fn remove(&mut self, r: &ObjectRef<AgentCard>) {
+        let ns = r.namespace.clone().unwrap_or_default();
+        let key = card_key(r);
+        if let Some(old) = self.host_of.remove(&key) {
             self.count(&ns, old.bytes, 0);
-            Self::remove_from_host(&mut self.by_host, &old.host, key);
+            Self::remove_from_host(&mut self.by_host, &old.host, &key);
         }
         if let Some(set) = self.by_namespace.get_mut(&ns) {
-            set.remove(key);
+            set.remove(&key);
             if set.is_empty() {
                 self.by_namespace.remove(&ns);
             }
         }
     }
 
-    fn remove_from_host(
-        map: &mut HashMap<Arc<str>, Vec<CardKey>>,
-        at: &str,
-        key: &ObjectRef<AgentCard>,
-    ) {
+    fn remove_from_host(map: &mut HashMap<Arc<str>, Vec<CardKey>>, at: &str, key: &str) {
         if let Some(list) = map.get_mut(at) {
             list.retain(|k| **k != *key);
             if list.is_empty() {
@@ -168,7 +166,7 @@ impl CardsByHost {
     pub fn on_host(&self, host: &str) -> Vec<ObjectRef<AgentCard>> {
         self.by_host
             .get(host.to_ascii_lowercase().as_str())
-            .map(|list| list.iter().map(|k| ObjectRef::clone(k)).collect())
+            .map(|list| list.iter().map(|k| card_ref(k)).collect())
             .unwrap_or_default()
     }
 
@@ -176,12 +174,12 @@ impl CardsByHost {
     pub fn in_namespace(&self, ns: &str) -> Vec<ObjectRef<AgentCard>> {
         self.by_namespace
             .get(ns)
-            .map(|s| s.iter().map(|k| ObjectRef::clone(k)).collect())
+            .map(|s| s.iter().map(|k| card_ref(k)).collect())
             .unwrap_or_default()
     }
 
     /// Every card, as the references the index shares (for a walk that outlives the lock).
-    pub fn shared_keys(&self) -> Vec<Arc<ObjectRef<AgentCard>>> {
+    pub fn shared_keys(&self) -> Vec<CardKey> {
         self.host_of.keys().cloned().collect()
     }
 
@@ -210,7 +208,7 @@ pub async fn resync(
             continue;
         };
         for key in keys {
-            if cards.unbounded_send(ObjectRef::clone(&key)).is_err() {
+            if cards.unbounded_send(card_ref(&key)).is_err() {
                 return;
             }
             tokio::time::sleep(gap).await;

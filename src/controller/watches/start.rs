@@ -135,7 +135,7 @@ fn resign_all_on_demand(
         while rx.next().await.is_some() {
             let keys = crate::locks::lock(&index).shared_keys();
             for key in keys {
-                let _ = keys_changed.unbounded_send(ObjectRef::clone(&key));
+                let _ = keys_changed.unbounded_send(crate::controller::triggers::card_ref(&key));
             }
         }
     });
