@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::a2a::Jwks;
 use crate::locks::lock;
+use crate::net::LazyClient;
 
 /// How long fetched keys are used before they are fetched again.
 pub const KEYS_TTL: Duration = Duration::from_secs(300);
@@ -97,9 +98,9 @@ struct Entry {
 pub struct Issuers {
     configured: HashMap<String, url::Url>,
     /// For the platform's issuers: its CA trusted, any address.
-    platform: reqwest::Client,
+    platform: LazyClient,
     /// For the others: public addresses only.
-    public: reqwest::Client,
+    public: LazyClient,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
 }
 
@@ -114,22 +115,30 @@ impl Issuers {
                 .connect_timeout(FETCH_TIMEOUT)
                 .no_proxy()
         };
-        let mut platform = builder();
-        if let Some(pem) = ca_pem {
-            for cert in reqwest::Certificate::from_pem_bundle(pem)? {
-                platform = platform.add_root_certificate(cert);
-            }
-        }
-        let public = builder()
-            .https_only(true)
-            .dns_resolver(crate::net::guard(crate::net::Allowed::default()))
-            .build()?;
+        // The platform's CAs are read now (a bad bundle fails the start); the clients are
+        // built on first use.
+        let roots = match ca_pem {
+            Some(pem) => reqwest::Certificate::from_pem_bundle(pem)?,
+            None => Vec::new(),
+        };
+        let platform = LazyClient::new(move || {
+            roots
+                .iter()
+                .fold(builder(), |b, cert| b.add_root_certificate(cert.clone()))
+                .build()
+        });
+        let public = LazyClient::new(move || {
+            builder()
+                .https_only(true)
+                .dns_resolver(crate::net::guard(crate::net::Allowed::default()))
+                .build()
+        });
         Ok(Issuers {
             configured: configured
                 .into_iter()
                 .map(|c| (c.issuer, c.discovery))
                 .collect(),
-            platform: platform.build()?,
+            platform,
             public,
             entries: Mutex::default(),
         })
@@ -213,8 +222,9 @@ impl Issuers {
                 (&self.public, url, false)
             }
         };
+        let client = client.get().map_err(|e| format!("the HTTP client: {e}"))?;
         let doc: serde_json::Value =
-            serde_json::from_slice(&get(client, &discovery, platform).await?)
+            serde_json::from_slice(&get(&client, &discovery, platform).await?)
                 .map_err(|e| format!("the discovery document: {e}"))?;
         // OpenID Connect Discovery §4.3: the document names the issuer it was asked for.
         if doc.get("issuer").and_then(|v| v.as_str()) != Some(issuer) {
@@ -225,7 +235,7 @@ impl Issuers {
             .and_then(|v| v.as_str())
             .ok_or("the discovery document has no jwks_uri")?;
         let jwks_uri = url::Url::parse(jwks_uri).map_err(|e| format!("jwks_uri: {e}"))?;
-        let body = get(client, &jwks_uri, platform).await?;
+        let body = get(&client, &jwks_uri, platform).await?;
         Jwks::from_slice(&body).map_err(|e| e.to_string())
     }
 }

@@ -261,7 +261,7 @@ async fn fetch_card(
     source: &Source,
 ) -> Result<(String, A2aCard), SourceError> {
     let target = target(&sources.client, &sources.reach, namespace, source).await?;
-    let (body, path) = match fetch(&sources.http, &target, source, None).await? {
+    let (body, path) = match fetch(&sources.http()?, &target, source, None).await? {
         Fetched::Body { body, path, .. } => (body, path),
         // Only sent with an ETag, which drift never sends.
         Fetched::NotModified => {

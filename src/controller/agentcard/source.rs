@@ -512,7 +512,7 @@ pub struct Sources {
     /// API client (the source's Service and its EndpointSlices).
     pub client: kube::Client,
     /// The HTTP client fetching imported cards (no redirects, timeouts).
-    pub http: reqwest::Client,
+    pub http: crate::net::LazyClient,
     /// The last good imported card of each card with `spec.source`.
     pub cache: SourceCache,
     /// Which endpoint addresses may be fetched.
@@ -528,10 +528,17 @@ impl Sources {
         Ok(Sources {
             reach: Reach::new(client.clone(), allow_unmanaged),
             client,
-            http: http_client()?,
+            http: crate::net::LazyClient::new(http_client),
             cache: SourceCache::default(),
             drifts: super::drift::Drifts::default(),
         })
+    }
+
+    /// The HTTP client for agents (built on first use).
+    pub fn http(&self) -> Result<reqwest::Client, SourceError> {
+        self.http
+            .get()
+            .map_err(|e| SourceError::new("Unreachable", format!("the HTTP client: {e}")))
     }
 
     /// Fetch `card`'s source when due and decide which card to publish (see the module doc).
@@ -621,7 +628,11 @@ async fn fetch_and_read(
     };
     let etag = cached.as_ref().and_then(|c| c.etag.as_deref());
     let now = || jiff::Timestamp::now().to_string();
-    match fetch(&sources.http, &target, source, etag).await {
+    let http = match sources.http() {
+        Ok(http) => http,
+        Err(e) => return (fail(e, status), cached.clone(), None),
+    };
+    match fetch(&http, &target, source, etag).await {
         Err(e) => (fail(e, status), cached.clone(), None),
         Ok(Fetched::NotModified) => {
             status.fetched_at = Some(now());
@@ -712,7 +723,7 @@ async fn fetch_extended(
         .as_deref()
         .unwrap_or(crate::contract::PATH_EXTENDED);
     let url = format!("{}{path}", target.service_url);
-    let body = match fetch_one(&sources.http, target, path, None, Some(&token)).await? {
+    let body = match fetch_one(&sources.http()?, target, path, None, Some(&token)).await? {
         Some(Fetched::Body { body, .. }) => body,
         _ => {
             return Err(SourceError::new(
