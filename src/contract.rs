@@ -173,7 +173,62 @@ pub fn normalize_prefix(p: &str) -> String {
 
 /// Strong ETag value (without quotes) of served bytes: the first 32 hex digits of SHA-256.
 pub fn content_hash(bytes: &[u8]) -> String {
+    content_digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The 16 bytes [`content_hash`] writes in hex: what a holder of many hashes keeps (16 bytes
+/// inline, where the hex is a 32-byte allocation and its 24-byte `String`).
+pub fn content_digest(bytes: &[u8]) -> [u8; 16] {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(bytes);
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = [0; 16];
+    out.copy_from_slice(&digest[..16]);
+    out
+}
+
+/// Whether `hash` (as a status or an annotation names it) is the [`content_hash`] of the bytes
+/// whose [`content_digest`] is `digest`: exactly its 32 lower-case hex digits.
+pub fn is_content_hash(hash: &str, digest: &[u8; 16]) -> bool {
+    let hex = hash.as_bytes();
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    hex.len() == 32
+        && digest.iter().enumerate().all(|(i, &d)| {
+            digit(hex[2 * i])
+                .zip(digit(hex[2 * i + 1]))
+                .is_some_and(|(hi, lo)| hi << 4 | lo == d)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_content_hash_names_its_digest_exactly() {
+        let digest = content_digest(b"{\"name\":\"x\"}");
+        let hash = content_hash(b"{\"name\":\"x\"}");
+        assert_eq!(hash.len(), 32);
+        assert!(is_content_hash(&hash, &digest));
+        // Another digit, upper case, a prefix, a longer string or another digest: not it.
+        let mut other = hash.clone().into_bytes();
+        other[31] = if other[31] == b'0' { b'1' } else { b'0' };
+        let other = String::from_utf8(other).unwrap_or_default();
+        for wrong in [
+            other.as_str(),
+            &hash.to_uppercase(),
+            &hash[..31],
+            &format!("{hash}0"),
+            "",
+        ] {
+            assert!(!is_content_hash(wrong, &digest), "{wrong}");
+        }
+        assert!(!is_content_hash(&hash, &content_digest(b"{}")));
+    }
 }

@@ -52,19 +52,21 @@ fn source(cm: &SeenConfigMap) -> String {
 }
 
 /// The uid of the AgentCard controlling `cm`, if one does.
-fn card_owner(cm: &SeenConfigMap) -> Option<String> {
+fn card_owner(cm: &SeenConfigMap) -> Option<&str> {
     cm.seen
         .controller()
         .filter(|o| o.kind == "AgentCard" && o.api_version.starts_with("agentcard.dev/"))
-        .map(|o| o.uid.to_string())
+        .map(|o| o.uid)
 }
 
 /// A card ConfigMap as the feed keeps it: its controlling AgentCard and its bytes.
 #[derive(Clone)]
 struct CardBytes {
-    owner: Option<String>,
-    /// The content hash of `body`.
-    hash: String,
+    /// The controlling card's uid: the `Arc` the view's map of cards holds, when it holds the
+    /// card.
+    owner: Option<Arc<str>>,
+    /// The content digest of `body` ([`content_digest`]).
+    hash: [u8; 16],
     /// Shared with what the index serves (no copy per card).
     body: Bytes,
 }
@@ -229,7 +231,7 @@ struct ClusterView {
     /// Extended card ConfigMaps by `namespace/name`.
     extended_cms: HashMap<String, CardBytes>,
     /// AgentCards by uid.
-    cards: HashMap<String, CardView>,
+    cards: HashMap<Arc<str>, CardView>,
     /// The directories' change-feed logs as their ConfigMaps bring them.
     logs: Persisted,
     relist_cms: Option<HashSet<String>>,
@@ -275,7 +277,7 @@ impl ClusterView {
         let bytes = self
             .cms
             .get(&format!("{}/{cm_name}", card.namespace()))
-            .filter(|b| b.owner.as_deref() == Some(uid) && b.hash == *hash)
+            .filter(|b| b.owner.as_deref() == Some(uid) && is_content_hash(hash, &b.hash))
             .map(|b| b.body.clone());
         let body = match bytes {
             Some(body) => body,
@@ -336,7 +338,9 @@ impl ClusterView {
             (Some(_), Some(st)) => self
                 .extended_cms
                 .get(&format!("{}/{}", card.namespace(), st.config_map))
-                .filter(|b| b.owner.as_deref() == Some(uid) && b.hash == st.content_hash)
+                .filter(|b| {
+                    b.owner.as_deref() == Some(uid) && is_content_hash(&st.content_hash, &b.hash)
+                })
                 .map(|b| {
                     Arc::new(Published::new(b.body.clone(), modified, max_age).private(max_age))
                 })
@@ -389,11 +393,11 @@ impl ClusterView {
                 let Some(body) = cm.bytes(KEY_CARD) else {
                     return self.remove_cm(&cm);
                 };
-                let owner = card_owner(&cm);
+                let owner = card_owner(&cm).map(|uid| self.uid_key(uid));
                 // The served bytes are the stored ConfigMap's own (shared, no copy).
                 let bytes = CardBytes {
                     owner: owner.clone(),
-                    hash: content_hash(body),
+                    hash: content_digest(body),
                     body: body.clone(),
                 };
                 let previous = self.cms.insert(source(&cm), bytes.clone());
@@ -415,8 +419,8 @@ impl ClusterView {
                     return self.remove_cm(&cm);
                 };
                 let bytes = CardBytes {
-                    owner: card_owner(&cm),
-                    hash: content_hash(body),
+                    owner: card_owner(&cm).map(|uid| self.uid_key(uid)),
+                    hash: content_digest(body),
                     body: body.clone(),
                 };
                 let previous = self.extended_cms.insert(source(&cm), bytes.clone());
@@ -502,8 +506,16 @@ impl ClusterView {
         self.extended_cms.remove(&source(cm));
     }
 
+    /// Card `uid` as the map of cards keys it: that map's own `Arc` when it holds the card (a
+    /// ConfigMap's owner then shares it).
+    fn uid_key(&self, uid: &str) -> Arc<str> {
+        self.cards
+            .get_key_value(uid)
+            .map_or_else(|| uid.into(), |(k, _)| k.clone())
+    }
+
     fn apply_card(&mut self, card: Arc<dyn CardFields>) {
-        let Some(uid) = card.meta().uid.clone() else {
+        let Some(uid) = card.meta().uid.as_deref().map(|uid| self.uid_key(uid)) else {
             return;
         };
         let view = CardView::of(card);
@@ -600,10 +612,10 @@ impl ClusterView {
             }
             Event::InitDone => {
                 if let Some(seen) = self.relist_cards.take() {
-                    let gone: Vec<String> = self
+                    let gone: Vec<Arc<str>> = self
                         .cards
                         .keys()
-                        .filter(|uid| !seen.contains(*uid))
+                        .filter(|uid| !seen.contains(&***uid))
                         .cloned()
                         .collect();
                     for uid in gone {

@@ -12,6 +12,7 @@
 //! The table lives behind a `Mutex` in the controller context; it is pure data, never awaited on.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 
@@ -146,10 +147,11 @@ impl Held {
 #[derive(Debug, Default)]
 pub struct Claims {
     shared_hosts: Vec<String>,
-    by_host: HashMap<Box<str>, Vec<Held>>,
+    by_host: HashMap<Arc<str>, Vec<Held>>,
     /// The hosts on which each uid holds claims: [`Claims::retain`] looks at those alone, so a
-    /// reconcile costs O(its own claims), not O(every claim of the cluster).
-    hosts_of: HashMap<Box<str>, Vec<Box<str>>>,
+    /// reconcile costs O(its own claims), not O(every claim of the cluster). Each host is the
+    /// `Arc` that keys `by_host` (one copy of a host however many cards claim it).
+    hosts_of: HashMap<Box<str>, Vec<Arc<str>>>,
 }
 
 impl Claims {
@@ -234,15 +236,19 @@ impl Claims {
 
     fn insert(&mut self, claim: &Claim) {
         // Most hosts hold one claim, and most cards one host: no room for more until needed.
+        let host = match self.by_host.get_key_value(claim.host.as_str()) {
+            Some((host, _)) => host.clone(),
+            None => Arc::from(claim.host.as_str()),
+        };
         let hosts = self
             .hosts_of
             .entry(claim.uid.as_str().into())
             .or_insert_with(|| Vec::with_capacity(1));
         if !hosts.iter().any(|h| **h == *claim.host) {
-            hosts.push(claim.host.as_str().into());
+            hosts.push(host.clone());
         }
         self.by_host
-            .entry(claim.host.as_str().into())
+            .entry(host)
             .or_insert_with(|| Vec::with_capacity(1))
             .push(Held::of(claim));
     }
