@@ -53,8 +53,9 @@ pub struct Gzipped {
 
 /// The `Cache-Control` value for `max_age` seconds, shared or private, as one value every
 /// document with the same policy shares (a clone is a reference count, not a copy): of
-/// 100,000 cards most use one of a few ages. At most 2 × 86,401 values can exist (ages are
-/// clamped to a day by the callers that take them from a spec).
+/// 100,000 cards most use one of a few ages. Ages from a tenant's spec are clamped to a day
+/// by their callers (at most 2 × 86,401 values); the JWKS's comes from the operator's own
+/// ConfigMap.
 pub fn cache_control(private: bool, max_age: u32) -> HeaderValue {
     static VALUES: OnceLock<std::sync::Mutex<HashMap<(bool, u32), HeaderValue>>> = OnceLock::new();
     let mut values = crate::locks::lock(VALUES.get_or_init(Default::default));

@@ -339,7 +339,17 @@ async fn cards_keep_being_served_while_the_api_server_is_down() {
         &[("KUBECONFIG", &plane.kubeconfig())],
     );
     server.wait_ready(Duration::from_secs(30));
-    assert_eq!(server.get(&host, PATH_CARD, &[]).status, 200);
+    // The first list may come from the API server's watch cache a moment behind the status
+    // patched just before the replica started (kube's streaming list asks for any version):
+    // the card is served once the watch brings it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.get(&host, PATH_CARD, &[]).status != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the card was never served"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     plane.stop();
     std::thread::sleep(Duration::from_secs(3));
     let r = server.get(&host, PATH_CARD, &[]);

@@ -272,6 +272,7 @@ impl Gate {
     }
 
     /// How many references are let through and not answered, and how many cards wait.
+    #[cfg(test)]
     pub fn counts(&self) -> (usize, usize) {
         let state = crate::locks::lock(&self.state);
         (state.queued.len(), state.waiting.len())
