@@ -3,14 +3,15 @@
 //!
 //! Data flow: a watcher stream (a streaming list where the API server allows it, else pages,
 //! see [`list_and_watch`]) → compaction (what no reader needs, such as `managedFields`, is
-//! dropped before it is stored) → the reflector store → [`Hub`] forwards each event, the object
-//! behind an `Arc`, to every subscriber. A subscriber that joins late (the controllers, when
-//! this replica gains the lease) first gets the store's content as a relist (`Init`,
-//! `InitApply`…, `InitDone`), then the live events: nothing is missed, and nothing is listed
-//! from the API server twice. The store is updated before an event is forwarded, so a
-//! subscriber reacting to an event reads at least that version from the store; a relist's
-//! objects are forwarded at its end, once the store holds them. Subscribers get the very
-//! objects the store holds (one `Arc` each), not copies.
+//! dropped before it is stored) → the store (kube's reflector store, or for the card ConfigMaps,
+//! which no kube `Controller` reads, a [`NamedStore`] without kube's key per object) → [`Hub`]
+//! forwards each event, the object behind an `Arc`, to every subscriber. A subscriber that
+//! joins late (the controllers, when this replica gains the lease) first gets the store's
+//! content as a relist (`Init`, `InitApply`…, `InitDone`), then the live events: nothing is
+//! missed, and nothing is listed from the API server twice. The store is updated before an
+//! event is forwarded, so a subscriber reacting to an event reads at least that version from
+//! the store; a relist's objects are forwarded at its end, once the store holds them.
+//! Subscribers get the very objects the store holds (one `Arc` each), not copies.
 //!
 //! A hub that keeps nothing ([`Keep::Nothing`], a serving replica's cards and ConfigMaps) has
 //! no store: its one subscriber, registered before the watch starts, gets each event as it
@@ -30,8 +31,8 @@ use kube::Client;
 use crate::contract::PUBLISHED_SELECTOR;
 use crate::crd::{AgentCard, AgentDirectory};
 use crate::process::AbortOnDrop;
-use crate::store::SeenConfigMap;
 use crate::store::{compact_card, compact_meta, CardFields, ServedCard};
+use crate::store::{NamedStore, NamedWriter, SeenConfigMap};
 
 /// A watch event with the object shared.
 pub type Shared<K> = Event<Arc<K>>;
@@ -151,6 +152,9 @@ pub enum Keep {
     /// A reflector store every reader shares (the controllers read objects from it), and
     /// from which a subscriber that joins late gets a relist.
     Store,
+    /// The same, in a [`NamedStore`] ([`Hub::named`]): for a kind no kube `Controller` reads
+    /// (the card ConfigMaps, one or two per card), without kube's per-object key.
+    Named,
     /// No store: one subscriber, which keeps what it reads of each object itself (a serving
     /// replica's view of the cards and their ConfigMaps). Each event goes to it as it comes,
     /// a relist's objects included, and no object outlives what that subscriber keeps of it:
@@ -162,6 +166,7 @@ pub enum Keep {
 /// One kind's watch: its store, and the subscribers its events go to.
 pub struct Hub<K: kube::Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
+    named: NamedStore<K>,
     keep: Keep,
     subscribers: Arc<Mutex<Subscribers<K>>>,
     listed: tokio::sync::watch::Receiver<bool>,
@@ -180,9 +185,10 @@ impl<K: Watched> Hub<K> {
         scope: &Scope,
         keep: Keep,
     ) -> Hub<K> {
-        let (store, mut writer) = reflector::store();
+        let (store, writer) = reflector::store();
+        let named = NamedWriter::default();
         let (senders, first) = match keep {
-            Keep::Store => (Vec::new(), None),
+            Keep::Store | Keep::Named => (Vec::new(), None),
             Keep::Nothing => {
                 let (tx, rx) = futures::channel::mpsc::unbounded();
                 (vec![tx], Some(rx))
@@ -198,7 +204,12 @@ impl<K: Watched> Hub<K> {
             .filter(scope.event_filter())
             .modify(compact);
         let forward = subscribers.clone();
-        let reader = store.clone();
+        let named_reader = named.as_reader();
+        let mut stores = match keep {
+            Keep::Named => Stores::Named(named),
+            _ => Stores::Kube(writer),
+        };
+        let reader = stores.reader();
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let span = tracing::info_span!("watch", kind = %K::kind(&()));
         let task = tokio::spawn(tracing::Instrument::instrument(
@@ -218,7 +229,7 @@ impl<K: Watched> Hub<K> {
                         forward_unstored(&forward, &listed_tx, event);
                         continue;
                     }
-                    writer.apply_watcher_event(&event);
+                    stores.apply(&event);
                     // Subscribers get the store's own `Arc`s: what they keep of an object (the
                     // card server keeps the card bytes) shares its memory with the store.
                     let stored = |o: &K| reader.get(&name_ref(o));
@@ -249,6 +260,10 @@ impl<K: Watched> Hub<K> {
         ));
         Hub {
             store,
+            named: match keep {
+                Keep::Named => named_reader,
+                _ => NamedStore::default(),
+            },
             keep,
             subscribers,
             listed,
@@ -262,9 +277,14 @@ impl<K: Watched> Hub<K> {
         self.listed.clone()
     }
 
-    /// The store every reader shares.
+    /// The store every reader shares (empty unless the hub keeps [`Keep::Store`]).
     pub fn store(&self) -> Store<K> {
         self.store.clone()
+    }
+
+    /// The store every reader shares of a hub that keeps [`Keep::Named`] (else empty).
+    pub fn named(&self) -> NamedStore<K> {
+        self.named.clone()
     }
 
     /// The events from now on, after the store's content as a relist when the watch has
@@ -282,13 +302,54 @@ impl<K: Watched> Hub<K> {
         }
         if subs.synced {
             let _ = tx.unbounded_send(Event::Init);
-            for o in self.store.state() {
+            let held = match self.keep {
+                Keep::Named => self.named.state(),
+                _ => self.store.state(),
+            };
+            for o in held {
                 let _ = tx.unbounded_send(Event::InitApply(o));
             }
             let _ = tx.unbounded_send(Event::InitDone);
         }
         subs.senders.push(tx);
         rx
+    }
+}
+
+/// A hub's store, as its watch task writes and reads it.
+enum Stores<K: Watched> {
+    Kube(reflector::store::Writer<K>),
+    Named(NamedWriter<K>),
+}
+
+/// A reader of either store, by namespace and name.
+enum Reader<K: Watched> {
+    Kube(Store<K>),
+    Named(NamedStore<K>),
+}
+
+impl<K: Watched> Stores<K> {
+    fn apply(&mut self, event: &Event<K>) {
+        match self {
+            Stores::Kube(writer) => writer.apply_watcher_event(event),
+            Stores::Named(writer) => writer.apply_watcher_event(event),
+        }
+    }
+
+    fn reader(&self) -> Reader<K> {
+        match self {
+            Stores::Kube(writer) => Reader::Kube(writer.as_reader()),
+            Stores::Named(writer) => Reader::Named(writer.as_reader()),
+        }
+    }
+}
+
+impl<K: Watched> Reader<K> {
+    fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        match self {
+            Reader::Kube(store) => store.get(key),
+            Reader::Named(store) => store.get(key),
+        }
     }
 }
 
@@ -398,7 +459,8 @@ pub struct Hubs<C: StoredCard = AgentCard> {
     pub namespaces: Hub<Namespace>,
     /// Every AgentDirectory.
     pub directories: Hub<AgentDirectory>,
-    /// Every ConfigMap with a published card or the JWKS, as the stores keep a ConfigMap.
+    /// Every ConfigMap with a published card or the JWKS, as the stores keep a ConfigMap
+    /// (the controllers read them from [`Hub::named`]).
     pub configmaps: Hub<SeenConfigMap>,
     /// How these watches get their first list, for the ones the controllers start later.
     pub initial_list: InitialList,
@@ -499,7 +561,11 @@ impl<C: StoredCard> Hubs<C> {
                 // operator's are kept as a few bytes each, whatever their size.
                 move |cm: &mut SeenConfigMap| C::compact_configmap(cm, &operator_namespace),
                 scope,
-                C::KEEP,
+                // Read by the controllers ([`Hub::named`]), never by a kube `Controller`.
+                match C::KEEP {
+                    Keep::Nothing => Keep::Nothing,
+                    _ => Keep::Named,
+                },
             ),
             initial_list: scope.initial_list,
         })
@@ -659,6 +725,21 @@ mod tests {
         got.sort();
         assert_eq!(got, [("a".to_string(), 2), ("b".to_string(), 2)]);
         assert_eq!(hub.store().state().len(), 2);
+
+        // So does a hub with a store by name, in that store.
+        let hub = listed_hub(Keep::Named).await;
+        let mut rx = hub.subscribe();
+        let mut got = relisted(&mut rx).await;
+        got.sort();
+        assert_eq!(got, [("a".to_string(), 2), ("b".to_string(), 2)]);
+        assert_eq!(hub.named().len(), 2);
+        assert!(hub.store().state().is_empty());
+        let a = hub.named().get(&ObjectRef::new("a").within("n"));
+        assert_eq!(
+            a.and_then(|o| o.metadata.resource_version.clone())
+                .as_deref(),
+            Some("5")
+        );
     }
 
     #[tokio::test]

@@ -68,7 +68,7 @@ pub async fn run(
         &config,
         PublisherInputs {
             cards: hubs.cards.store(),
-            configmaps: hubs.configmaps.store(),
+            configmaps: hubs.configmaps.named(),
             configmaps_listed: cards.configmaps_listed.clone(),
             resign_all: cards.resign_all.clone(),
             recorder: recorder.clone(),
@@ -132,7 +132,7 @@ pub async fn run(
             }),
             written: Written {
                 operator_namespace: config.settings.operator_namespace.clone(),
-                configmaps: hubs.configmaps.store(),
+                configmaps: hubs.configmaps.named(),
                 ingresses: routes.ingresses,
                 routes: routes.httproutes,
                 memo: cards.memo.clone(),

@@ -40,7 +40,7 @@ use super::watches::CardsByHost;
 use super::writes::seen::Written;
 use crate::a2a::{Algorithm, SigningKey};
 use crate::crd::{AgentCard, AgentDirectory};
-use crate::store::{SeenConfigMap, SeenIngress};
+use crate::store::{NamedWriter, SeenConfigMap, SeenIngress};
 
 /// One request the reconcile sent.
 #[derive(Clone, Debug)]
@@ -260,8 +260,8 @@ pub struct TestContext {
     cards: Writer<AgentCard>,
     namespaces: Writer<Namespace>,
     directories: Writer<AgentDirectory>,
-    configmaps: Writer<SeenConfigMap>,
-    ingresses: Writer<SeenIngress>,
+    configmaps: NamedWriter<SeenConfigMap>,
+    ingresses: NamedWriter<SeenIngress>,
     /// Kept so the Secret's store and the publisher's word stay alive.
     _keys: (Writer<Secret>, watch::Sender<Option<PublishedKeys>>),
     /// Cards and directories re-checked after a release (the trigger edges' ends).
@@ -331,8 +331,8 @@ impl Context {
         let cards = Writer::<AgentCard>::default();
         let namespaces = Writer::<Namespace>::default();
         let directories = Writer::<AgentDirectory>::default();
-        let configmaps = Writer::<SeenConfigMap>::default();
-        let ingresses = Writer::<SeenIngress>::default();
+        let configmaps = NamedWriter::<SeenConfigMap>::default();
+        let ingresses = NamedWriter::<SeenIngress>::default();
         let cards_by_host = Arc::new(Mutex::new(CardsByHost::default()));
         let (peers, peers_rx) = unbounded();
         let (directory_peers, directory_peers_rx) = unbounded();
@@ -482,8 +482,8 @@ impl TestContext {
                 }
             }
         }
-        relist(&mut self.configmaps, configmaps);
-        relist(&mut self.ingresses, ingresses);
+        relist(|e| self.configmaps.apply_watcher_event(e), configmaps);
+        relist(|e| self.ingresses.apply_watcher_event(e), ingresses);
         let card = card?;
         let path = card_path(card);
         let held = objects.get(&path)?;
@@ -508,17 +508,13 @@ pub fn ready(status: &Value) -> (String, String, String) {
     (text("status"), text("reason"), text("message"))
 }
 
-/// Replace what `writer`'s store holds with `objects`, as a relist would.
-fn relist<K>(writer: &mut Writer<K>, objects: Vec<K>)
-where
-    K: kube::Resource + Clone,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    writer.apply_watcher_event(&watcher::Event::Init);
+/// Replace what a store holds with `objects` (each event given to `apply`), as a relist would.
+fn relist<K>(mut apply: impl FnMut(&watcher::Event<K>), objects: Vec<K>) {
+    apply(&watcher::Event::Init);
     for o in objects {
-        writer.apply_watcher_event(&watcher::Event::InitApply(o));
+        apply(&watcher::Event::InitApply(o));
     }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
+    apply(&watcher::Event::InitDone);
 }
 
 /// The mock server's path of `card`.

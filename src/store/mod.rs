@@ -7,12 +7,15 @@
 //! [`seen`] reduces it to its stored form ([`SeenConfigMap`], [`SeenIngress`]: identity,
 //! compact metadata, shared data bytes or a spec digest), or, on a serving-only replica, an
 //! AgentCard is read as the [`ServedCard`] the card server needs ([`served`]) → the reflector
-//! store → readers look at metadata through [`MetaView`], at a card through [`CardFields`].
+//! store (kube's, for the kinds a kube `Controller` reads; [`named`] for the ConfigMaps and
+//! Ingresses) → readers look at metadata through [`MetaView`], at a card through [`CardFields`].
 
 pub mod compact;
+pub mod named;
 pub mod seen;
 pub mod served;
 
 pub use compact::{card_editor, compact_card, compact_meta, digest, operator_annotations};
+pub use named::{NamedStore, NamedWriter};
 pub use seen::{MetaView, OptionalSpec, Owner, SeenConfigMap, SeenIngress, SeenMeta};
 pub use served::{CardFields, ServedCard};

@@ -22,7 +22,7 @@ use crate::controller::events::Events;
 use crate::controller::keys::signing::{KeySource, PublishedKeys};
 use crate::controller::keys::{self, Keys};
 use crate::crd::AgentCard;
-use crate::store::SeenConfigMap;
+use crate::store::{NamedStore, SeenConfigMap};
 
 /// How often (at most) the publisher looks whether a key that left the Secret is still used
 /// by a served card, while it keeps one published: every JWKS max-age, at most this long.
@@ -44,7 +44,7 @@ pub struct Publisher {
     /// Every AgentCard (which ConfigMap each serves).
     pub cards: Store<AgentCard>,
     /// The cards' ConfigMaps (which keys signed what is served).
-    pub configmaps: Store<SeenConfigMap>,
+    pub configmaps: NamedStore<SeenConfigMap>,
     /// True once the ConfigMaps are listed.
     pub configmaps_listed: watch::Receiver<bool>,
     /// Where the reconciles learn what was published.
@@ -248,7 +248,10 @@ enum Outcome {
 /// (the one `status.configMap` names, holding `status.contentHash`), as the card server serves
 /// it. Only the operator writes status, so a ConfigMap a tenant made with the operator's labels
 /// cannot keep a key that left the Secret in the JWKS.
-fn served_kids(cards: &Store<AgentCard>, configmaps: &Store<SeenConfigMap>) -> HashSet<String> {
+fn served_kids(
+    cards: &Store<AgentCard>,
+    configmaps: &NamedStore<SeenConfigMap>,
+) -> HashSet<String> {
     cards
         .state()
         .iter()

@@ -32,7 +32,7 @@ use crate::controller::error::Error;
 use crate::controller::events::Events;
 use crate::crd::AgentCard;
 use crate::process::AbortOnDrop;
-use crate::store::SeenConfigMap;
+use crate::store::{NamedStore, SeenConfigMap};
 
 /// What the publisher reads beside the keys: the stores of the cards and their ConfigMaps
 /// (the keys some card's bytes are still signed with stay published).
@@ -40,7 +40,7 @@ pub struct PublisherInputs {
     /// Every card.
     pub cards: Store<AgentCard>,
     /// The cards' ConfigMaps.
-    pub configmaps: Store<SeenConfigMap>,
+    pub configmaps: NamedStore<SeenConfigMap>,
     /// True once the ConfigMaps are listed.
     pub configmaps_listed: watch::Receiver<bool>,
     /// Where "sign every card again" goes (a rotation step that changes which keys sign).

@@ -24,12 +24,12 @@ use crate::controller::watches::{drive, Owner, WrittenFor};
 use crate::controller::writes::seen::WriteMemo;
 use crate::crd::AgentCard;
 use crate::process::AbortOnDrop;
-use crate::store::SeenIngress;
+use crate::store::{NamedStore, NamedWriter, SeenIngress};
 
 /// The route stores the reconciles read.
 pub struct RouteStores {
     /// The Ingresses the operator wrote.
-    pub ingresses: Store<SeenIngress>,
+    pub ingresses: NamedStore<SeenIngress>,
     /// The HTTPRoutes it wrote (with HTTPRoute routing).
     pub httproutes: Option<Store<DynamicObject>>,
 }
@@ -86,10 +86,12 @@ fn ingresses(
     memo: &Arc<WriteMemo>,
 ) -> (
     AbortOnDrop,
-    Store<SeenIngress>,
+    NamedStore<SeenIngress>,
     futures::channel::mpsc::UnboundedReceiver<WrittenFor>,
 ) {
-    let (store, writer) = reflector::store();
+    // One or two Ingresses per card, read by name: a store without kube's per-object key.
+    let mut writer = NamedWriter::default();
+    let store = writer.as_reader();
     let memo = memo.clone();
     let feed = watcher(
         Api::<SeenIngress>::all(client.clone()),
@@ -97,7 +99,11 @@ fn ingresses(
     )
     .default_backoff()
     .filter(config.hub_scope().event_filter())
-    .reflect(writer)
+    .inspect(move |ev| {
+        if let Ok(ev) = ev {
+            writer.apply_watcher_event(ev);
+        }
+    })
     .inspect(move |ev| memo.forget_event("Ingress", ev));
     let (task, touched) = drive(
         tracing::info_span!("ingress_watch"),

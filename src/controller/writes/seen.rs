@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use crate::controller::agentcard::card::configmap_name;
 use crate::controller::routes::routing;
 use crate::crd::{AgentCard, AgentCardStatus};
-use crate::store::{SeenConfigMap, SeenIngress};
+use crate::store::{NamedStore, SeenConfigMap, SeenIngress};
 
 /// What the operator wrote and its watches have not shown yet: `(kind, namespace, name)` →
 /// the object's resourceVersion in the store when it was written, and what was written (`V`: a
@@ -133,9 +133,9 @@ pub struct Written {
     /// The operator's namespace (card routes live there).
     pub operator_namespace: String,
     /// The cards' ConfigMaps (the process's shared store).
-    pub configmaps: Store<SeenConfigMap>,
+    pub configmaps: NamedStore<SeenConfigMap>,
     /// The Ingresses this operator wrote (every namespace).
-    pub ingresses: Store<SeenIngress>,
+    pub ingresses: NamedStore<SeenIngress>,
     /// The HTTPRoutes this operator wrote (with HTTPRoute routing).
     pub routes: Option<Store<DynamicObject>>,
     /// Digests of the objects written and not seen yet.
