@@ -164,9 +164,9 @@ pub enum Keep {
 }
 
 /// One kind's watch: its store, and the subscribers its events go to.
-pub struct Hub<K: kube::Resource<DynamicType = ()> + 'static> {
-    store: Store<K>,
-    named: NamedStore<K>,
+pub struct Hub<K: Watched> {
+    /// The store the watch fills (an empty kube store for [`Keep::Nothing`]).
+    held: Reader<K>,
     keep: Keep,
     subscribers: Arc<Mutex<Subscribers<K>>>,
     listed: tokio::sync::watch::Receiver<bool>,
@@ -185,8 +185,11 @@ impl<K: Watched> Hub<K> {
         scope: &Scope,
         keep: Keep,
     ) -> Hub<K> {
-        let (store, writer) = reflector::store();
-        let named = NamedWriter::default();
+        let mut stores = match keep {
+            Keep::Named => Stores::Named(NamedWriter::default()),
+            Keep::Store | Keep::Nothing => Stores::Kube(reflector::store().1),
+        };
+        let held = stores.reader();
         let (senders, first) = match keep {
             Keep::Store | Keep::Named => (Vec::new(), None),
             Keep::Nothing => {
@@ -204,11 +207,6 @@ impl<K: Watched> Hub<K> {
             .filter(scope.event_filter())
             .modify(compact);
         let forward = subscribers.clone();
-        let named_reader = named.as_reader();
-        let mut stores = match keep {
-            Keep::Named => Stores::Named(named),
-            _ => Stores::Kube(writer),
-        };
         let reader = stores.reader();
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let span = tracing::info_span!("watch", kind = %K::kind(&()));
@@ -259,11 +257,7 @@ impl<K: Watched> Hub<K> {
             span,
         ));
         Hub {
-            store,
-            named: match keep {
-                Keep::Named => named_reader,
-                _ => NamedStore::default(),
-            },
+            held,
             keep,
             subscribers,
             listed,
@@ -279,12 +273,18 @@ impl<K: Watched> Hub<K> {
 
     /// The store every reader shares (empty unless the hub keeps [`Keep::Store`]).
     pub fn store(&self) -> Store<K> {
-        self.store.clone()
+        match &self.held {
+            Reader::Kube(store) => store.clone(),
+            Reader::Named(_) => reflector::store().0,
+        }
     }
 
     /// The store every reader shares of a hub that keeps [`Keep::Named`] (else empty).
     pub fn named(&self) -> NamedStore<K> {
-        self.named.clone()
+        match &self.held {
+            Reader::Named(store) => store.clone(),
+            Reader::Kube(_) => NamedStore::default(),
+        }
     }
 
     /// The events from now on, after the store's content as a relist when the watch has
@@ -302,11 +302,7 @@ impl<K: Watched> Hub<K> {
         }
         if subs.synced {
             let _ = tx.unbounded_send(Event::Init);
-            let held = match self.keep {
-                Keep::Named => self.named.state(),
-                _ => self.store.state(),
-            };
-            for o in held {
+            for o in self.held.state() {
                 let _ = tx.unbounded_send(Event::InitApply(o));
             }
             let _ = tx.unbounded_send(Event::InitDone);
@@ -349,6 +345,13 @@ impl<K: Watched> Reader<K> {
         match self {
             Reader::Kube(store) => store.get(key),
             Reader::Named(store) => store.get(key),
+        }
+    }
+
+    fn state(&self) -> Vec<Arc<K>> {
+        match self {
+            Reader::Kube(store) => store.state(),
+            Reader::Named(store) => store.state(),
         }
     }
 }

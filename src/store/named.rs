@@ -57,8 +57,8 @@ impl<K: kube::Resource> Table<K> {
 
     fn insert(&mut self, object: Arc<K>) {
         let hasher = self.hasher.clone();
-        let hash = self.hash(key_of(&*object));
         let key = key_of(&*object);
+        let hash = self.hash(key);
         match self.objects.entry(
             hash,
             |o| key_of(&**o) == key,
