@@ -342,14 +342,10 @@ async fn cards_keep_being_served_while_the_api_server_is_down() {
     // The first list may come from the API server's watch cache a moment behind the status
     // patched just before the replica started (kube's streaming list asks for any version):
     // the card is served once the watch brings it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while server.get(&host, PATH_CARD, &[]).status != 200 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the card was never served"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let served = eventually(Duration::from_secs(10), || {
+        (server.get(&host, PATH_CARD, &[]).status == 200).then_some(())
+    });
+    assert!(served.is_some(), "the card was never served");
     plane.stop();
     std::thread::sleep(Duration::from_secs(3));
     let r = server.get(&host, PATH_CARD, &[]);
