@@ -213,8 +213,6 @@ impl<K: Watched> Hub<K> {
         let task = tokio::spawn(tracing::Instrument::instrument(
             async move {
                 futures::pin_mut!(feed);
-                // The objects of a relist, forwarded once the store holds them (at its end).
-                let mut relisted: Vec<ObjectRef<K>> = Vec::new();
                 while let Some(event) = feed.next().await {
                     let event = match event {
                         Ok(e) => e,
@@ -231,18 +229,16 @@ impl<K: Watched> Hub<K> {
                     // Subscribers get the store's own `Arc`s: what they keep of an object (the
                     // card server keeps the card bytes) shares its memory with the store.
                     let stored = |o: &K| reader.get(&name_ref(o));
+                    // A relist's objects are forwarded once the store holds them, at its end:
+                    // the store then holds exactly what was listed, so its content is the
+                    // relist (one `Arc` each, where a list of their names took some 120 bytes
+                    // an object at the moment memory peaks).
                     let shared: Vec<Shared<K>> = match event {
-                        Event::Init => {
-                            relisted.clear();
-                            vec![Event::Init]
-                        }
-                        Event::InitApply(o) => {
-                            relisted.push(name_ref(&o));
-                            Vec::new()
-                        }
-                        Event::InitDone => std::mem::take(&mut relisted)
-                            .iter()
-                            .filter_map(|r| reader.get(r))
+                        Event::Init => vec![Event::Init],
+                        Event::InitApply(_) => Vec::new(),
+                        Event::InitDone => reader
+                            .state()
+                            .into_iter()
                             .map(Event::InitApply)
                             .chain([Event::InitDone])
                             .collect(),

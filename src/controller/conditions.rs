@@ -3,6 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::crd::CardCondition;
+
 /// Condition type: the card (or directory) is served as specified.
 pub const READY: &str = "Ready";
 /// Condition type: the Gateways accepted the HTTPRoutes (HTTPRoute routing only).
@@ -10,44 +12,83 @@ pub const ROUTED: &str = "Routed";
 /// Condition type: every upstream of a directory answered at its last refresh.
 pub const UPSTREAMS_READY: &str = "UpstreamsReady";
 
+/// A status condition as a status holds it: Kubernetes' own `Condition` (directories), or
+/// an AgentCard's [`CardCondition`], whose words point at a static vocabulary.
+pub trait StatusCondition: From<Condition> {
+    /// The condition's type.
+    fn kind(&self) -> &str;
+    /// `True`, `False` or `Unknown`.
+    fn state(&self) -> &str;
+    /// When the status last changed.
+    fn since(&self) -> &Time;
+}
+
+impl StatusCondition for Condition {
+    fn kind(&self) -> &str {
+        &self.type_
+    }
+
+    fn state(&self) -> &str {
+        &self.status
+    }
+
+    fn since(&self) -> &Time {
+        &self.last_transition_time
+    }
+}
+
+impl StatusCondition for CardCondition {
+    fn kind(&self) -> &str {
+        &self.type_
+    }
+
+    fn state(&self) -> &str {
+        &self.status
+    }
+
+    fn since(&self) -> &Time {
+        &self.last_transition_time
+    }
+}
+
 /// Condition `type_` True (`ok`) or False, keeping its transition time from `prev` when its
 /// status did not change.
-pub fn condition(
-    prev: &[Condition],
+pub fn condition<C: StatusCondition>(
+    prev: &[C],
     type_: &str,
     ok: bool,
     reason: &str,
     message: String,
     generation: Option<i64>,
     now: &Time,
-) -> Condition {
+) -> C {
     let status = if ok { "True" } else { "False" };
     condition_with(prev, type_, status, reason, message, generation, now)
 }
 
 /// Condition `type_` with `status` (True, False or Unknown), keeping its transition time from
 /// `prev` when its status did not change.
-pub fn condition_with(
-    prev: &[Condition],
+pub fn condition_with<C: StatusCondition>(
+    prev: &[C],
     type_: &str,
     status: &str,
     reason: &str,
     message: String,
     generation: Option<i64>,
     now: &Time,
-) -> Condition {
+) -> C {
     let since = prev
         .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    Condition {
+        .find(|c| c.kind() == type_ && c.state() == status)
+        .map_or_else(|| now.clone(), |c| c.since().clone());
+    C::from(Condition {
         type_: type_.into(),
         status: status.into(),
         reason: reason.into(),
         message,
         observed_generation: generation,
         last_transition_time: since,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -58,7 +99,8 @@ mod tests {
     fn a_condition_keeps_its_transition_time_while_its_status_stays() {
         let t0 = Time("2026-01-01T00:00:00Z".parse().unwrap());
         let t1 = Time("2026-01-02T00:00:00Z".parse().unwrap());
-        let first = condition(&[], READY, true, "Published", "a".into(), Some(1), &t0);
+        let first: CardCondition =
+            condition(&[], READY, true, "Published", "a".into(), Some(1), &t0);
         assert_eq!(first.last_transition_time, t0);
         let same = condition(
             std::slice::from_ref(&first),

@@ -13,6 +13,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::{CardCondition, Word};
 use crate::a2a::card::AgentCard as A2aCard;
 
 // The parts most cards leave out (`source`, `overrides`, `backend`, `status.source`) are boxed:
@@ -506,7 +507,8 @@ pub struct AgentCardStatus {
     pub observed_generation: Option<i64>,
     /// `Ready`, `Signed` and `Published`, with reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+    #[schemars(with = "Vec<Condition>")]
+    pub conditions: Vec<CardCondition>,
     /// Public URL of the served card.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
@@ -527,7 +529,8 @@ pub struct AgentCardStatus {
     pub warnings: Vec<String>,
     /// What routes the card (`Ingress`, `HTTPRoute` or `None`), as last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub route_kind: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub route_kind: Option<Word>,
     /// Where the card is served, as the operator decided it. The card server routes by this
     /// alone (never by anything a tenant can write); absent when the card is served nowhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -550,7 +553,8 @@ pub struct AgentCardStatus {
     /// AgentDiscovery for a running agent) or `Claimed` (discovered, then taken over by
     /// someone: discovery no longer writes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub origin: Option<Word>,
     /// The revision the served bytes are (1, 2, ...: one per content hash published; each
     /// kept as a ControllerRevision named `<card>-<hash>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

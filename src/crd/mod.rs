@@ -5,6 +5,7 @@ pub mod agentcard;
 pub mod agentcardapproval;
 pub mod agentdirectory;
 pub mod agentdiscovery;
+pub mod condition;
 pub mod revision;
 
 pub use agentcard::{
@@ -18,6 +19,7 @@ pub use agentdirectory::{
     AccessMode, Admission, AgentDirectory, AgentDirectorySpec, AgentDirectoryStatus, ReapproveOn,
 };
 pub use agentdiscovery::{AgentDiscovery, AgentDiscoverySpec, AgentDiscoveryStatus};
+pub use condition::{CardCondition, Word};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -12,9 +12,11 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::crd::{AgentCard, ApprovalStatus, ExtendedAuth, ExtendedCardStatus, ServedRoute};
+use crate::crd::{
+    AgentCard, ApprovalStatus, CardCondition, ExtendedAuth, ExtendedCardStatus, ServedRoute,
+};
 
 /// The conditions a serving replica keeps: the ones directories list (reachability, drift).
 pub const SERVED_CONDITIONS: [&str; 2] = ["BackendReady", "Drifted"];
@@ -35,7 +37,7 @@ pub trait CardFields: Send + Sync {
     /// `status.keyId`.
     fn key_id(&self) -> Option<&str>;
     /// `status.conditions` (a [`ServedCard`] keeps [`SERVED_CONDITIONS`] only).
-    fn conditions(&self) -> &[Condition];
+    fn conditions(&self) -> &[CardCondition];
     /// `status.revision`.
     fn revision(&self) -> Option<i64>;
     /// `status.approvals`: directories' verdicts.
@@ -74,7 +76,7 @@ macro_rules! status_fields {
             self.status.as_ref()?.key_id.as_deref()
         }
 
-        fn conditions(&self) -> &[Condition] {
+        fn conditions(&self) -> &[CardCondition] {
             self.status
                 .as_ref()
                 .map(|s| s.conditions.as_slice())
@@ -138,7 +140,7 @@ struct ServedExtended {
 #[serde(rename_all = "camelCase")]
 struct ServedStatus {
     #[serde(default)]
-    conditions: Vec<Condition>,
+    conditions: Vec<CardCondition>,
     #[serde(default)]
     url: Option<String>,
     #[serde(default)]

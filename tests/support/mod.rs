@@ -28,7 +28,13 @@ pub fn condition(
         .conditions
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .map(|c| {
+            (
+                c.status.to_string(),
+                c.reason.to_string(),
+                c.message.clone(),
+            )
+        })
 }
 
 /// Whether the card is Ready for its current generation.

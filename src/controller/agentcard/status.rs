@@ -6,7 +6,7 @@
 //! hold its route (conflict, host not allowed) is served nowhere: those fields are cleared, and
 //! the card server, which routes by them alone, drops it.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::ResourceExt;
 
@@ -17,7 +17,7 @@ use crate::controller::error::Error;
 use crate::controller::routes::routing::{RouteKind, Verdict};
 use crate::controller::writes::apply_status;
 use crate::controller::writes::seen::{Unseen, STATUS_WRITE};
-use crate::crd::{AgentCard, AgentCardStatus};
+use crate::crd::{AgentCard, AgentCardStatus, CardCondition};
 
 /// Condition type: the served card carries a signature of the active key.
 pub const SIGNED: &str = "Signed";
@@ -89,7 +89,9 @@ pub fn next(found: &Found<'_>) -> AgentCardStatus {
         Err(_) if !retired => status.retired_at = None,
         Err(_) => {}
     }
-    status.origin = Some(crate::controller::discovery::select::origin(found.card).to_string());
+    status.origin = Some(crate::crd::Word::new(
+        crate::controller::discovery::select::origin(found.card),
+    ));
     // Written by this installation alone: any conflict is over.
     status.operator = Some(found.operator.to_string());
     status.contenders.clear();
@@ -100,7 +102,7 @@ pub fn next(found: &Found<'_>) -> AgentCardStatus {
 }
 
 /// The conditions `card` had before this reconcile (their transition times are kept).
-fn previous_conditions(card: &AgentCard) -> Vec<Condition> {
+fn previous_conditions(card: &AgentCard) -> Vec<CardCondition> {
     card.status
         .as_ref()
         .map(|s| s.conditions.clone())
@@ -355,7 +357,7 @@ fn set_routing(status: &mut AgentCardStatus, found: &Found<'_>) {
         status.route_kind = None;
         return;
     }
-    status.route_kind = Some(found.routing.as_str().to_string());
+    status.route_kind = Some(crate::crd::Word::new(found.routing.as_str()));
     if let Some(verdict) = &found.routed {
         status.conditions.push(condition_with(
             &prev,
@@ -567,7 +569,7 @@ pub fn condition_state(status: Option<&AgentCardStatus>, type_: &str) -> Option<
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| ConditionState {
-            status: c.status.clone(),
+            status: c.status.to_string(),
             detail: c.message.clone(),
         })
 }
@@ -579,8 +581,8 @@ pub fn ready_state(status: Option<&AgentCardStatus>) -> Option<ConditionState> {
         .iter()
         .find(|c| c.type_ == READY)
         .map(|c| ConditionState {
-            status: c.status.clone(),
-            detail: c.reason.clone(),
+            status: c.status.to_string(),
+            detail: c.reason.to_string(),
         })
 }
 
@@ -648,8 +650,40 @@ mod tests {
                    "message": "served", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
     }
 
-    fn condition_of<'a>(s: &'a AgentCardStatus, t: &str) -> &'a Condition {
+    fn condition_of<'a>(s: &'a AgentCardStatus, t: &str) -> &'a CardCondition {
         s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn every_card_condition_type_and_the_published_reasons_are_words_of_the_vocabulary() {
+        let words = [
+            READY,
+            SIGNED,
+            PUBLISHED,
+            ROUTED,
+            SOURCE_REACHABLE,
+            COMPATIBLE,
+            BACKEND_READY,
+            super::super::drift::DRIFTED,
+            super::super::contest::CONFLICT,
+            super::super::lifecycle::SUCCESSOR,
+            "Published",
+            "Signed",
+            "True",
+            "False",
+        ];
+        for word in words {
+            assert!(crate::crd::Word::new(word).is_known(), "{word}");
+        }
+        // A condition as the controller makes it, and as the store reads it back, holds no
+        // heap copy of its type, status or reason.
+        let now = Time("2026-12-02T00:00:00Z".parse().unwrap());
+        let made: CardCondition = condition(&[], READY, true, "Published", "m".into(), None, &now);
+        let stored: CardCondition =
+            serde_json::from_value(serde_json::to_value(&made).unwrap()).unwrap();
+        for c in [made, stored] {
+            assert!(c.type_.is_known() && c.status.is_known() && c.reason.is_known());
+        }
     }
 
     #[test]
