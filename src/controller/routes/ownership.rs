@@ -145,45 +145,32 @@ impl Ownership {
                 let _ = tokio::time::timeout(bound, listed).await;
             }
         }
-        let directories = self.directories.state().into_iter().filter_map(|d| {
-            let route = d.status.as_ref()?.served.as_ref()?;
-            (d.metadata.deletion_timestamp.is_none()).then(|| Claim {
-                host: route.host.clone(),
-                prefix: String::new(),
-                namespace: String::new(),
-                name: d.name_any(),
-                uid: d.uid().unwrap_or_default(),
-                since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
-                whole_host: true,
-            })
-        });
-        let mut served: Vec<Claim> = self
+        // Each holder with its claim's time, sorted; each claim is made as it is loaded. A
+        // list of every claim made at once took some 700 bytes a card at the moment a
+        // restart's memory peaks (its strings, and the sort's copy).
+        let mut served: Vec<(jiff::Timestamp, Holder)> = self
             .cards
             .state()
-            .iter()
+            .into_iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
             .filter_map(|c| {
                 let status = c.status.as_ref()?;
-                let route = status.served.as_ref()?;
                 status.content_hash.as_ref()?;
-                Some(Claim {
-                    host: route.host.clone(),
-                    prefix: route.path_prefix.clone(),
-                    namespace: c.namespace().unwrap_or_default(),
-                    name: c.name_any(),
-                    uid: c.uid().unwrap_or_default(),
-                    since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
-                    whole_host: false,
-                })
+                let since = status.served.as_ref()?.since.parse();
+                Some((since.unwrap_or(jiff::Timestamp::MAX), Holder::Card(c)))
             })
-            .chain(directories)
+            .chain(self.directories.state().into_iter().filter_map(|d| {
+                let since = d.status.as_ref()?.served.as_ref()?.since.parse();
+                let since = since.unwrap_or(jiff::Timestamp::MAX);
+                (d.metadata.deletion_timestamp.is_none()).then(|| (since, Holder::Directory(d)))
+            }))
             .collect();
-        // The names are formatted only for a tie (claims taken in the same second).
-        served.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.card().cmp(&b.card())));
+        // Claims taken in the same second go by their holder's name (`namespace/name`).
+        served.sort_by(|(at, a), (bt, b)| at.cmp(bt).then_with(|| a.cmp_name(b)));
         let mut guard = crate::locks::lock(&self.claims);
         if guard.is_none() {
             let mut claims = Claims::new(self.shared_hosts.clone());
-            for claim in served {
+            for claim in served.iter().filter_map(|(_, holder)| holder.claim()) {
                 // A persisted overlap (e.g. a host no longer shared) is resolved in favour of
                 // the older claim; the other card loses its route on its reconcile.
                 claims.load(claim);
@@ -249,5 +236,125 @@ impl Ownership {
     /// Keep only the claim of object `uid` on `keep`, or none; the hosts freed.
     pub fn retain(&self, uid: &str, keep: Option<(&str, &str)>) -> Vec<String> {
         self.with_claims(|claims| claims.retain(uid, keep))
+    }
+}
+
+/// A card or a directory whose status says it serves a route, while the claims are loaded.
+enum Holder {
+    Card(Arc<AgentCard>),
+    Directory(Arc<AgentDirectory>),
+}
+
+impl Holder {
+    /// The holder's name as [`Claim::card`] spells it, in three parts (nothing formatted).
+    fn name_parts(&self) -> [&str; 3] {
+        match self {
+            Holder::Card(c) => [
+                c.metadata.namespace.as_deref().unwrap_or_default(),
+                "/",
+                c.metadata.name.as_deref().unwrap_or_default(),
+            ],
+            Holder::Directory(d) => [
+                "AgentDirectory ",
+                "",
+                d.metadata.name.as_deref().unwrap_or_default(),
+            ],
+        }
+    }
+
+    /// The order of [`Claim::card`]: the names compared byte by byte.
+    fn cmp_name(&self, other: &Holder) -> std::cmp::Ordering {
+        let (a, b) = (self.name_parts(), other.name_parts());
+        a.iter()
+            .flat_map(|s| s.bytes())
+            .cmp(b.iter().flat_map(|s| s.bytes()))
+    }
+
+    /// The claim its status records: a card's route, or a directory's whole host.
+    fn claim(&self) -> Option<Claim> {
+        match self {
+            Holder::Card(c) => {
+                let route = c.status.as_ref()?.served.as_ref()?;
+                Some(Claim {
+                    host: route.host.clone(),
+                    prefix: route.path_prefix.clone(),
+                    namespace: c.namespace().unwrap_or_default(),
+                    name: c.name_any(),
+                    uid: c.uid().unwrap_or_default(),
+                    since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                    whole_host: false,
+                })
+            }
+            Holder::Directory(d) => {
+                let route = d.status.as_ref()?.served.as_ref()?;
+                Some(Claim {
+                    host: route.host.clone(),
+                    prefix: String::new(),
+                    namespace: String::new(),
+                    name: d.name_any(),
+                    uid: d.uid().unwrap_or_default(),
+                    since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                    whole_host: true,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(ns: &str, name: &str) -> Holder {
+        Holder::Card(Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentCard",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"publish": {"host": "h.example.com"}}
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn directory(name: &str) -> Holder {
+        Holder::Directory(Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "agentcard.dev/v1alpha1", "kind": "AgentDirectory",
+                "metadata": {"name": name}, "spec": {"publish": {"host": "d.example.com"}}
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// What the claims were sorted by before: each holder's name, formatted.
+    fn formatted(h: &Holder) -> String {
+        let [a, b, c] = h.name_parts();
+        format!("{a}{b}{c}")
+    }
+
+    #[test]
+    fn holders_in_the_same_second_go_in_the_order_of_their_formatted_names() {
+        // `-` sorts before `/`, and `/` before letters: a tuple of (namespace, name) would put
+        // `a/z` before `a-b/c`, where the formatted names put it after.
+        let holders = [
+            card("a", "z"),
+            card("a-b", "c"),
+            card("ab", "a"),
+            card("a", "y"),
+            directory("hub"),
+            card("Agent", "x"),
+        ];
+        for x in &holders {
+            for y in &holders {
+                assert_eq!(
+                    x.cmp_name(y),
+                    formatted(x).cmp(&formatted(y)),
+                    "{} vs {}",
+                    formatted(x),
+                    formatted(y)
+                );
+            }
+        }
+        assert_eq!(formatted(&directory("hub")), "AgentDirectory hub");
     }
 }
