@@ -13,43 +13,64 @@ pub const ROUTED: &str = "Routed";
 pub const UPSTREAMS_READY: &str = "UpstreamsReady";
 
 /// A status condition as a status holds it: Kubernetes' own `Condition` (directories), or
-/// an AgentCard's [`CardCondition`], whose words point at a static vocabulary.
-pub trait StatusCondition: From<Condition> {
+/// an AgentCard's [`CardCondition`], whose words point at a static vocabulary. Each is made
+/// directly, with no copy of the other kind in between (this runs on every reconcile).
+pub trait StatusCondition: Sized {
     /// The condition's type.
     fn kind(&self) -> &str;
     /// `True`, `False` or `Unknown`.
     fn state(&self) -> &str;
     /// When the status last changed.
     fn since(&self) -> &Time;
+    /// A condition of these fields.
+    fn make(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: String,
+        observed_generation: Option<i64>,
+        last_transition_time: Time,
+    ) -> Self;
 }
 
-impl StatusCondition for Condition {
-    fn kind(&self) -> &str {
-        &self.type_
-    }
+/// Both condition kinds name their fields alike; only the strings' types differ.
+macro_rules! status_condition {
+    ($($kind:ty),*) => {$(
+        impl StatusCondition for $kind {
+            fn kind(&self) -> &str {
+                &self.type_
+            }
 
-    fn state(&self) -> &str {
-        &self.status
-    }
+            fn state(&self) -> &str {
+                &self.status
+            }
 
-    fn since(&self) -> &Time {
-        &self.last_transition_time
-    }
+            fn since(&self) -> &Time {
+                &self.last_transition_time
+            }
+
+            fn make(
+                type_: &str,
+                status: &str,
+                reason: &str,
+                message: String,
+                observed_generation: Option<i64>,
+                last_transition_time: Time,
+            ) -> Self {
+                Self {
+                    type_: type_.into(),
+                    status: status.into(),
+                    reason: reason.into(),
+                    message,
+                    observed_generation,
+                    last_transition_time,
+                }
+            }
+        }
+    )*};
 }
 
-impl StatusCondition for CardCondition {
-    fn kind(&self) -> &str {
-        &self.type_
-    }
-
-    fn state(&self) -> &str {
-        &self.status
-    }
-
-    fn since(&self) -> &Time {
-        &self.last_transition_time
-    }
-}
+status_condition!(Condition, CardCondition);
 
 /// Condition `type_` True (`ok`) or False, keeping its transition time from `prev` when its
 /// status did not change.
@@ -81,14 +102,7 @@ pub fn condition_with<C: StatusCondition>(
         .iter()
         .find(|c| c.kind() == type_ && c.state() == status)
         .map_or_else(|| now.clone(), |c| c.since().clone());
-    C::from(Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time: since,
-    })
+    C::make(type_, status, reason, message, generation, since)
 }
 
 #[cfg(test)]
