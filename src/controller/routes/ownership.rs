@@ -170,7 +170,10 @@ impl Ownership {
         let mut guard = crate::locks::lock(&self.claims);
         if guard.is_none() {
             let mut claims = Claims::new(self.shared_hosts.clone());
-            for claim in served.iter().filter_map(|(_, holder)| holder.claim()) {
+            for claim in served
+                .iter()
+                .filter_map(|(since, holder)| holder.claim(*since))
+            {
                 // A persisted overlap (e.g. a host no longer shared) is resolved in favour of
                 // the older claim; the other card loses its route on its reconcile.
                 claims.load(claim);
@@ -270,8 +273,9 @@ impl Holder {
             .cmp(b.iter().flat_map(|s| s.bytes()))
     }
 
-    /// The claim its status records: a card's route, or a directory's whole host.
-    fn claim(&self) -> Option<Claim> {
+    /// The claim its status records, taken at `since` (as read for the sort): a card's
+    /// route, or a directory's whole host.
+    fn claim(&self, since: jiff::Timestamp) -> Option<Claim> {
         match self {
             Holder::Card(c) => {
                 let route = c.status.as_ref()?.served.as_ref()?;
@@ -281,7 +285,7 @@ impl Holder {
                     namespace: c.namespace().unwrap_or_default(),
                     name: c.name_any(),
                     uid: c.uid().unwrap_or_default(),
-                    since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                    since,
                     whole_host: false,
                 })
             }
@@ -293,7 +297,7 @@ impl Holder {
                     namespace: String::new(),
                     name: d.name_any(),
                     uid: d.uid().unwrap_or_default(),
-                    since: route.since.parse().unwrap_or(jiff::Timestamp::MAX),
+                    since,
                     whole_host: true,
                 })
             }
