@@ -20,7 +20,7 @@
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -31,7 +31,7 @@ use kube::Client;
 use crate::contract::PUBLISHED_SELECTOR;
 use crate::crd::{AgentCard, AgentDirectory};
 use crate::process::AbortOnDrop;
-use crate::store::{compact_card, compact_meta, CardFields, ServedCard};
+use crate::store::{compact_card, compact_meta, CardFields, ServedCard, WireCard};
 use crate::store::{NamedStore, NamedWriter, SeenConfigMap};
 
 /// A watch event with the object shared.
@@ -185,6 +185,19 @@ impl<K: Watched> Hub<K> {
         scope: &Scope,
         keep: Keep,
     ) -> Hub<K> {
+        Hub::start_as(api, config, initial, compact, scope, keep)
+    }
+
+    /// [`Hub::start`] with each object read as `W`, the form its JSON is decoded into (a form
+    /// that skips what no reader needs, such as [`WireCard`]), and then stored as `K`.
+    pub fn start_as<W: Watched + Into<K>>(
+        api: Api<W>,
+        config: watcher::Config,
+        initial: InitialList,
+        compact: impl FnMut(&mut K) + Send + 'static,
+        scope: &Scope,
+        keep: Keep,
+    ) -> Hub<K> {
         let mut stores = match keep {
             Keep::Named => Stores::Named(NamedWriter::default()),
             Keep::Store | Keep::Nothing => Stores::Kube(reflector::store().1),
@@ -204,6 +217,7 @@ impl<K: Watched> Hub<K> {
         }));
         let feed = list_and_watch(api, config, initial)
             .default_backoff()
+            .map_ok(converted)
             .filter(scope.event_filter())
             .modify(compact);
         let forward = subscribers.clone();
@@ -359,14 +373,7 @@ fn forward_unstored<K>(
     listed_tx: &tokio::sync::watch::Sender<bool>,
     event: Event<K>,
 ) {
-    let shared = match event {
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(Arc::new(o)),
-        Event::InitDone => Event::InitDone,
-        Event::Apply(o) => Event::Apply(Arc::new(o)),
-        Event::Delete(o) => Event::Delete(Arc::new(o)),
-    };
-    dispatch(forward, listed_tx, [shared]);
+    dispatch(forward, listed_tx, [converted::<K, Arc<K>>(event)]);
 }
 
 /// Send `events` to every subscriber (dropping those gone); the end of a list marks the hub
@@ -384,6 +391,17 @@ fn dispatch<K>(
         }
         subs.senders
             .retain(|tx| tx.unbounded_send(event.clone()).is_ok());
+    }
+}
+
+/// `event` with its object moved into another form: the form the store keeps, or shared.
+fn converted<W: Into<K>, K>(event: Event<W>) -> Event<K> {
+    match event {
+        Event::Apply(o) => Event::Apply(o.into()),
+        Event::Delete(o) => Event::Delete(o.into()),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(o.into()),
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -474,6 +492,9 @@ pub trait StoredCard:
     /// them from stores; a serving replica's view keeps what it reads of each itself.
     const KEEP: Keep;
 
+    /// The form the card watch decodes a card's JSON into, then moves into this one.
+    type Wire: Watched + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + Into<Self>;
+
     /// Trim a card before the store holds it.
     fn compact(&mut self);
 
@@ -488,6 +509,7 @@ pub trait StoredCard:
 /// The operator's form: the controllers read all of it ([`compact_card`]).
 impl StoredCard for AgentCard {
     const KEEP: Keep = Keep::Store;
+    type Wire = WireCard;
 
     fn compact(&mut self) {
         compact_card(self)
@@ -498,6 +520,7 @@ impl StoredCard for AgentCard {
 /// card server reads ([`SeenConfigMap::keep_only_served`]).
 impl StoredCard for ServedCard {
     const KEEP: Keep = Keep::Nothing;
+    type Wire = ServedCard;
 
     fn compact(&mut self) {
         ServedCard::compact(self)
@@ -514,7 +537,7 @@ impl<C: StoredCard> Hubs<C> {
     /// of that namespace and of the operator's are stored (two namespaces cannot share one
     /// watch).
     pub fn start(client: &Client, scope: &Scope) -> Arc<Hubs<C>> {
-        let cards = match &scope.namespace {
+        let cards: Api<C::Wire> = match &scope.namespace {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
         };
@@ -526,7 +549,7 @@ impl<C: StoredCard> Hubs<C> {
         Arc::new(Hubs {
             // Lists page: neither the API server nor this process holds one response with
             // every card.
-            cards: Hub::start(
+            cards: Hub::start_as(
                 cards,
                 scope.watch_config(),
                 scope.initial_list,

@@ -3,8 +3,9 @@
 //! tell whose an object is, whether it still holds what the operator wants and what a removal
 //! patch must clear, in a fraction of the typed object's memory.
 //!
-//! Data flow: a watch deserialises each object as its typed form ([`ConfigMap`], [`Ingress`])
-//! and at once turns it into the stored form (`serde(from)`), before the store holds it:
+//! Data flow: a watch deserialises each object as its typed form ([`ConfigMap`], [`Ingress`],
+//! the metadata read by [`lean_meta`]) and at once turns it into the stored form
+//! (`serde(from)`), before the store holds it:
 //! - the metadata keeps what identifies the object (name, namespace, uid, resourceVersion, and
 //!   its creation and deletion times: what stores, keys and read-your-own-writes read, with no
 //!   allocation of their own); labels, annotations, owners and which annotations the operator
@@ -21,15 +22,16 @@
 //! `ObjectMeta` it is. An object found by a conflicting create is reduced the same way as a
 //! watched one.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::{Ingress, IngressSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::ByteString;
 
 use super::compact::{digest, operator_annotations, ANN_LAST_APPLIED};
+use super::lean::lean_meta;
 use crate::contract::{
     card_configmap_name, extended_configmap_name, CONTENT_CARD, CONTENT_EXTENDED, CONTENT_FEED,
     CONTENT_FEED_PART, CONTENT_JWKS, KEY_CARD, KEY_EXTENDED, KEY_FEED, KEY_JWKS, LABEL_CONTENT,
@@ -366,40 +368,13 @@ impl MetaView for SeenMeta {
     }
 }
 
-/// Implements `kube::Resource` for a stored form with the API coordinates of its typed kind,
-/// and [`MetaView`] by its `seen` part. Its `meta()` holds what identifies the object alone:
-/// `ResourceExt::labels()` and the like answer empty, so labels, annotations and owners are
-/// read through `MetaView` (`cm.label(..)`, `cm.controller()`).
+/// Implements `kube::Resource` for a stored form with the API coordinates of its typed kind
+/// ([`super::resource_as`]), and [`MetaView`] by its `seen` part. Its `meta()` holds what
+/// identifies the object alone: `ResourceExt::labels()` and the like answer empty, so labels,
+/// annotations and owners are read through `MetaView` (`cm.label(..)`, `cm.controller()`).
 macro_rules! stored_as {
     ($stored:ty, $typed:ty) => {
-        impl kube::Resource for $stored {
-            type DynamicType = ();
-            type Scope = k8s_openapi::NamespaceResourceScope;
-
-            fn kind(dt: &()) -> Cow<'_, str> {
-                <$typed as kube::Resource>::kind(dt)
-            }
-
-            fn group(dt: &()) -> Cow<'_, str> {
-                <$typed as kube::Resource>::group(dt)
-            }
-
-            fn version(dt: &()) -> Cow<'_, str> {
-                <$typed as kube::Resource>::version(dt)
-            }
-
-            fn plural(dt: &()) -> Cow<'_, str> {
-                <$typed as kube::Resource>::plural(dt)
-            }
-
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
+        super::resource_as!($stored, $typed);
 
         impl MetaView for $stored {
             fn label(&self, key: &str) -> Option<&str> {
@@ -430,7 +405,7 @@ const CARD_API_VERSION: &str = "agentcard.dev/v1alpha1";
 
 /// A ConfigMap as the stores hold it (see the module doc).
 #[derive(Clone, Debug, serde::Deserialize)]
-#[serde(from = "ConfigMap")]
+#[serde(from = "WireConfigMap")]
 pub struct SeenConfigMap {
     /// What identifies the ConfigMap (name, namespace, uid, resourceVersion).
     pub metadata: ObjectMeta,
@@ -596,9 +571,32 @@ impl SeenConfigMap {
 
 stored_as!(SeenConfigMap, ConfigMap);
 
+/// A ConfigMap as a watch sends it, its metadata read by [`lean_meta`] (no field trees built
+/// only to be dropped by [`SeenMeta::take`]).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireConfigMap {
+    #[serde(default, deserialize_with = "lean_meta")]
+    metadata: ObjectMeta,
+    binary_data: Option<BTreeMap<String, ByteString>>,
+    data: Option<BTreeMap<String, String>>,
+    immutable: Option<bool>,
+}
+
+impl From<WireConfigMap> for SeenConfigMap {
+    fn from(w: WireConfigMap) -> SeenConfigMap {
+        SeenConfigMap::from(ConfigMap {
+            metadata: w.metadata,
+            binary_data: w.binary_data,
+            data: w.data,
+            immutable: w.immutable,
+        })
+    }
+}
+
 /// An Ingress as the controllers' store holds it (see the module doc).
 #[derive(Clone, Debug, serde::Deserialize)]
-#[serde(from = "Ingress")]
+#[serde(from = "WireIngress")]
 pub struct SeenIngress {
     /// What identifies the Ingress (name, namespace, uid, resourceVersion).
     pub metadata: ObjectMeta,
@@ -654,6 +652,25 @@ impl From<Ingress> for SeenIngress {
 }
 
 stored_as!(SeenIngress, Ingress);
+
+/// An Ingress as a watch sends it, its metadata read by [`lean_meta`]; its status, which the
+/// stored form does not keep, skipped.
+#[derive(serde::Deserialize)]
+struct WireIngress {
+    #[serde(default, deserialize_with = "lean_meta")]
+    metadata: ObjectMeta,
+    spec: Option<IngressSpec>,
+}
+
+impl From<WireIngress> for SeenIngress {
+    fn from(w: WireIngress) -> SeenIngress {
+        SeenIngress::from(Ingress {
+            metadata: w.metadata,
+            spec: w.spec,
+            status: None,
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -5,12 +5,11 @@
 //!
 //! Data flow: the card watch deserialises each AgentCard straight into a [`ServedCard`]: serde
 //! skips every field it does not declare (the card as written, the rest of the spec, the
-//! status fields only kubectl and the controllers read), so they are never allocated →
+//! status fields only kubectl and the controllers read), so they are never allocated, and
+//! its metadata is read by [`super::lean_meta`] (no `managedFields` trees) →
 //! [`ServedCard::compact`] drops the conditions the card server does not show and the metadata
 //! nobody here reads → the reflector store → the card server reads it through [`CardFields`],
 //! as it reads the full `AgentCard` the operator's store holds (one view, two stored forms).
-
-use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -113,6 +112,7 @@ impl CardFields for AgentCard {
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 pub struct ServedCard {
     /// Name, namespace, uid, labels and deletion time (the rest goes in [`ServedCard::compact`]).
+    #[serde(deserialize_with = "super::lean_meta")]
     pub metadata: ObjectMeta,
     /// `spec.extendedCard.auth` alone.
     #[serde(default)]
@@ -184,35 +184,8 @@ impl CardFields for ServedCard {
     }
 }
 
-/// Watched and stored as an AgentCard (same API coordinates).
-impl kube::Resource for ServedCard {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        <AgentCard as kube::Resource>::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        <AgentCard as kube::Resource>::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        <AgentCard as kube::Resource>::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        <AgentCard as kube::Resource>::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+// Watched and stored as an AgentCard (same API coordinates).
+super::resource_as!(ServedCard, AgentCard);
 
 #[cfg(test)]
 mod tests {
