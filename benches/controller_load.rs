@@ -9,9 +9,12 @@
 //! INITIAL_LIST=pages to have the operator and the serving-only replica list in pages instead
 //! of the default streaming lists (`--initial-list`), SERVING_PAGE_SIZES=500,2000 to start the
 //! serving-only replica once per list page size (one after the other; default: once, with the
-//! operator's default). A plane this
-//! benchmark starts gets an 8 GiB etcd quota (AGENTCARD_ETCD_QUOTA). Time on 2 cores: about 8
-//! minutes at 10,000 cards, 39 at 100,000 without the references, 21 with FLOOR=0.
+//! operator's default), KEEP=1 to leave the operator's and the cards' namespaces on a shared
+//! plane (AGENTCARD_TEST_KUBECONFIG), to restart the operator on them again. A plane this
+//! benchmark starts gets an 8 GiB etcd quota (AGENTCARD_ETCD_QUOTA) and its API server's
+//! periodic cache consistency check off (PLANE_FEATURE_GATES, see `support/load.rs`). Time on
+//! 2 cores: about 8 minutes at 10,000 cards, 39 at 100,000 without the references, 21 with
+//! FLOOR=0.
 //!
 //! Reports: how fast the plane accepts N plain ConfigMap writes (the reference), then for N
 //! AgentCards applied with the same concurrency: time until all are Ready, p50/p99 latency from
@@ -515,8 +518,17 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .chain(floor.iter())
         .flat_map(|f| [&f.namespace, &f.op_namespace]);
+    // KEEP=1 leaves the operator's and the cards' namespaces on a shared plane, for a restart
+    // measured again by hand (`run --namespace bench-op-<id> --watch-namespace bench-cards-<id>`).
+    let keep = env_usize("KEEP", 0) != 0 && !own_plane;
+    let kept: &[&String] = if keep { &[&op_ns, &ns] } else { &[] };
     for name in [&op_ns, &ref_ns, &ns].into_iter().chain(floor_namespaces) {
-        let _ = namespaces.delete(name, &Default::default()).await;
+        if !kept.contains(&name) {
+            let _ = namespaces.delete(name, &Default::default()).await;
+        }
+    }
+    if keep {
+        println!("  kept namespaces {op_ns} and {ns} (KEEP=1)");
     }
     drop(plane);
     Ok(())

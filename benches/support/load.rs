@@ -51,6 +51,7 @@ impl BenchPlane {
             .arg(root.join("tests/controlplane/start"))
             .arg(dir.path())
             .env("AGENTCARD_ETCD_QUOTA", quota)
+            .env("AGENTCARD_CP_FEATURE_GATES", plane_feature_gates())
             .stdout(std::process::Stdio::null())
             .status()?;
         anyhow::ensure!(ok.success(), "the control plane did not start");
@@ -75,6 +76,18 @@ impl BenchPlane {
         .await?;
         Ok(Client::try_from(config)?)
     }
+}
+
+/// The API server's feature gates on a plane a benchmark starts: PLANE_FEATURE_GATES when set
+/// (empty for the release's defaults), else `DetectCacheInconsistency=false`. That check (beta,
+/// on by default since Kubernetes 1.34) lists every resource from etcd every 5 minutes to
+/// compare it with the watch cache; at 100,000 cards each such list of AgentCards,
+/// ConfigMaps, Ingresses or ControllerRevisions takes the API server several CPU-seconds, on
+/// the 2 cores the operator measured here shares with it, at moments no phase controls (a
+/// restart took 21–24 s without one and 36–39 s with one, README Sizing). On a cluster the
+/// API server runs on nodes of its own.
+pub fn plane_feature_gates() -> String {
+    std::env::var("PLANE_FEATURE_GATES").unwrap_or_else(|_| "DetectCacheInconsistency=false".into())
 }
 
 /// Apply the repository's CRDs (`root/crds`) to the plane of `kubeconfig` and wait until the
