@@ -313,6 +313,8 @@ mod tests {
         json!({
             "name": "a", "namespace": "ns", "uid": "u-1", "resourceVersion": "42",
             "generation": 3, "creationTimestamp": "2026-12-01T00:00:00Z",
+            "generateName": "a-", "selfLink": "/x", "deletionGracePeriodSeconds": 30,
+            "deletionTimestamp": "2026-12-02T00:00:00Z",
             "labels": {"l": "v", LABEL_DISCOVERED_BY: "x"},
             "annotations": {"mine": "1", "theirs": "2"},
             "finalizers": ["f"],
